@@ -1,0 +1,24 @@
+# The whole test suite: vet, every test against real PostgreSQL and a real Kafka-protocol
+# broker, then a short run of every fuzz target. CI runs exactly `make test`.
+GO ?= go
+FUZZTIME ?= 5s
+
+.PHONY: test vet unit fuzz-short fuzz bench
+
+test: vet unit fuzz-short
+
+vet:
+	$(GO) vet ./...
+
+unit:
+	$(GO) test -p 2 -count=1 -timeout 15m ./...
+
+fuzz-short:
+	FUZZTIME=$(FUZZTIME) ./scripts/fuzz.sh
+
+# Longer local fuzzing: make fuzz FUZZTIME=5m
+fuzz:
+	FUZZTIME=$(FUZZTIME) ./scripts/fuzz.sh
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchtime 3x ./...

@@ -1,0 +1,209 @@
+// Package kafkatest gives tests a real Kafka-protocol broker and unique topics and groups on
+// it. The broker is, in order of preference: TEST_KAFKA_BROKERS (a comma list), a Kafka
+// container started through testcontainers when a Docker engine answers, or the in-process
+// kfake broker from franz-go. One broker serves the whole test binary.
+package kafkatest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/testcontainers/testcontainers-go"
+	tckafka "github.com/testcontainers/testcontainers-go/modules/kafka"
+	"github.com/twmb/franz-go/pkg/kfake"
+)
+
+// KafkaImage is the image started through testcontainers when a Docker engine answers.
+const KafkaImage = "confluentinc/confluent-local:7.6.1"
+
+var (
+	once    sync.Once
+	brokers []string
+	kind    string
+	initErr error
+)
+
+// Brokers returns the addresses of the shared test broker, starting it on first use.
+func Brokers(tb testing.TB) []string {
+	tb.Helper()
+	once.Do(start)
+	if initErr != nil {
+		tb.Fatalf("kafkatest: no broker: %v", initErr)
+	}
+	return brokers
+}
+
+// Kind says which broker Brokers returned: "env", "testcontainers" or "kfake".
+func Kind(tb testing.TB) string {
+	Brokers(tb)
+	return kind
+}
+
+func start() {
+	if env := os.Getenv("TEST_KAFKA_BROKERS"); env != "" {
+		brokers, kind = strings.Split(env, ","), "env"
+		return
+	}
+	if dockerAnswers() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		c, err := tckafka.Run(ctx, KafkaImage, tckafka.WithClusterID("idemd-test"))
+		if err == nil {
+			brokers, err = c.Brokers(ctx)
+		}
+		if err == nil {
+			kind = "testcontainers"
+			return
+		}
+		fmt.Fprintf(os.Stderr, "kafkatest: testcontainers failed (%v); using the in-process kfake broker\n", err)
+	}
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		initErr = fmt.Errorf("starting kfake: %w", err)
+		return
+	}
+	// The cluster lives as long as the test binary: it is in memory only.
+	brokers, kind = c.ListenAddrs(), "kfake"
+}
+
+func dockerAnswers() bool {
+	if os.Getenv("DOCKER_HOST") == "" {
+		if _, err := os.Stat("/var/run/docker.sock"); err != nil {
+			return false
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	p, err := testcontainers.NewDockerProvider()
+	if err != nil {
+		return false
+	}
+	defer p.Close()
+	return p.Health(ctx) == nil
+}
+
+var unsafeName = regexp.MustCompile(`[^a-zA-Z0-9._-]+`)
+
+// Name returns a name unique to this test and this run, usable as a topic or a group.
+func Name(tb testing.TB, prefix string) string {
+	tb.Helper()
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	name := unsafeName.ReplaceAllString(tb.Name(), "_")
+	if len(name) > 80 {
+		name = name[len(name)-80:]
+	}
+	return prefix + "." + name + "." + hex.EncodeToString(b[:])
+}
+
+// Topic creates a topic unique to this test with the given number of partitions.
+func Topic(tb testing.TB, partitions int) string {
+	tb.Helper()
+	topic := Name(tb, "t")
+	CreateTopic(tb, topic, partitions)
+	return topic
+}
+
+// CreateTopic creates the named topic and waits until its metadata is visible.
+func CreateTopic(tb testing.TB, topic string, partitions int) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl := &kafka.Client{Addr: kafka.TCP(Brokers(tb)...)}
+	resp, err := cl.CreateTopics(ctx, &kafka.CreateTopicsRequest{
+		Topics: []kafka.TopicConfig{{Topic: topic, NumPartitions: partitions, ReplicationFactor: 1}},
+	})
+	if err != nil {
+		tb.Fatalf("kafkatest: creating topic %s: %v", topic, err)
+	}
+	if err := resp.Errors[topic]; err != nil {
+		tb.Fatalf("kafkatest: creating topic %s: %v", topic, err)
+	}
+	for {
+		md, err := cl.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
+		if err == nil && len(md.Topics) == 1 && md.Topics[0].Error == nil && len(md.Topics[0].Partitions) == partitions {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			tb.Fatalf("kafkatest: topic %s did not appear: %v", topic, err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// Group returns a consumer group name unique to this test.
+func Group(tb testing.TB) string {
+	tb.Helper()
+	return Name(tb, "g")
+}
+
+// ReadAll reads every record of topic from the beginning, without a group, until it has
+// read want records or the timeout passes; it returns what it read.
+func ReadAll(tb testing.TB, topic string, want int, timeout time.Duration) []kafka.Message {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cl := &kafka.Client{Addr: kafka.TCP(Brokers(tb)...)}
+	md, err := cl.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
+	if err != nil || len(md.Topics) != 1 {
+		tb.Fatalf("kafkatest: metadata of %s: %v", topic, err)
+	}
+	var (
+		mu  sync.Mutex
+		out []kafka.Message
+		wg  sync.WaitGroup
+	)
+	for _, p := range md.Topics[0].Partitions {
+		wg.Add(1)
+		go func(partition int) {
+			defer wg.Done()
+			r := kafka.NewReader(kafka.ReaderConfig{
+				Brokers: Brokers(tb), Topic: topic, Partition: partition,
+				MinBytes: 1, MaxBytes: 10 << 20, MaxWait: 50 * time.Millisecond,
+			})
+			defer r.Close()
+			for {
+				mu.Lock()
+				done := len(out) >= want
+				mu.Unlock()
+				if done {
+					return
+				}
+				fctx, fcancel := context.WithTimeout(ctx, 200*time.Millisecond)
+				m, err := r.ReadMessage(fctx)
+				fcancel()
+				if err != nil {
+					if ctx.Err() != nil {
+						return
+					}
+					continue
+				}
+				mu.Lock()
+				out = append(out, m)
+				mu.Unlock()
+			}
+		}(p.ID)
+	}
+	wg.Wait()
+	return out
+}
+
+// Header returns the value of the first header named key, or "".
+func Header(m kafka.Message, key string) string {
+	for _, h := range m.Headers {
+		if h.Key == key {
+			return string(h.Value)
+		}
+	}
+	return ""
+}

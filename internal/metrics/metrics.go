@@ -1,0 +1,87 @@
+// Package metrics holds idemd's Prometheus series, on a registry of its own that the admin
+// server exposes at /metrics. Every door and the relay report here; names and labels are part
+// of idemd's operations contract (README, alert rules, dashboard) and change only with them.
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Registry is where every idemd series is registered.
+var Registry = prometheus.NewRegistry()
+
+var (
+	// Received counts inbound messages per pipeline and door ("http" or "kafka"), before dedup.
+	Received = counter("idemd_messages_received_total", "Inbound messages received, before dedup.", "pipeline", "door")
+	// Processed counts messages whose effect committed.
+	Processed = counter("idemd_messages_processed_total", "Messages whose effect committed (exactly once).", "pipeline")
+	// Duplicates counts redeliveries answered from the processed record.
+	Duplicates = counter("idemd_messages_duplicate_total", "Redeliveries recognised as duplicates; effect not repeated.", "pipeline")
+	// Conflicts counts ids seen again with a different payload.
+	Conflicts = counter("idemd_messages_conflict_total", "Ids seen again with a different payload fingerprint; effect not run.", "pipeline")
+	// DeadLettered counts messages dead-lettered after permanent failures.
+	DeadLettered = counter("idemd_messages_dead_lettered_total", "Messages dead-lettered after permanent failures.", "pipeline")
+	// Stale counts messages acknowledged without effect by the stale-event guard.
+	Stale = counter("idemd_messages_stale_total", "Messages skipped by the stale-event guard (version not newer).", "pipeline")
+	// InFlight counts requests answered 409 because the same key was in flight.
+	InFlight = counter("idemd_messages_in_flight_total", "Requests answered while the same key was in flight.", "pipeline")
+	// Rejected counts HTTP requests rejected before dedup, by reason (signature, bad_request, too_large…).
+	Rejected = counter("idemd_http_rejected_total", "HTTP requests rejected before dedup, by reason.", "pipeline", "reason")
+	// Retries counts transient failures that made a batch retry.
+	Retries = counter("idemd_transaction_retries_total", "Transient failures that rolled a batch back for a retry.", "door")
+
+	// TxDuration is the latency of exactly-once transactions (claim, effects, commit).
+	TxDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "idemd_transaction_duration_seconds", Help: "Duration of exactly-once transactions, claim to commit.",
+		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+	}, []string{"door"})
+	// TxBatchSize is how many messages each exactly-once transaction carried.
+	TxBatchSize = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "idemd_transaction_batch_size", Help: "Messages per exactly-once transaction.",
+		Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024},
+	}, []string{"door"})
+	// RequestDuration is the latency of HTTP requests to sources.
+	RequestDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "idemd_http_request_duration_seconds", Help: "Duration of HTTP requests to sources, by status code.",
+		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+	}, []string{"pipeline", "code"})
+
+	// OutboxBacklog is the number of unpublished outbox rows.
+	OutboxBacklog = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "idemd_outbox_backlog", Help: "Unpublished outbox rows.",
+	})
+	// OutboxOldestAge is the age of the oldest unpublished outbox row.
+	OutboxOldestAge = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "idemd_outbox_oldest_unpublished_age_seconds", Help: "Age of the oldest unpublished outbox row (0 when none).",
+	})
+	// OutboxPublished counts records the relay published, per topic.
+	OutboxPublished = counter("idemd_outbox_published_total", "Outbox rows published to Kafka.", "topic")
+	// OutboxPublishErrors counts failed publish attempts.
+	OutboxPublishErrors = counter("idemd_outbox_publish_errors_total", "Failed attempts to publish outbox batches.")
+	// RelayLeader is 1 in the process that holds the relay leadership.
+	RelayLeader = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "idemd_relay_leader", Help: "1 when this process is the active outbox relay.",
+	})
+	// ConsumerLag is the lag of each consumed partition, in records.
+	ConsumerLag = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "idemd_consumer_lag", Help: "Records between the committed offset and the end of the partition.",
+	}, []string{"pipeline", "topic", "partition"})
+	// Pruned counts rows the pruner deleted, per table.
+	Pruned = counter("idemd_pruned_rows_total", "Rows deleted by the pruner.", "table")
+)
+
+func counter(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+}
+
+func init() {
+	Registry.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		Received, Processed, Duplicates, Conflicts, DeadLettered, Stale, InFlight, Rejected, Retries,
+		TxDuration, TxBatchSize, RequestDuration,
+		OutboxBacklog, OutboxOldestAge, OutboxPublished, OutboxPublishErrors, RelayLeader,
+		ConsumerLag, Pruned,
+	)
+}

@@ -1,0 +1,109 @@
+// Package pgerr classifies errors from PostgreSQL, once, for every part of idemd: a transient
+// error means "retry the whole transaction later, nothing is wrong with the message"; a
+// permanent one means "this message's effect will fail the same way every time".
+package pgerr
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Class is what to do about an error.
+type Class int
+
+const (
+	// Unknown errors are not database errors; callers decide (a Go handler's own error).
+	Unknown Class = iota
+	// Transient errors go away on retry: connection loss, serialization failure, deadlock,
+	// admin shutdown, lack of resources.
+	Transient
+	// Permanent errors come back every time for the same input: bad data (class 22),
+	// constraint violations (class 23), syntax or undefined objects (class 42).
+	Permanent
+)
+
+func (c Class) String() string {
+	switch c {
+	case Transient:
+		return "transient"
+	case Permanent:
+		return "permanent"
+	default:
+		return "unknown"
+	}
+}
+
+// Classify says whether err is transient, permanent or neither as far as PostgreSQL goes.
+func Classify(err error) Class {
+	if err == nil {
+		return Unknown
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return classifyCode(pgErr.Code)
+	}
+	if pgconn.SafeToRetry(err) || pgconn.Timeout(err) {
+		return Transient
+	}
+	var netErr net.Error
+	if errors.As(err, &netErr) {
+		return Transient
+	}
+	var connectErr *pgconn.ConnectError
+	if errors.As(err, &connectErr) {
+		return Transient
+	}
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) {
+		return Transient
+	}
+	// pgx reports a connection that died mid-query in several wrappers; they all say so.
+	msg := err.Error()
+	if strings.Contains(msg, "conn closed") || strings.Contains(msg, "conn busy") ||
+		strings.Contains(msg, "connection reset") || strings.Contains(msg, "broken pipe") ||
+		strings.Contains(msg, "failed to connect") || strings.Contains(msg, "unexpected EOF") {
+		return Transient
+	}
+	return Unknown
+}
+
+func classifyCode(code string) Class {
+	switch {
+	case code == "40001", code == "40P01": // serialization_failure, deadlock_detected
+		return Transient
+	case code == "55P03": // lock_not_available
+		return Transient
+	case code == "57P01", code == "57P02", code == "57P03": // admin_shutdown, crash_shutdown, cannot_connect_now
+		return Transient
+	case strings.HasPrefix(code, "08"): // connection exceptions
+		return Transient
+	case strings.HasPrefix(code, "53"): // insufficient resources
+		return Transient
+	case code == "57014": // query_canceled (statement_timeout): load, not the message
+		return Transient
+	case strings.HasPrefix(code, "22"), strings.HasPrefix(code, "23"), strings.HasPrefix(code, "42"):
+		return Permanent
+	case strings.HasPrefix(code, "P0"): // raised by PL/pgSQL: the user's own rule
+		return Permanent
+	default:
+		return Unknown
+	}
+}
+
+// IsTransient reports whether err should be retried with the whole transaction. A canceled or
+// expired context is not transient: the caller is leaving.
+func IsTransient(err error) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	return Classify(err) == Transient
+}
+
+// IsPermanent reports whether err will fail the same way on every retry.
+func IsPermanent(err error) bool {
+	return Classify(err) == Permanent
+}

@@ -1,0 +1,30 @@
+package pgerr
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stretchr/testify/require"
+)
+
+func TestClassify(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		code string
+		want Class
+	}{
+		{"40001", Transient}, {"40P01", Transient}, {"57P01", Transient}, {"53300", Transient},
+		{"53200", Transient}, {"08006", Transient},
+		{"22P02", Permanent}, {"23505", Permanent}, {"23503", Permanent}, {"42P01", Permanent}, {"42601", Permanent},
+		{"XX000", Unknown},
+	}
+	for _, c := range cases {
+		err := fmt.Errorf("wrapped: %w", &pgconn.PgError{Code: c.code})
+		require.Equal(t, c.want, Classify(err), c.code)
+	}
+	require.False(t, IsTransient(context.Canceled))
+	require.Equal(t, Unknown, Classify(errors.New("handler said no")))
+}

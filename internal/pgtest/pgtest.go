@@ -1,0 +1,147 @@
+// Package pgtest gives each test a real PostgreSQL schema of its own, migrated to the
+// latest version and dropped at cleanup. The server is TEST_DATABASE_URL, by default the
+// local one (postgres://postgres@127.0.0.1:5432/test).
+package pgtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemd/idemd/migrations"
+)
+
+// URLDefault is the database tests use when TEST_DATABASE_URL is unset.
+const URLDefault = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+
+// URL returns the test database's connection string.
+func URL() string {
+	if u := os.Getenv("TEST_DATABASE_URL"); u != "" {
+		return u
+	}
+	return URLDefault
+}
+
+// DB is one test's database: a pool and the schema idemd's tables were migrated into.
+type DB struct {
+	Pool   *pgxpool.Pool
+	Schema string
+	// URL connects to the same database; the schema is not in it.
+	URL string
+}
+
+// Options adjust New.
+type Options struct {
+	// MaxConns bounds the pool. Defaults to 8.
+	MaxConns int32
+}
+
+// New creates a fresh schema, migrates it and returns a pool on it. The schema and the pool
+// go away at cleanup.
+func New(tb testing.TB) *DB {
+	tb.Helper()
+	return NewWithOptions(tb, Options{})
+}
+
+// NewWithOptions is New with options.
+func NewWithOptions(tb testing.TB, opts Options) *DB {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	schema := SchemaName(tb)
+	pool := Pool(tb, opts.MaxConns)
+	if err := migrations.Apply(ctx, pool, &migrations.Config{Schema: schema}); err != nil {
+		tb.Fatalf("pgtest: migrating schema %s: %v", schema, err)
+	}
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
+			tb.Logf("pgtest: dropping schema %s: %v", schema, err)
+		}
+	})
+	return &DB{Pool: pool, Schema: schema, URL: URL()}
+}
+
+// Pool returns a new pool on the test database, closed at cleanup.
+func Pool(tb testing.TB, maxConns int32) *pgxpool.Pool {
+	tb.Helper()
+	cfg, err := pgxpool.ParseConfig(URL())
+	if err != nil {
+		tb.Fatalf("pgtest: parsing TEST_DATABASE_URL: %v", err)
+	}
+	cfg.MaxConns = maxConns
+	if cfg.MaxConns == 0 {
+		cfg.MaxConns = 8
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		tb.Fatalf("pgtest: connecting: %v", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		tb.Fatalf("pgtest: PostgreSQL at %s does not answer: %v", redact(URL()), err)
+	}
+	tb.Cleanup(pool.Close)
+	return pool
+}
+
+// SchemaName returns a schema name unique to this test and run.
+func SchemaName(tb testing.TB) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	name := strings.ToLower(tb.Name())
+	name = strings.Map(func(r rune) rune {
+		if (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') {
+			return r
+		}
+		return '_'
+	}, name)
+	if len(name) > 40 {
+		name = name[len(name)-40:]
+	}
+	return "t_" + name + "_" + hex.EncodeToString(b[:])
+}
+
+// Exec runs sql on the pool, failing the test on error.
+func (db *DB) Exec(tb testing.TB, sql string, args ...any) {
+	tb.Helper()
+	if _, err := db.Pool.Exec(context.Background(), sql, args...); err != nil {
+		tb.Fatalf("pgtest: %s: %v", sql, err)
+	}
+}
+
+// Count returns SELECT count(*) of the query's FROM/WHERE part, e.g. Count(t, "outbox WHERE topic = $1", x).
+// Table names are qualified with the test schema when written as {schema}.
+func (db *DB) Count(tb testing.TB, from string, args ...any) int {
+	tb.Helper()
+	var n int
+	q := "SELECT count(*) FROM " + db.Q(from)
+	if err := db.Pool.QueryRow(context.Background(), q, args...).Scan(&n); err != nil {
+		tb.Fatalf("pgtest: %s: %v", q, err)
+	}
+	return n
+}
+
+// Q replaces {schema} in sql with the quoted test schema.
+func (db *DB) Q(sql string) string {
+	return strings.ReplaceAll(sql, "{schema}", pgx.Identifier{db.Schema}.Sanitize())
+}
+
+func redact(u string) string {
+	if i := strings.Index(u, "@"); i >= 0 {
+		if j := strings.Index(u, "://"); j >= 0 && j < i {
+			return u[:j+3] + "…" + u[i:]
+		}
+	}
+	return u
+}

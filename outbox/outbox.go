@@ -1,0 +1,171 @@
+// Package outbox writes events to be published to Kafka in the caller's transaction, and
+// relays them. Guarantee: an outbox row commits if and only if the caller's transaction
+// commits; every committed row is then published at least once, with an operation id that
+// is the same on every attempt, so that a consumer deduping on it applies it exactly once.
+package outbox
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// SchemaDefault is the schema of the outbox table unless configured otherwise.
+const SchemaDefault = "idemd"
+
+// Header names the relay sets on every record.
+const (
+	HeaderOperationID = "operation-id"
+	HeaderCausationID = "causation-id"
+	HeaderPipeline    = "idemd-pipeline"
+	HeaderContentType = "content-type"
+	HeaderEventType   = "event-type"
+)
+
+// namespace is the UUIDv5 namespace of operation ids. Never change it: ids computed before
+// and after would differ, and a replayed message would look new downstream.
+var namespace = uuid.MustParse("6f1c2a8e-3b1d-5c7e-9a40-2d5e8b7c1f03")
+
+// OperationID is the deterministic id of the ordinal-th event caused by message messageID of
+// pipeline: the same inputs give the same UUIDv5 on every machine and every replay.
+func OperationID(pipeline, messageID string, ordinal int) uuid.UUID {
+	return uuid.NewSHA1(namespace, []byte(pipeline+"\x1f"+messageID+"\x1f"+strconv.Itoa(ordinal)))
+}
+
+// Event is one record to publish.
+type Event struct {
+	// Topic is the Kafka topic. Required.
+	Topic string
+	// Key is the record key; records of one key keep their order. Optional.
+	Key []byte
+	// Payload is the record value.
+	Payload []byte
+	// Headers are extra record headers, such as content-type and event-type.
+	Headers map[string]string
+	// Pipeline names what produced the event (the idemd-pipeline header). Required.
+	Pipeline string
+	// CausationID is the id of the inbound message that caused the event. Required.
+	CausationID string
+	// OperationID overrides the computed id. Zero means OperationID(Pipeline, CausationID,
+	// i) where i is the event's index in its EnqueueTx call: enqueue all events of one
+	// message in one call, always in the same order.
+	OperationID uuid.UUID
+}
+
+// Config configures a Store.
+type Config struct {
+	// Schema holds the outbox table. Defaults to "idemd".
+	Schema string
+}
+
+// Store writes outbox rows into one schema.
+type Store struct {
+	schema  string
+	channel string
+	insert  string
+}
+
+// New returns a Store for cfg; cfg may be nil.
+func New(cfg *Config) *Store {
+	if cfg == nil {
+		cfg = &Config{}
+	}
+	schema := cmp.Or(cfg.Schema, SchemaDefault)
+	return &Store{
+		schema:  schema,
+		channel: Channel(schema),
+		insert: `INSERT INTO ` + pgx.Identifier{schema}.Sanitize() + `.outbox
+    (operation_id, pipeline, causation_id, topic, key, payload, headers)
+SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::bytea[], $7::jsonb[])`,
+	}
+}
+
+// Default is the Store on the default schema, behind the package-level functions.
+var Default = New(nil)
+
+// Channel is the LISTEN/NOTIFY channel that wakes the relay of schema.
+func Channel(schema string) string {
+	h := fnv.New32a()
+	h.Write([]byte(schema))
+	return fmt.Sprintf("idemd_outbox_%08x", h.Sum32())
+}
+
+// EnqueueTx writes events in tx on the default schema. See Store.EnqueueTx.
+func EnqueueTx(ctx context.Context, tx pgx.Tx, events ...Event) error {
+	return Default.EnqueueTx(ctx, tx, events...)
+}
+
+// EnqueueTx writes events in tx, in one round trip, and notifies the relay at commit. The
+// rows become visible to the relay only if tx commits.
+func (s *Store) EnqueueTx(ctx context.Context, tx pgx.Tx, events ...Event) error {
+	if len(events) == 0 {
+		return nil
+	}
+	batch := &pgx.Batch{}
+	if err := s.Queue(batch, events...); err != nil {
+		return err
+	}
+	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+		return fmt.Errorf("error enqueueing outbox events: %w", err)
+	}
+	return nil
+}
+
+// Queue adds the statements of EnqueueTx to batch, for callers that pipeline them with
+// their own statements. It validates the events first.
+func (s *Store) Queue(batch *pgx.Batch, events ...Event) error {
+	for i, e := range events {
+		if err := e.validate(); err != nil {
+			return fmt.Errorf("outbox: event %d: %w", i, err)
+		}
+	}
+	s.queue(batch, events)
+	return nil
+}
+
+func (s *Store) queue(batch *pgx.Batch, events []Event) {
+	n := len(events)
+	var (
+		ops        = make([]uuid.UUID, n)
+		pipelines  = make([]string, n)
+		causations = make([]string, n)
+		topics     = make([]string, n)
+		keys       = make([][]byte, n)
+		payloads   = make([][]byte, n)
+		headers    = make([]map[string]string, n)
+	)
+	for i, e := range events {
+		ops[i] = e.OperationID
+		if ops[i] == uuid.Nil {
+			ops[i] = OperationID(e.Pipeline, e.CausationID, i)
+		}
+		pipelines[i], causations[i], topics[i] = e.Pipeline, e.CausationID, e.Topic
+		keys[i], payloads[i] = e.Key, e.Payload
+		if payloads[i] == nil {
+			payloads[i] = []byte{}
+		}
+		headers[i] = e.Headers
+		if headers[i] == nil {
+			headers[i] = map[string]string{}
+		}
+	}
+	batch.Queue(s.insert, ops, pipelines, causations, topics, keys, payloads, headers)
+	batch.Queue("SELECT pg_notify($1, '')", s.channel)
+}
+
+func (e Event) validate() error {
+	switch {
+	case e.Topic == "":
+		return fmt.Errorf("topic is required")
+	case e.Pipeline == "":
+		return fmt.Errorf("pipeline is required")
+	case e.CausationID == "" && e.OperationID == uuid.Nil:
+		return fmt.Errorf("causation id (or an explicit operation id) is required")
+	}
+	return nil
+}

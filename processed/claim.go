@@ -1,0 +1,308 @@
+package processed
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// Outcome is the result of one claim.
+type Outcome int
+
+const (
+	// Claimed: the id is new and this transaction owns it; run the effect.
+	Claimed Outcome = iota + 1
+	// Duplicate: applied before with the same fingerprint.
+	Duplicate
+	// Conflict: the id is known with a different fingerprint; recorded.
+	Conflict
+	// InFlight: a reservation holds the id and its lease is live.
+	InFlight
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Claimed:
+		return "claimed"
+	case Duplicate:
+		return "duplicate"
+	case Conflict:
+		return "conflict"
+	case InFlight:
+		return "in_flight"
+	default:
+		return "unknown"
+	}
+}
+
+// Claim asks for one (scope, message id).
+type Claim struct {
+	Scope       string
+	MessageID   string
+	Fingerprint []byte
+	// Retention overrides the store's retention for this record. Zero means the store's.
+	Retention time.Duration
+	// Reserve makes the claim a reservation: it is meant to be committed on its own,
+	// before the effect, and protects the id with a lease. Result.LeaseToken then proves
+	// ownership to AcquireTx. Another claimer with the same fingerprint sees InFlight
+	// until the lease ends, then takes it over.
+	Reserve bool
+}
+
+// Result is the outcome of one claim.
+type Result struct {
+	Outcome Outcome
+	// Record is the stored row for Duplicate, Conflict and InFlight (nil when a concurrent
+	// reservation is not visible).
+	Record *Record
+	// ConflictCount is how many times this conflicting fingerprint has been seen.
+	ConflictCount int64
+	// LeaseToken identifies a reservation this claim made.
+	LeaseToken uuid.UUID
+	// FirstIndex, for an id that appears more than once in one batch, is the index of its
+	// first occurrence (which carries the claim); -1 otherwise.
+	FirstIndex int
+}
+
+// Err maps the outcome to the package's sentinel errors (nil for Claimed).
+func (r Result) Err() error {
+	switch r.Outcome {
+	case Duplicate:
+		return ErrDuplicate
+	case Conflict:
+		return ErrConflict
+	case InFlight:
+		return ErrInFlight
+	default:
+		return nil
+	}
+}
+
+// ClaimTx claims (scope, id) in tx on the default schema. It returns nil when the id is new,
+// or ErrDuplicate, ErrConflict or ErrInFlight with the stored record.
+func ClaimTx(ctx context.Context, tx pgx.Tx, scope, id string, fingerprint []byte) (*Record, error) {
+	return Default.ClaimTx(ctx, tx, scope, id, fingerprint)
+}
+
+// ClaimTx claims (scope, id) in tx. See the package-level ClaimTx.
+func (s *Store) ClaimTx(ctx context.Context, tx pgx.Tx, scope, id string, fingerprint []byte) (*Record, error) {
+	res, err := s.ClaimBatchTx(ctx, tx, []Claim{{Scope: scope, MessageID: id, Fingerprint: fingerprint}})
+	if err != nil {
+		return nil, err
+	}
+	return res[0].Record, res[0].Err()
+}
+
+// ClaimBatchTx claims many ids in one round trip (two when some conflict) and returns one
+// Result per claim, in order. An id repeated within the batch is claimed by its first
+// occurrence; the later ones are Duplicate (or Conflict) of it with FirstIndex set.
+//
+// Rows are inserted in (scope, id) order so that two batches sharing ids cannot deadlock
+// on each other's claims.
+func (s *Store) ClaimBatchTx(ctx context.Context, tx pgx.Tx, claims []Claim) ([]Result, error) {
+	results := make([]Result, len(claims))
+	type key struct{ scope, id string }
+	first := make(map[key]int, len(claims))
+	uniq := make([]int, 0, len(claims))
+	for i, c := range claims {
+		results[i].FirstIndex = -1
+		if c.MessageID == "" {
+			return nil, fmt.Errorf("processed: claim %d has an empty message id", i)
+		}
+		k := key{c.Scope, c.MessageID}
+		if j, ok := first[k]; ok {
+			results[i].FirstIndex = j
+			continue
+		}
+		first[k] = i
+		uniq = append(uniq, i)
+	}
+	sort.Slice(uniq, func(a, b int) bool {
+		ca, cb := claims[uniq[a]], claims[uniq[b]]
+		if ca.Scope != cb.Scope {
+			return ca.Scope < cb.Scope
+		}
+		return ca.MessageID < cb.MessageID
+	})
+
+	n := len(uniq)
+	var (
+		scopes   = make([]string, n)
+		ids      = make([]string, n)
+		fps      = make([][]byte, n)
+		states   = make([]string, n)
+		retainUs = make([]int64, n)
+		leaseUs  = make([]int64, n)
+		tokens   = make([]*uuid.UUID, n)
+	)
+	for j, i := range uniq {
+		c := claims[i]
+		scopes[j], ids[j], fps[j] = c.Scope, c.MessageID, c.Fingerprint
+		// The effect commits in the same transaction as the claim, so the record is
+		// written as done: until that commit nobody else can see it anyway. Only a
+		// reservation, committed before its effect, is visibly in flight.
+		states[j] = string(StateDone)
+		if c.Reserve {
+			states[j] = string(StateInFlight)
+		}
+		retainUs[j] = durationOr(c.Retention, s.retention).Microseconds()
+		if c.Reserve {
+			tok := uuid.New()
+			tokens[j] = &tok
+			leaseUs[j] = s.lease.Microseconds()
+		}
+	}
+
+	batch := &pgx.Batch{}
+	claimed := make(map[key]bool, n)
+	batch.Queue(s.sql.claim, scopes, ids, fps, states, retainUs, leaseUs, tokens).Query(func(rows pgx.Rows) error {
+		var k key
+		_, err := pgx.ForEachRow(rows, []any{&k.scope, &k.id}, func() error {
+			claimed[k] = true
+			return nil
+		})
+		return err
+	})
+	records := make(map[key]*Record, n)
+	batch.Queue(s.sql.lookup, scopes, ids).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			r, err := scanRecord(rows)
+			if err != nil {
+				return err
+			}
+			records[key{r.Scope, r.MessageID}] = r
+		}
+		return rows.Err()
+	})
+	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+		return nil, fmt.Errorf("error claiming messages: %w", err)
+	}
+
+	var conflicts []int
+	for j, i := range uniq {
+		k := key{claims[i].Scope, claims[i].MessageID}
+		if claimed[k] {
+			results[i].Outcome = Claimed
+			if tokens[j] != nil {
+				results[i].LeaseToken = *tokens[j]
+			}
+			continue
+		}
+		rec := records[k]
+		results[i].Record = rec
+		switch {
+		case rec == nil:
+			// Not claimable and not visible: a reservation committed between our two
+			// statements, or a row pruned under us; either way someone else has it.
+			results[i].Outcome = InFlight
+		case !bytes.Equal(rec.Fingerprint, claims[i].Fingerprint):
+			results[i].Outcome = Conflict
+			conflicts = append(conflicts, i)
+		case rec.State == StateInFlight:
+			results[i].Outcome = InFlight
+		default:
+			results[i].Outcome = Duplicate
+		}
+	}
+	// Repeats inside the batch follow their first occurrence.
+	for i := range claims {
+		j := results[i].FirstIndex
+		if j < 0 {
+			continue
+		}
+		switch {
+		case !bytes.Equal(claims[i].Fingerprint, claims[j].Fingerprint):
+			results[i].Outcome = Conflict
+			stored := &Record{Scope: claims[j].Scope, MessageID: claims[j].MessageID, Fingerprint: claims[j].Fingerprint, State: StateInFlight}
+			if results[j].Record != nil {
+				stored = results[j].Record
+			}
+			results[i].Record = stored
+			conflicts = append(conflicts, i)
+		case results[j].Outcome == Claimed:
+			results[i].Outcome = Duplicate
+		default:
+			results[i].Outcome = results[j].Outcome
+			results[i].Record = results[j].Record
+		}
+	}
+	if len(conflicts) > 0 {
+		if err := s.recordConflicts(ctx, tx, claims, results, conflicts); err != nil {
+			return nil, err
+		}
+	}
+	return results, nil
+}
+
+func (s *Store) recordConflicts(ctx context.Context, tx pgx.Tx, claims []Claim, results []Result, idx []int) error {
+	batch := &pgx.Batch{}
+	for _, i := range idx {
+		c, r := claims[i], &results[i]
+		stored := []byte{}
+		if r.Record != nil {
+			stored = r.Record.Fingerprint
+		}
+		batch.Queue(s.sql.conflict, c.Scope, c.MessageID, stored, c.Fingerprint).QueryRow(func(row pgx.Row) error {
+			return row.Scan(&r.ConflictCount)
+		})
+	}
+	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+		return fmt.Errorf("error recording conflicts: %w", err)
+	}
+	return nil
+}
+
+// AcquireTx locks a reservation made by a committed Claim{Reserve: true} for the effect
+// transaction tx. It fails with ErrLeaseLost when another claimer has taken the id over.
+// Holding the row lock until tx ends keeps anyone from taking it over meanwhile.
+func (s *Store) AcquireTx(ctx context.Context, tx pgx.Tx, scope, id string, token uuid.UUID) error {
+	var ok bool
+	err := tx.QueryRow(ctx, s.sql.acquire, scope, id, token).Scan(&ok)
+	if err == pgx.ErrNoRows {
+		return ErrLeaseLost
+	}
+	if err != nil {
+		return fmt.Errorf("error acquiring reservation: %w", err)
+	}
+	return nil
+}
+
+// ReleaseTx gives a reservation up (its effect could not run and nothing was stored), so a
+// retry may claim the id at once instead of waiting for the lease.
+func (s *Store) ReleaseTx(ctx context.Context, tx pgx.Tx, scope, id string, token uuid.UUID) error {
+	if _, err := tx.Exec(ctx, s.sql.release, scope, id, token); err != nil {
+		return fmt.Errorf("error releasing reservation: %w", err)
+	}
+	return nil
+}
+
+func durationOr(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
+}
+
+func scanRecord(rows pgx.Rows) (*Record, error) {
+	var (
+		r       Record
+		state   string
+		status  *int32
+		headers map[string]string
+		body    []byte
+	)
+	if err := rows.Scan(&r.Scope, &r.MessageID, &r.Fingerprint, &state, &status, &headers, &body,
+		&r.ReceivedAt, &r.CompletedAt, &r.ExpiresAt, &r.LeaseUntil); err != nil {
+		return nil, err
+	}
+	r.State = State(state)
+	if status != nil {
+		r.Response = &Response{Status: int(*status), Headers: headers, Body: body}
+	}
+	return &r, nil
+}

@@ -1,0 +1,62 @@
+package processed
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Completion marks one claimed id as finished.
+type Completion struct {
+	Scope     string
+	MessageID string
+	// State is StateDone or StateDead.
+	State State
+	// Response, when set, is stored and returned to later duplicates.
+	Response *Response
+}
+
+// CompleteTx marks (scope, id) done with an optional response, on the default schema.
+func CompleteTx(ctx context.Context, tx pgx.Tx, scope, id string, resp *Response) error {
+	return Default.CompleteTx(ctx, tx, scope, id, resp)
+}
+
+// CompleteTx marks (scope, id) done with an optional response.
+func (s *Store) CompleteTx(ctx context.Context, tx pgx.Tx, scope, id string, resp *Response) error {
+	return s.CompleteBatchTx(ctx, tx, []Completion{{Scope: scope, MessageID: id, State: StateDone, Response: resp}})
+}
+
+// CompleteBatchTx finishes many claims in one statement.
+func (s *Store) CompleteBatchTx(ctx context.Context, tx pgx.Tx, done []Completion) error {
+	if len(done) == 0 {
+		return nil
+	}
+	n := len(done)
+	var (
+		scopes   = make([]string, n)
+		ids      = make([]string, n)
+		states   = make([]string, n)
+		statuses = make([]*int32, n)
+		headers  = make([]map[string]string, n)
+		bodies   = make([][]byte, n)
+	)
+	for i, d := range done {
+		if d.State != StateDone && d.State != StateDead {
+			return fmt.Errorf("processed: completion %d has state %q, want done or dead", i, d.State)
+		}
+		scopes[i], ids[i], states[i] = d.Scope, d.MessageID, string(d.State)
+		if d.Response != nil {
+			st := int32(d.Response.Status)
+			statuses[i], headers[i], bodies[i] = &st, d.Response.Headers, d.Response.Body
+		}
+	}
+	tag, err := tx.Exec(ctx, s.sql.complete, scopes, ids, states, statuses, headers, bodies)
+	if err != nil {
+		return fmt.Errorf("error completing messages: %w", err)
+	}
+	if int(tag.RowsAffected()) != n {
+		return fmt.Errorf("processed: completed %d of %d messages: a claim is missing from this transaction", tag.RowsAffected(), n)
+	}
+	return nil
+}

@@ -1,0 +1,141 @@
+// Package processed records which messages have been applied, inside the caller's
+// transaction. Guarantee: for one (scope, message id), at most one transaction ever commits a
+// claim as new; every other claimer, concurrent or later, sees that record (duplicate,
+// conflict or in flight) once the first has committed, and a claim that rolls back leaves
+// nothing behind. Atomicity comes from the table's primary key, never from a
+// check-then-insert.
+//
+// Claiming and the effect belong in one transaction:
+//
+//	tx, _ := pool.Begin(ctx)
+//	rec, err := processed.ClaimTx(ctx, tx, "orders", id, fingerprint)
+//	switch {
+//	case errors.Is(err, processed.ErrDuplicate): // already applied: answer rec.Response
+//	case err != nil: // conflict, in flight, or a database error
+//	default: // new: run the effect in tx, then processed.CompleteTx and commit
+//	}
+package processed
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Defaults of Config.
+const (
+	SchemaDefault    = "idemd"
+	RetentionDefault = 7 * 24 * time.Hour
+	LeaseDefault     = 30 * time.Second
+)
+
+// Sentinel errors of ClaimTx; the returned *Record says more.
+var (
+	// ErrDuplicate: the id was applied before with the same fingerprint. Record.Response
+	// holds what was stored for it.
+	ErrDuplicate = errors.New("message already processed")
+	// ErrConflict: the id was applied (or is in flight) with a different fingerprint. The
+	// conflict has been recorded in the caller's transaction.
+	ErrConflict = errors.New("message id reused with a different payload")
+	// ErrInFlight: another transaction holds a live claim on the id.
+	ErrInFlight = errors.New("message is being processed")
+	// ErrLeaseLost: a reservation's lease was taken over by another claimer.
+	ErrLeaseLost = errors.New("reservation lease lost to another claimer")
+)
+
+// Config configures a Store.
+type Config struct {
+	// Schema holds idemd's tables. Defaults to "idemd".
+	Schema string
+	// Retention is how long a record is kept when a claim gives none; after it the id
+	// counts as new. Defaults to 7 days (RetentionDefault).
+	Retention time.Duration
+	// Lease is how long a reservation (Claim.Reserve) is protected before another claimer
+	// may take it over. Defaults to 30 s (LeaseDefault).
+	Lease time.Duration
+}
+
+// Store runs the processed-messages queries against one schema.
+type Store struct {
+	schema    string
+	retention time.Duration
+	lease     time.Duration
+	sql       queries
+}
+
+// New returns a Store for cfg; cfg may be nil.
+func New(cfg *Config) (*Store, error) {
+	if cfg == nil {
+		cfg = &Config{}
+	}
+	s := &Store{
+		schema:    cmp.Or(cfg.Schema, SchemaDefault),
+		retention: cmp.Or(cfg.Retention, RetentionDefault),
+		lease:     cmp.Or(cfg.Lease, LeaseDefault),
+	}
+	if s.retention < 0 {
+		return nil, fmt.Errorf("processed: Retention must not be negative, got %s", cfg.Retention)
+	}
+	if s.lease < 0 {
+		return nil, fmt.Errorf("processed: Lease must not be negative, got %s", cfg.Lease)
+	}
+	s.sql = newQueries(pgx.Identifier{s.schema}.Sanitize())
+	return s, nil
+}
+
+// Schema returns the schema the store works in.
+func (s *Store) Schema() string { return s.schema }
+
+// Default is the Store on the default schema, behind the package-level functions.
+var Default = func() *Store {
+	s, err := New(nil)
+	if err != nil {
+		panic(err)
+	}
+	return s
+}()
+
+// State is the stored state of a record.
+type State string
+
+const (
+	// StateInFlight: claimed, effect not committed yet (visible to others only for
+	// reservations, which commit before their effect).
+	StateInFlight State = "in_flight"
+	// StateDone: the effect committed.
+	StateDone State = "done"
+	// StateDead: the effect failed permanently and the message was dead-lettered.
+	StateDead State = "dead"
+)
+
+// Response is what was answered for a message, stored so that a retry gets it back.
+type Response struct {
+	Status  int
+	Headers map[string]string
+	Body    []byte
+}
+
+// Record is a stored processed_messages row.
+type Record struct {
+	Scope       string
+	MessageID   string
+	Fingerprint []byte
+	State       State
+	Response    *Response
+	ReceivedAt  time.Time
+	CompletedAt *time.Time
+	ExpiresAt   time.Time
+	LeaseUntil  *time.Time
+}
+
+// Scope joins a pipeline name and a tenant into a claim scope. Ids of different scopes never
+// meet: one tenant can never see another's record.
+func Scope(pipeline, tenant string) string {
+	if tenant == "" {
+		return pipeline
+	}
+	return pipeline + "\x1f" + tenant
+}

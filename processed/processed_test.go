@@ -1,0 +1,256 @@
+package processed_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemd/idemd/internal/pgtest"
+	"github.com/idemd/idemd/processed"
+)
+
+type bundle struct {
+	db    *pgtest.DB
+	store *processed.Store
+}
+
+func setup(t *testing.T, opts pgtest.Options, cfg processed.Config) *bundle {
+	t.Helper()
+	db := pgtest.NewWithOptions(t, opts)
+	cfg.Schema = db.Schema
+	store, err := processed.New(&cfg)
+	require.NoError(t, err)
+	return &bundle{db: db, store: store}
+}
+
+func (b *bundle) inTx(t *testing.T, fn func(tx pgx.Tx) error) error {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := b.db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
+	if err := fn(tx); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+var fp = []byte("fingerprint-a")
+
+func TestClaimConcurrentSameID(t *testing.T) {
+	t.Parallel()
+	const goroutines = 64
+	b := setup(t, pgtest.Options{MaxConns: 40}, processed.Config{})
+	ctx := context.Background()
+
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		outcomes = map[string]int{}
+		start    = make(chan struct{})
+	)
+	for i := 0; i < goroutines; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			err := b.inTx(t, func(tx pgx.Tx) error {
+				rec, err := b.store.ClaimTx(ctx, tx, "stripe", "evt_1", fp)
+				switch {
+				case err == nil:
+					// Hold the claim a moment so that the others really wait on it.
+					_, err := tx.Exec(ctx, "SELECT pg_sleep(0.05)")
+					mu.Lock()
+					outcomes["new"]++
+					mu.Unlock()
+					return err
+				case errors.Is(err, processed.ErrDuplicate):
+					// A duplicate only ever sees the committed record.
+					if rec == nil || rec.State != processed.StateDone {
+						return fmt.Errorf("duplicate without a done record: %+v", rec)
+					}
+					mu.Lock()
+					outcomes["duplicate"]++
+					mu.Unlock()
+					return nil
+				default:
+					return err
+				}
+			})
+			require.NoError(t, err)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	require.Equal(t, map[string]int{"new": 1, "duplicate": goroutines - 1}, outcomes)
+	require.Equal(t, 1, b.db.Count(t, "{schema}.processed_messages"))
+}
+
+func TestClaimRolledBackLeavesNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t, pgtest.Options{}, processed.Config{})
+	ctx := context.Background()
+	b.db.Exec(t, b.db.Q("CREATE TABLE {schema}.effects (id text PRIMARY KEY)"))
+
+	boom := errors.New("effect failed")
+	err := b.inTx(t, func(tx pgx.Tx) error {
+		if _, err := b.store.ClaimTx(ctx, tx, "s", "m1", fp); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, b.db.Q("INSERT INTO {schema}.effects VALUES ('m1')")); err != nil {
+			return err
+		}
+		return boom
+	})
+	require.ErrorIs(t, err, boom)
+	require.Zero(t, b.db.Count(t, "{schema}.processed_messages"))
+	require.Zero(t, b.db.Count(t, "{schema}.effects"))
+
+	for i := 0; i < 2; i++ {
+		require.NoError(t, b.inTx(t, func(tx pgx.Tx) error {
+			_, err := b.store.ClaimTx(ctx, tx, "s", "m1", fp)
+			if errors.Is(err, processed.ErrDuplicate) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			_, err = tx.Exec(ctx, b.db.Q("INSERT INTO {schema}.effects VALUES ('m1')"))
+			return err
+		}))
+	}
+	require.Equal(t, 1, b.db.Count(t, "{schema}.effects"))
+}
+
+func TestClaimConflictRecordedAndCounted(t *testing.T) {
+	t.Parallel()
+	b := setup(t, pgtest.Options{}, processed.Config{})
+	ctx := context.Background()
+	require.NoError(t, b.inTx(t, func(tx pgx.Tx) error {
+		_, err := b.store.ClaimTx(ctx, tx, "s", "m1", fp)
+		return err
+	}))
+	other := []byte("fingerprint-b")
+	for want := int64(1); want <= 3; want++ {
+		require.NoError(t, b.inTx(t, func(tx pgx.Tx) error {
+			res, err := b.store.ClaimBatchTx(ctx, tx, []processed.Claim{{Scope: "s", MessageID: "m1", Fingerprint: other}})
+			require.NoError(t, err)
+			require.Equal(t, processed.Conflict, res[0].Outcome)
+			require.ErrorIs(t, res[0].Err(), processed.ErrConflict)
+			require.Equal(t, want, res[0].ConflictCount)
+			require.Equal(t, fp, res[0].Record.Fingerprint)
+			return nil
+		}))
+	}
+	var count int64
+	var stored, incoming []byte
+	require.NoError(t, b.db.Pool.QueryRow(ctx, b.db.Q("SELECT count, stored_fingerprint, incoming_fingerprint FROM {schema}.conflicts WHERE scope = 's' AND message_id = 'm1'")).Scan(&count, &stored, &incoming))
+	require.Equal(t, int64(3), count)
+	require.Equal(t, fp, stored)
+	require.Equal(t, other, incoming)
+	// The original record is untouched.
+	require.NoError(t, b.inTx(t, func(tx pgx.Tx) error {
+		_, err := b.store.ClaimTx(ctx, tx, "s", "m1", fp)
+		require.ErrorIs(t, err, processed.ErrDuplicate)
+		return nil
+	}))
+}
+
+func TestClaimBatch(t *testing.T) {
+	t.Parallel()
+	b := setup(t, pgtest.Options{}, processed.Config{})
+	ctx := context.Background()
+	require.NoError(t, b.inTx(t, func(tx pgx.Tx) error {
+		_, err := b.store.ClaimTx(ctx, tx, "s", "old", fp)
+		if err != nil {
+			return err
+		}
+		return b.store.CompleteTx(ctx, tx, "s", "old", &processed.Response{Status: 201, Body: []byte(`{"id":1}`), Headers: map[string]string{"Content-Type": "application/json"}})
+	}))
+	claims := []processed.Claim{
+		{Scope: "s", MessageID: "b", Fingerprint: fp},
+		{Scope: "s", MessageID: "old", Fingerprint: fp},
+		{Scope: "s", MessageID: "a", Fingerprint: fp},
+		{Scope: "s", MessageID: "b", Fingerprint: fp},              // repeat of index 0
+		{Scope: "s", MessageID: "a", Fingerprint: []byte("other")}, // conflicting repeat of index 2
+		{Scope: "other", MessageID: "a", Fingerprint: fp},          // another scope: new
+	}
+	var res []processed.Result
+	require.NoError(t, b.inTx(t, func(tx pgx.Tx) error {
+		var err error
+		res, err = b.store.ClaimBatchTx(ctx, tx, claims)
+		return err
+	}))
+	got := make([]processed.Outcome, len(res))
+	for i, r := range res {
+		got[i] = r.Outcome
+	}
+	require.Equal(t, []processed.Outcome{processed.Claimed, processed.Duplicate, processed.Claimed, processed.Duplicate, processed.Conflict, processed.Claimed}, got)
+	require.Equal(t, 201, res[1].Record.Response.Status)
+	require.Equal(t, `{"id":1}`, string(res[1].Record.Response.Body))
+	require.Equal(t, "application/json", res[1].Record.Response.Headers["Content-Type"])
+	require.Equal(t, 0, res[3].FirstIndex)
+	require.Equal(t, 2, res[4].FirstIndex)
+	require.Equal(t, 4, b.db.Count(t, "{schema}.processed_messages"))
+}
+
+func TestRetentionAndPrune(t *testing.T) {
+	t.Parallel()
+	b := setup(t, pgtest.Options{}, processed.Config{})
+	ctx := context.Background()
+	claim := func(id string, retention time.Duration) processed.Outcome {
+		var res []processed.Result
+		require.NoError(t, b.inTx(t, func(tx pgx.Tx) error {
+			var err error
+			res, err = b.store.ClaimBatchTx(ctx, tx, []processed.Claim{{Scope: "s", MessageID: id, Fingerprint: fp, Retention: retention}})
+			return err
+		}))
+		return res[0].Outcome
+	}
+	for i := 0; i < 25; i++ {
+		require.Equal(t, processed.Claimed, claim(fmt.Sprintf("short-%d", i), time.Millisecond))
+	}
+	require.Equal(t, processed.Claimed, claim("long", time.Hour))
+	time.Sleep(5 * time.Millisecond) // retention is measured by the database clock
+	// After its retention an id counts as new, even before the pruner ran.
+	require.Equal(t, processed.Claimed, claim("short-0", time.Millisecond))
+	require.Equal(t, processed.Duplicate, claim("long", time.Hour))
+
+	time.Sleep(5 * time.Millisecond)
+	n, err := b.store.Prune(ctx, b.db.Pool, 10) // three bounded batches
+	require.NoError(t, err)
+	require.Equal(t, int64(25), n)
+	require.Equal(t, 1, b.db.Count(t, "{schema}.processed_messages"))
+}
+
+func TestReservationLease(t *testing.T) {
+	t.Parallel()
+	b := setup(t, pgtest.Options{}, processed.Config{Lease: 200 * time.Millisecond})
+	ctx := context.Background()
+	reserve := func(f []byte) processed.Result {
+		var res []processed.Result
+		require.NoError(t, b.inTx(t, func(tx pgx.Tx) error {
+			var err error
+			res, err = b.store.ClaimBatchTx(ctx, tx, []processed.Claim{{Scope: "api", MessageID: "k", Fingerprint: f, Reserve: true}})
+			return err
+		}))
+		return res[0]
+	}
+	first := reserve(fp)
+	require.Equal(t, processed.Claimed, first.Outcome)
+	// While the lease is live: same payload is in flight, another payload conflicts.
+	require.Equal(t, processed.InFlight, reserve(fp).Outcome)
+	require.Equal(t, processed.Conflict, reserve([]byte("other")).Outcome)
+
+	// The first owner crashed; after the lease another claimer takes over.
+	require.Eventually(t, func() bool { return reserve(fp).Outcome == processed.Claimed }, 5*time.Second, 50*time.Millisecond)
+	// The crashed owner comes back: its token no longer holds the reservation.
+	err := b.inTx(t, func(tx pgx.Tx) error { return b.store.AcquireTx(ctx, tx, "api", "k", first.LeaseToken) })
+	require.ErrorIs(t, err, processed.ErrLeaseLost)
+}

@@ -1,0 +1,79 @@
+package processed
+
+// queries are built once per Store, with the schema already quoted in.
+type queries struct {
+	claim, lookup, conflict, complete, acquire, release, prune, pruneConflicts string
+}
+
+func newQueries(schema string) queries {
+	t := schema + ".processed_messages"
+	return queries{
+		// A row is claimable when absent, when its retention has passed, or when it is a
+		// reservation whose lease has ended (and the payload is the same). ON CONFLICT
+		// waits for a concurrent uncommitted claim of the same key to finish.
+		claim: `
+INSERT INTO ` + t + ` AS p (scope, message_id, fingerprint, status, received_at, completed_at,
+                         expires_at, lease_until, lease_token)
+SELECT c.scope, c.message_id, c.fingerprint, c.status, now(),
+       CASE WHEN c.status = 'done' THEN now() END,
+       now() + c.retain_us * interval '1 microsecond',
+       CASE WHEN c.token IS NOT NULL THEN now() + c.lease_us * interval '1 microsecond' END,
+       c.token
+FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::bigint[], $6::bigint[], $7::uuid[])
+     AS c(scope, message_id, fingerprint, status, retain_us, lease_us, token)
+ORDER BY c.scope, c.message_id
+ON CONFLICT (scope, message_id) DO UPDATE SET
+    fingerprint = EXCLUDED.fingerprint, status = EXCLUDED.status,
+    response_status = NULL, response_headers = NULL, response_body = NULL,
+    received_at = EXCLUDED.received_at, completed_at = EXCLUDED.completed_at,
+    expires_at = EXCLUDED.expires_at, lease_until = EXCLUDED.lease_until,
+    lease_token = EXCLUDED.lease_token
+WHERE p.expires_at <= now()
+   OR (p.status = 'in_flight' AND p.lease_until <= now() AND p.fingerprint = EXCLUDED.fingerprint)
+RETURNING p.scope, p.message_id`,
+
+		lookup: `
+SELECT p.scope, p.message_id, p.fingerprint, p.status, p.response_status, p.response_headers,
+       p.response_body, p.received_at, p.completed_at, p.expires_at, p.lease_until
+FROM unnest($1::text[], $2::text[]) AS c(scope, message_id)
+JOIN ` + t + ` p ON p.scope = c.scope AND p.message_id = c.message_id`,
+
+		conflict: `
+INSERT INTO ` + schema + `.conflicts AS c (scope, message_id, stored_fingerprint, incoming_fingerprint)
+VALUES ($1, $2, $3, $4)
+ON CONFLICT (scope, message_id, incoming_fingerprint)
+DO UPDATE SET count = c.count + 1, last_seen_at = now()
+RETURNING c.count`,
+
+		complete: `
+UPDATE ` + t + ` AS p SET
+    status = c.status, completed_at = now(), lease_until = NULL, lease_token = NULL,
+    response_status = c.response_status, response_headers = c.response_headers,
+    response_body = c.response_body
+FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::jsonb[], $6::bytea[])
+     AS c(scope, message_id, status, response_status, response_headers, response_body)
+WHERE p.scope = c.scope AND p.message_id = c.message_id`,
+
+		acquire: `
+SELECT true FROM ` + t + `
+WHERE scope = $1 AND message_id = $2 AND status = 'in_flight' AND lease_token = $3
+FOR UPDATE`,
+
+		release: `DELETE FROM ` + t + ` WHERE scope = $1 AND message_id = $2 AND status = 'in_flight' AND lease_token = $3`,
+
+		// ctid batches: each statement deletes at most $1 rows and holds its locks briefly.
+		prune: `
+DELETE FROM ` + t + ` WHERE ctid = ANY (ARRAY(
+    SELECT ctid FROM ` + t + `
+    WHERE expires_at <= now() AND (status <> 'in_flight' OR lease_until IS NULL OR lease_until <= now())
+    ORDER BY expires_at LIMIT $1
+    FOR UPDATE SKIP LOCKED))`,
+
+		pruneConflicts: `
+DELETE FROM ` + schema + `.conflicts WHERE ctid = ANY (ARRAY(
+    SELECT ctid FROM ` + schema + `.conflicts
+    WHERE last_seen_at <= now() - $2::bigint * interval '1 microsecond'
+    ORDER BY last_seen_at LIMIT $1
+    FOR UPDATE SKIP LOCKED))`,
+	}
+}
