@@ -1,0 +1,128 @@
+// Package deadletter keeps messages whose effect failed permanently, whole (payload,
+// headers, where it came from, why it failed), so that an operator can inspect and replay
+// them. Guarantee: a dead letter is written in the transaction that marks its message
+// processed, so a message is either applied, dead-lettered, or neither — never both, never
+// lost.
+package deadletter
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// ErrNotFound: no dead letter has that id.
+var ErrNotFound = errors.New("dead letter not found")
+
+// Letter is one dead-lettered message.
+type Letter struct {
+	ID        int64
+	Pipeline  string
+	Scope     string
+	MessageID string
+	Payload   []byte
+	// Headers are the message's headers (HTTP or Kafka), secrets removed by the door.
+	Headers map[string][]string
+	// Metadata says where the message came from: method and path, or topic, partition
+	// and offset.
+	Metadata   map[string]any
+	Reason     string
+	Attempts   int
+	CreatedAt  time.Time
+	ReplayedAt *time.Time
+}
+
+// Store reads and writes dead letters in one schema.
+type Store struct {
+	table string
+}
+
+// New returns a Store on schema ("" means "idemd").
+func New(schema string) *Store {
+	return &Store{table: pgx.Identifier{cmp.Or(schema, "idemd")}.Sanitize() + ".dead_letters"}
+}
+
+// WriteTx records l in tx and returns its id.
+func (s *Store) WriteTx(ctx context.Context, tx pgx.Tx, l *Letter) (int64, error) {
+	headers, metadata := l.Headers, l.Metadata
+	if headers == nil {
+		headers = map[string][]string{}
+	}
+	if metadata == nil {
+		metadata = map[string]any{}
+	}
+	payload := l.Payload
+	if payload == nil {
+		payload = []byte{}
+	}
+	var msgID *string
+	if l.MessageID != "" {
+		msgID = &l.MessageID
+	}
+	var id int64
+	err := tx.QueryRow(ctx, `INSERT INTO `+s.table+` (pipeline, scope, message_id, payload, headers, metadata, reason, attempts)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id`,
+		l.Pipeline, l.Scope, msgID, payload, headers, metadata, l.Reason, l.Attempts).Scan(&id)
+	if err != nil {
+		return 0, fmt.Errorf("error writing dead letter: %w", err)
+	}
+	return id, nil
+}
+
+// Filter narrows List.
+type Filter struct {
+	// Pipeline, when set, keeps that pipeline's letters only.
+	Pipeline string
+	// AfterID pages: letters with a larger id. Defaults to 0.
+	AfterID int64
+	// Limit bounds the page. Defaults to 100.
+	Limit int
+	// IncludeReplayed lists letters already replayed too.
+	IncludeReplayed bool
+}
+
+// List returns dead letters in id order.
+func (s *Store) List(ctx context.Context, pool *pgxpool.Pool, f Filter) ([]*Letter, error) {
+	rows, err := pool.Query(ctx, `SELECT `+columns+` FROM `+s.table+`
+WHERE ($1 = '' OR pipeline = $1) AND id > $2 AND ($3 OR replayed_at IS NULL)
+ORDER BY id LIMIT $4`, f.Pipeline, f.AfterID, f.IncludeReplayed, cmp.Or(f.Limit, 100))
+	if err != nil {
+		return nil, fmt.Errorf("error listing dead letters: %w", err)
+	}
+	return pgx.CollectRows(rows, scan)
+}
+
+// GetTx loads one letter and locks it for the rest of tx (replays of one letter serialize).
+func (s *Store) GetTx(ctx context.Context, tx pgx.Tx, id int64) (*Letter, error) {
+	rows, err := tx.Query(ctx, `SELECT `+columns+` FROM `+s.table+` WHERE id = $1 FOR UPDATE`, id)
+	if err != nil {
+		return nil, fmt.Errorf("error loading dead letter %d: %w", id, err)
+	}
+	l, err := pgx.CollectExactlyOneRow(rows, scan)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("dead letter %d: %w", id, ErrNotFound)
+	}
+	return l, err
+}
+
+// MarkReplayedTx records that letter id was replayed.
+func (s *Store) MarkReplayedTx(ctx context.Context, tx pgx.Tx, id int64) error {
+	if _, err := tx.Exec(ctx, `UPDATE `+s.table+` SET replayed_at = now() WHERE id = $1`, id); err != nil {
+		return fmt.Errorf("error marking dead letter %d replayed: %w", id, err)
+	}
+	return nil
+}
+
+const columns = `id, pipeline, scope, coalesce(message_id, ''), payload, headers, metadata, reason, attempts, created_at, replayed_at`
+
+func scan(row pgx.CollectableRow) (*Letter, error) {
+	var l Letter
+	err := row.Scan(&l.ID, &l.Pipeline, &l.Scope, &l.MessageID, &l.Payload, &l.Headers, &l.Metadata,
+		&l.Reason, &l.Attempts, &l.CreatedAt, &l.ReplayedAt)
+	return &l, err
+}
