@@ -92,6 +92,10 @@ type Message struct {
 	Attempts int
 	// Cause is the last permanent error of a dead-lettered message.
 	Cause error
+	// Careful is true while the effect runs in a savepoint of its own (the batch is being
+	// run again after a permanent failure): the effect must then run its statements at
+	// once rather than queue them for Config.Flush.
+	Careful bool
 }
 
 type permanentError struct{ err error }
@@ -129,6 +133,12 @@ type Config struct {
 	// BeforeCommit, when set, runs just before COMMIT; tests use it to crash at that
 	// point.
 	BeforeCommit func(msgs []*Message)
+	// Flush, when set, runs in every try after the effects of the claimed messages and
+	// before they are completed, in the same transaction: a door whose effects queue their
+	// statements (a pgx.Batch) sends them here in one round trip. A permanent error makes
+	// Apply run the batch again with a savepoint around each effect (Message.Careful).
+	// Defaults to nil.
+	Flush func(ctx context.Context, tx pgx.Tx, msgs []*Message) error
 }
 
 // Unit applies batches of messages exactly once.
@@ -229,6 +239,7 @@ func (u *Unit) backoff(attempt int) time.Duration {
 func (u *Unit) try(ctx context.Context, msgs []*Message, careful bool) (err error) {
 	for _, m := range msgs {
 		m.Outcome, m.Response, m.Record, m.ConflictCount, m.Attempts, m.Cause = Pending, nil, nil, 0, 0, nil
+		m.Careful = careful
 	}
 	tx, err := u.pool.Begin(ctx)
 	if err != nil {
@@ -283,6 +294,14 @@ func (u *Unit) try(ctx context.Context, msgs []*Message, careful bool) (err erro
 				c.Response = m.Response
 			}
 			done = append(done, c)
+		}
+	}
+	if u.cfg.Flush != nil {
+		if err := u.cfg.Flush(ctx, tx, msgs); err != nil {
+			if !careful && IsPermanent(err) {
+				return errCareful
+			}
+			return err
 		}
 	}
 	if err := u.cfg.Processed.CompleteBatchTx(ctx, tx, done); err != nil {
