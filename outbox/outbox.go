@@ -34,7 +34,10 @@ var namespace = uuid.MustParse("6f1c2a8e-3b1d-5c7e-9a40-2d5e8b7c1f03")
 // OperationID is the deterministic id of the ordinal-th event caused by message messageID of
 // pipeline: the same inputs give the same UUIDv5 on every machine and every replay.
 func OperationID(pipeline, messageID string, ordinal int) uuid.UUID {
-	return uuid.NewSHA1(namespace, []byte(pipeline+"\x1f"+messageID+"\x1f"+strconv.Itoa(ordinal)))
+	// The pipeline is length-prefixed and the ordinal is all digits after the last '/', so
+	// no two different triples share a name.
+	name := strconv.Itoa(len(pipeline)) + ":" + pipeline + "/" + messageID + "/" + strconv.Itoa(ordinal)
+	return uuid.NewSHA1(namespace, []byte(name))
 }
 
 // Event is one record to publish.

@@ -1,0 +1,354 @@
+package outbox
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/segmentio/kafka-go"
+	"github.com/sirupsen/logrus"
+
+	"github.com/idemd/idemd/internal/metrics"
+)
+
+// Defaults of RelayConfig.
+const (
+	RelayBatchSizeDefault     = 1000
+	RelayPollIntervalDefault  = time.Second
+	RelayBatchTimeoutDefault  = 2 * time.Millisecond
+	RelayStandbyPollDefault   = time.Second
+	RelayBackoffMinDefault    = 100 * time.Millisecond
+	RelayBackoffMaxDefault    = 10 * time.Second
+	RelayStatsIntervalDefault = 5 * time.Second
+)
+
+// Writer is what the relay needs of a Kafka producer; *kafka.Writer has it.
+type Writer interface {
+	WriteMessages(ctx context.Context, msgs ...kafka.Message) error
+	Close() error
+}
+
+// RelayConfig configures a Relay.
+type RelayConfig struct {
+	// Schema holds the outbox table. Defaults to "idemd".
+	Schema string
+	// Brokers are the Kafka bootstrap addresses. Required unless Writer is set.
+	Brokers []string
+	// Writer overrides the Kafka writer built from Brokers. Defaults to a kafka-go Writer
+	// with RequiredAcks all, the Java-compatible murmur2 balancer and BatchTimeout.
+	Writer Writer
+	// BatchSize is how many rows one round publishes at most. Defaults to 1000.
+	BatchSize int
+	// BatchTimeout is how long the Kafka writer waits to fill a batch. Defaults to 2 ms
+	// (kafka-go's own default of 1 s would add a second to every publish).
+	BatchTimeout time.Duration
+	// PollInterval is how often the relay looks for rows when no NOTIFY woke it; it bounds
+	// the delay if a notification is lost. Defaults to 1 s.
+	PollInterval time.Duration
+	// StandbyPoll is how often a standby relay tries to take the leadership. Defaults to 1 s.
+	StandbyPoll time.Duration
+	// BackoffMin and BackoffMax bound the wait after a failed publish (broker outage).
+	// Defaults to 100 ms and 10 s.
+	BackoffMin, BackoffMax time.Duration
+	// StatsInterval is how often the leader refreshes the backlog gauges. Defaults to 5 s.
+	StatsInterval time.Duration
+	// Logger receives the relay's logs. Defaults to logrus's standard logger.
+	Logger *logrus.Entry
+	// AfterPublish, when set, runs after a batch reached Kafka and before it is marked
+	// published; an error stops the relay there, as a crash would. For tests.
+	AfterPublish func(ids []int64) error
+}
+
+// Relay publishes committed outbox rows to Kafka. Exactly one relay per database is
+// active: the one holding a session advisory lock on a dedicated connection. The others
+// stand by and take over within StandbyPoll when the leader's connection goes away.
+//
+// The relay keeps no cursor: each round selects every unpublished row in id order, so a row
+// whose transaction committed late is picked up by the next round, never skipped. Rows are
+// marked published only after Kafka acknowledged them with acks=all; a crash in between
+// publishes them again with the same operation-id header.
+type Relay struct {
+	pool      *pgxpool.Pool
+	cfg       RelayConfig
+	writer    Writer
+	log       *logrus.Entry
+	lockKey   int64
+	channel   string
+	selectSQL string
+	markSQL   string
+	statsSQL  string
+	published atomic.Int64
+	leader    atomic.Bool
+}
+
+// NewRelay returns a relay on pool; call Run.
+func NewRelay(pool *pgxpool.Pool, cfg *RelayConfig) (*Relay, error) {
+	if pool == nil {
+		return nil, errors.New("outbox: NewRelay: pool is required")
+	}
+	c := RelayConfig{}
+	if cfg != nil {
+		c = *cfg
+	}
+	c.Schema = cmp.Or(c.Schema, SchemaDefault)
+	c.BatchSize = cmp.Or(c.BatchSize, RelayBatchSizeDefault)
+	c.BatchTimeout = cmp.Or(c.BatchTimeout, RelayBatchTimeoutDefault)
+	c.PollInterval = cmp.Or(c.PollInterval, RelayPollIntervalDefault)
+	c.StandbyPoll = cmp.Or(c.StandbyPoll, RelayStandbyPollDefault)
+	c.BackoffMin = cmp.Or(c.BackoffMin, RelayBackoffMinDefault)
+	c.BackoffMax = cmp.Or(c.BackoffMax, RelayBackoffMaxDefault)
+	c.StatsInterval = cmp.Or(c.StatsInterval, RelayStatsIntervalDefault)
+	switch {
+	case c.BatchSize < 0:
+		return nil, fmt.Errorf("outbox: RelayConfig.BatchSize must be positive, got %d", c.BatchSize)
+	case c.BackoffMax < c.BackoffMin:
+		return nil, fmt.Errorf("outbox: RelayConfig.BackoffMax (%s) is below BackoffMin (%s)", c.BackoffMax, c.BackoffMin)
+	case c.Writer == nil && len(c.Brokers) == 0:
+		return nil, errors.New("outbox: RelayConfig.Brokers is required")
+	}
+	if c.Logger == nil {
+		c.Logger = logrus.NewEntry(logrus.StandardLogger())
+	}
+	w := c.Writer
+	if w == nil {
+		w = &kafka.Writer{
+			Addr:         kafka.TCP(c.Brokers...),
+			Balancer:     &kafka.Murmur2Balancer{},
+			RequiredAcks: kafka.RequireAll,
+			BatchTimeout: c.BatchTimeout,
+			BatchSize:    c.BatchSize,
+			BatchBytes:   64 << 20,
+			// The relay retries whole batches itself, forever, with its own backoff.
+			MaxAttempts:  1,
+			WriteTimeout: 10 * time.Second,
+			ReadTimeout:  10 * time.Second,
+		}
+	}
+	table := pgx.Identifier{c.Schema}.Sanitize() + ".outbox"
+	return &Relay{
+		pool:    pool,
+		cfg:     c,
+		writer:  w,
+		log:     c.Logger.WithField("component", "relay"),
+		lockKey: relayLockKey(c.Schema),
+		channel: Channel(c.Schema),
+		selectSQL: `SELECT id, operation_id, pipeline, causation_id, topic, key, payload, headers
+FROM ` + table + ` WHERE published_at IS NULL ORDER BY id LIMIT $1`,
+		markSQL:  `UPDATE ` + table + ` SET published_at = now() WHERE id = ANY($1)`,
+		statsSQL: `SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0) FROM ` + table + ` WHERE published_at IS NULL`,
+	}, nil
+}
+
+// Published returns how many records this relay has published (tests, logs).
+func (r *Relay) Published() int64 { return r.published.Load() }
+
+// IsLeader reports whether this relay currently holds the leadership.
+func (r *Relay) IsLeader() bool { return r.leader.Load() }
+
+// Run stands by, leads when it can, and publishes until ctx ends; then it closes the
+// writer. It returns nil when ctx ended, or the error of an AfterPublish hook.
+func (r *Relay) Run(ctx context.Context) error {
+	defer r.writer.Close()
+	for {
+		err := r.lead(ctx)
+		r.leader.Store(false)
+		metrics.RelayLeader.Set(0)
+		if ctx.Err() != nil {
+			return nil
+		}
+		var hookErr hookError
+		if errors.As(err, &hookErr) {
+			return hookErr.err
+		}
+		if err != nil {
+			r.log.WithError(err).Warn("relay lost or could not take the leadership; standing by")
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(r.cfg.StandbyPoll):
+		}
+	}
+}
+
+type hookError struct{ err error }
+
+func (e hookError) Error() string { return e.err.Error() }
+
+// lead takes the advisory lock on a dedicated connection and publishes while it holds it.
+// It returns nil when the lock is held by someone else.
+func (r *Relay) lead(ctx context.Context) error {
+	conn, err := pgx.ConnectConfig(ctx, r.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return fmt.Errorf("error connecting for the relay lock: %w", err)
+	}
+	// Closing the connection releases the session lock, whatever else happened.
+	defer conn.Close(context.WithoutCancel(ctx))
+
+	var got bool
+	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", r.lockKey).Scan(&got); err != nil {
+		return fmt.Errorf("error trying the relay lock: %w", err)
+	}
+	if !got {
+		return nil
+	}
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{r.channel}.Sanitize()); err != nil {
+		return fmt.Errorf("error listening on %s: %w", r.channel, err)
+	}
+	r.leader.Store(true)
+	metrics.RelayLeader.Set(1)
+	r.log.Info("relay is the leader: publishing the outbox")
+	defer r.log.Info("relay stepped down")
+
+	lastStats := time.Time{}
+	failures := 0
+	for {
+		if time.Since(lastStats) >= r.cfg.StatsInterval {
+			r.refreshStats(ctx)
+			lastStats = time.Now()
+		}
+		n, err := r.publishBatch(ctx)
+		var hookErr hookError
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case errors.As(err, &hookErr):
+			return err
+		case err != nil:
+			failures++
+			metrics.OutboxPublishErrors.WithLabelValues().Inc()
+			wait := backoff(r.cfg.BackoffMin, r.cfg.BackoffMax, failures)
+			r.log.WithError(err).WithField("retry_in", wait.String()).Warn("error publishing outbox batch; rows are kept and retried")
+			// Still the leader? A dead lock connection means someone else may lead now.
+			if err := conn.Ping(ctx); err != nil {
+				return fmt.Errorf("relay lock connection lost: %w", err)
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(wait):
+			}
+			continue
+		}
+		failures = 0
+		if n == r.cfg.BatchSize {
+			// More may be waiting; check the lock is still ours, then go on.
+			if err := conn.Ping(ctx); err != nil {
+				return fmt.Errorf("relay lock connection lost: %w", err)
+			}
+			continue
+		}
+		// Drained: sleep until a commit notifies us or the poll interval passes.
+		wctx, cancel := context.WithTimeout(ctx, r.cfg.PollInterval)
+		_, err = conn.WaitForNotification(wctx)
+		cancel()
+		if err != nil && ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("relay lock connection lost: %w", err)
+		}
+	}
+}
+
+// publishBatch publishes up to BatchSize unpublished rows in id order and marks them.
+func (r *Relay) publishBatch(ctx context.Context) (int, error) {
+	rows, err := r.pool.Query(ctx, r.selectSQL, r.cfg.BatchSize)
+	if err != nil {
+		return 0, fmt.Errorf("error reading outbox: %w", err)
+	}
+	var (
+		ids  []int64
+		msgs []kafka.Message
+	)
+	for rows.Next() {
+		var (
+			id                         int64
+			op                         uuid.UUID
+			pipeline, causation, topic string
+			key, payload               []byte
+			headers                    map[string]string
+		)
+		if err := rows.Scan(&id, &op, &pipeline, &causation, &topic, &key, &payload, &headers); err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("error reading outbox: %w", err)
+		}
+		ids = append(ids, id)
+		msgs = append(msgs, kafka.Message{Topic: topic, Key: key, Value: payload, Headers: recordHeaders(op, causation, pipeline, headers)})
+	}
+	if err := rows.Err(); err != nil {
+		return 0, fmt.Errorf("error reading outbox: %w", err)
+	}
+	if len(msgs) == 0 {
+		return 0, nil
+	}
+	if err := r.writer.WriteMessages(ctx, msgs...); err != nil {
+		return 0, fmt.Errorf("error publishing %d outbox rows to Kafka: %w", len(msgs), err)
+	}
+	if r.cfg.AfterPublish != nil {
+		if err := r.cfg.AfterPublish(ids); err != nil {
+			return 0, hookError{err}
+		}
+	}
+	// Kafka has them: mark them even if ctx is ending, or they would be sent twice.
+	if _, err := r.pool.Exec(context.WithoutCancel(ctx), r.markSQL, ids); err != nil {
+		return 0, fmt.Errorf("error marking %d outbox rows published: %w", len(ids), err)
+	}
+	r.published.Add(int64(len(ids)))
+	for _, m := range msgs {
+		metrics.OutboxPublished.WithLabelValues(m.Topic).Inc()
+	}
+	r.log.WithField("count", len(ids)).Debug("published outbox rows")
+	return len(ids), nil
+}
+
+func (r *Relay) refreshStats(ctx context.Context) {
+	var (
+		backlog int64
+		age     float64
+	)
+	if err := r.pool.QueryRow(ctx, r.statsSQL).Scan(&backlog, &age); err != nil {
+		if ctx.Err() == nil {
+			r.log.WithError(err).Warn("error reading outbox backlog")
+		}
+		return
+	}
+	metrics.OutboxBacklog.Set(float64(backlog))
+	metrics.OutboxOldestAge.Set(age)
+}
+
+func recordHeaders(op uuid.UUID, causation, pipeline string, extra map[string]string) []kafka.Header {
+	h := make([]kafka.Header, 0, 3+len(extra))
+	h = append(h,
+		kafka.Header{Key: HeaderOperationID, Value: []byte(op.String())},
+		kafka.Header{Key: HeaderCausationID, Value: []byte(causation)},
+		kafka.Header{Key: HeaderPipeline, Value: []byte(pipeline)},
+	)
+	for k, v := range extra {
+		switch k {
+		case HeaderOperationID, HeaderCausationID, HeaderPipeline:
+			continue // ours win: they are what downstream dedupes on
+		}
+		h = append(h, kafka.Header{Key: k, Value: []byte(v)})
+	}
+	return h
+}
+
+func relayLockKey(schema string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte("idemd.relay:" + schema))
+	return int64(h.Sum64())
+}
+
+func backoff(lo, hi time.Duration, failures int) time.Duration {
+	d := lo << min(failures-1, 20)
+	if d <= 0 || d > hi {
+		d = hi
+	}
+	return d/2 + rand.N(d/2+1)
+}
