@@ -330,4 +330,3 @@ func TestPrunePublished(t *testing.T) {
 	require.EqualValues(t, 20, n)
 	require.Equal(t, 5, b.db.Count(t, "{schema}.outbox"), "unpublished rows are never pruned")
 }
-
