@@ -43,7 +43,7 @@ func quietLogger() *logrus.Entry {
 }
 
 // startRelay runs a relay until the test ends (or stop is called) and returns it.
-func (b *relayBundle) startRelay(t *testing.T, cfg outbox.RelayConfig) (r *outbox.Relay, stop func() error) {
+func (b *relayBundle) startRelay(t testing.TB, cfg outbox.RelayConfig) (r *outbox.Relay, stop func() error) {
 	t.Helper()
 	cfg.Schema = b.db.Schema
 	if cfg.Brokers == nil {
@@ -93,7 +93,7 @@ func (b *relayBundle) events(n int, prefix string) []outbox.Event {
 	return out
 }
 
-func (b *relayBundle) waitDrained(t *testing.T, timeout time.Duration) {
+func (b *relayBundle) waitDrained(t testing.TB, timeout time.Duration) {
 	t.Helper()
 	require.Eventually(t, func() bool {
 		return b.db.Count(t, "{schema}.outbox WHERE published_at IS NULL") == 0
