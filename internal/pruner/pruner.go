@@ -1,0 +1,103 @@
+// Package pruner is the daemon's pruner role: it deletes expired dedup records, old
+// conflicts and published outbox rows in bounded batches, so that no statement holds many
+// locks or runs long. Guarantee: a dedup record is deleted only after its retention passed
+// (until then its id stays a duplicate), and an outbox row only after it was published.
+package pruner
+
+import (
+	"cmp"
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/sirupsen/logrus"
+
+	"github.com/idemd/idemd/internal/metrics"
+	"github.com/idemd/idemd/outbox"
+	"github.com/idemd/idemd/processed"
+)
+
+// Defaults of Config.
+const (
+	IntervalDefault        = time.Minute
+	OutboxRetentionDefault = 24 * time.Hour
+	BatchSizeDefault       = 1000
+)
+
+// Config configures a Pruner.
+type Config struct {
+	// Schema holds idemd's tables. Defaults to "idemd".
+	Schema string
+	// Interval is the pause between two pruning rounds. Defaults to 1 minute.
+	Interval time.Duration
+	// OutboxRetention is how long published outbox rows are kept (for inspection and
+	// replays). Defaults to 24 hours.
+	OutboxRetention time.Duration
+	// BatchSize bounds each DELETE. Defaults to 1000.
+	BatchSize int
+	// Logger receives the pruner's logs. Defaults to logrus's standard logger.
+	Logger *logrus.Entry
+}
+
+// Pruner deletes what has expired.
+type Pruner struct {
+	pool      *pgxpool.Pool
+	cfg       Config
+	processed *processed.Store
+	outbox    *outbox.Store
+	log       *logrus.Entry
+}
+
+// New returns a Pruner on pool.
+func New(pool *pgxpool.Pool, cfg *Config) (*Pruner, error) {
+	c := Config{}
+	if cfg != nil {
+		c = *cfg
+	}
+	c.Interval = cmp.Or(c.Interval, IntervalDefault)
+	c.OutboxRetention = cmp.Or(c.OutboxRetention, OutboxRetentionDefault)
+	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
+	if c.Logger == nil {
+		c.Logger = logrus.NewEntry(logrus.StandardLogger())
+	}
+	ps, err := processed.New(&processed.Config{Schema: c.Schema})
+	if err != nil {
+		return nil, err
+	}
+	return &Pruner{
+		pool: pool, cfg: c, processed: ps,
+		outbox: outbox.New(&outbox.Config{Schema: c.Schema}),
+		log:    c.Logger.WithField("component", "pruner"),
+	}, nil
+}
+
+// Run prunes every Interval until ctx ends.
+func (p *Pruner) Run(ctx context.Context) error {
+	for {
+		p.Once(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(p.cfg.Interval):
+		}
+	}
+}
+
+// Once runs one pruning round and returns how many dedup records and outbox rows it
+// deleted. Errors are logged, not returned: the next round tries again.
+func (p *Pruner) Once(ctx context.Context) (records, rows int64) {
+	records, err := p.processed.Prune(ctx, p.pool, p.cfg.BatchSize)
+	metrics.Pruned.WithLabelValues("processed_messages").Add(float64(records))
+	if err != nil && ctx.Err() == nil {
+		p.log.WithError(err).Warn("error pruning expired dedup records; retrying next round")
+	}
+	rows, err = p.outbox.PrunePublished(ctx, p.pool, p.cfg.OutboxRetention, p.cfg.BatchSize)
+	metrics.Pruned.WithLabelValues("outbox").Add(float64(rows))
+	if err != nil && ctx.Err() == nil {
+		p.log.WithError(err).Warn("error pruning published outbox rows; retrying next round")
+	}
+	if records+rows > 0 {
+		p.log.WithField("records", records).WithField("outbox_rows", rows).Info("pruned expired rows")
+	}
+	return records, rows
+}
