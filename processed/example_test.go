@@ -1,0 +1,82 @@
+package processed_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"os"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemd/idemd/internal/fingerprint"
+	"github.com/idemd/idemd/internal/pgtest"
+	"github.com/idemd/idemd/migrations"
+	"github.com/idemd/idemd/processed"
+)
+
+// Apply a payment exactly once, however many times the webhook carrying it arrives: the
+// claim and the effect commit in one transaction.
+func Example() {
+	ctx := context.Background()
+	pool, schema := exampleDB(ctx)
+	defer cleanup(ctx, pool, schema)
+	store, _ := processed.New(&processed.Config{Schema: schema})
+	_, _ = pool.Exec(ctx, "CREATE TABLE "+schema+".payments (event_id text PRIMARY KEY, amount bigint)")
+
+	apply := func(eventID string, body []byte) string {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
+
+		rec, err := store.ClaimTx(ctx, tx, "stripe", eventID, fingerprint.Body(body))
+		switch {
+		case errors.Is(err, processed.ErrDuplicate):
+			return "duplicate of the delivery of " + rec.MessageID
+		case errors.Is(err, processed.ErrConflict):
+			return "conflict: same id, different payload"
+		case err != nil:
+			log.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, "INSERT INTO "+schema+".payments VALUES ($1, 1000)", eventID); err != nil {
+			log.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			log.Fatal(err)
+		}
+		return "applied"
+	}
+
+	fmt.Println(apply("evt_1", []byte(`{"id":"evt_1","amount":1000}`)))
+	fmt.Println(apply("evt_1", []byte(`{"amount": 1000, "id": "evt_1"}`))) // same document, other key order
+	fmt.Println(apply("evt_1", []byte(`{"id":"evt_1","amount":9999}`)))
+	var n int
+	_ = pool.QueryRow(ctx, "SELECT count(*) FROM "+schema+".payments").Scan(&n)
+	fmt.Println("payments:", n)
+	// Output:
+	// applied
+	// duplicate of the delivery of evt_1
+	// conflict: same id, different payload
+	// payments: 1
+}
+
+// exampleDB connects to TEST_DATABASE_URL (or the local server) and migrates a fresh schema.
+func exampleDB(ctx context.Context) (*pgxpool.Pool, string) {
+	pool, err := pgxpool.New(ctx, pgtest.URL())
+	if err != nil {
+		log.Fatal(err)
+	}
+	schema := fmt.Sprintf("example_processed_%d", os.Getpid())
+	if err := migrations.Apply(ctx, pool, &migrations.Config{Schema: schema}); err != nil {
+		log.Fatal(err)
+	}
+	return pool, schema
+}
+
+func cleanup(ctx context.Context, pool *pgxpool.Pool, schema string) {
+	_, _ = pool.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+	pool.Close()
+}
