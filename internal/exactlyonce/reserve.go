@@ -1,0 +1,123 @@
+package exactlyonce
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemd/idemd/processed"
+)
+
+// Reservations serve API requests (the Idempotency-Key contract), where a concurrent request
+// with the same key must see the first one in flight instead of blocking on its uncommitted
+// claim. The flow is two transactions:
+//
+//  1. Reserve commits an in-flight record with a lease, on its own;
+//  2. ApplyReserved locks that reservation (processed.AcquireTx), runs the effect exactly as
+//     Apply does (savepoints, MaxAttempts, DeadLetter) and completes the record in the same
+//     transaction. A transient failure releases the reservation so that a retry runs at
+//     once; a crash leaves it to expire, and the next claimer with the same payload takes it
+//     over after the lease.
+//
+// The guarantee is Apply's: the effect commits together with the completed record, or not at
+// all; a reservation whose lease was taken over can no longer commit (processed.ErrLeaseLost).
+
+// Reserve claims m with a committed reservation. It returns the lease token when the id was
+// new (m.Outcome stays Pending); otherwise it sets m.Outcome to Duplicate, Conflict or
+// InFlight with m.Record and m.Response, and returns uuid.Nil. A conflict is recorded.
+func (u *Unit) Reserve(ctx context.Context, m *Message) (uuid.UUID, error) {
+	m.Outcome, m.Response, m.Record, m.ConflictCount, m.Attempts, m.Cause = Pending, nil, nil, 0, 0, nil
+	var token uuid.UUID
+	err := pgx.BeginFunc(ctx, u.pool, func(tx pgx.Tx) error {
+		res, err := u.cfg.Processed.ClaimBatchTx(ctx, tx, []processed.Claim{{
+			Scope: m.Scope, MessageID: m.ID, Fingerprint: m.Fingerprint, Retention: m.Retention, Reserve: true,
+		}})
+		if err != nil {
+			return err
+		}
+		r := res[0]
+		m.Record = r.Record
+		switch r.Outcome {
+		case processed.Claimed:
+			token = r.LeaseToken
+		case processed.Duplicate:
+			m.Outcome = Duplicate
+			if r.Record != nil {
+				m.Response = r.Record.Response
+			}
+		case processed.Conflict:
+			m.Outcome, m.ConflictCount = Conflict, r.ConflictCount
+		default:
+			m.Outcome = InFlight
+		}
+		return nil
+	})
+	if err != nil {
+		return uuid.Nil, fmt.Errorf("error reserving message %q: %w", m.ID, err)
+	}
+	return token, nil
+}
+
+// ApplyReserved runs the effect of a message reserved with token, in one transaction that
+// also completes its record (with m.Response when m.StoreResponse), and returns after the
+// commit with m.Outcome Applied or DeadLettered. It makes one attempt: on a transient failure
+// it releases the reservation and returns the error, for the caller to answer "retry later".
+// processed.ErrLeaseLost means the lease ended and another claimer took the id over.
+func (u *Unit) ApplyReserved(ctx context.Context, m *Message, token uuid.UUID) error {
+	err := u.applyReserved(ctx, m, token)
+	if err == nil || errors.Is(err, processed.ErrLeaseLost) {
+		return err
+	}
+	// Nothing of the effect committed: give the id back so that the sender's retry runs now
+	// rather than after the lease. Its own failure only delays that retry until the lease.
+	relCtx := context.WithoutCancel(ctx)
+	if rerr := pgx.BeginFunc(relCtx, u.pool, func(tx pgx.Tx) error {
+		return u.cfg.Processed.ReleaseTx(relCtx, tx, m.Scope, m.ID, token)
+	}); rerr != nil {
+		err = errors.Join(err, rerr)
+	}
+	return err
+}
+
+func (u *Unit) applyReserved(ctx context.Context, m *Message, token uuid.UUID) (err error) {
+	m.Outcome, m.Response, m.Attempts, m.Cause = Pending, nil, 0, nil
+	tx, err := u.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("error beginning transaction: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			if rbErr := tx.Rollback(context.WithoutCancel(ctx)); rbErr != nil && !errors.Is(rbErr, pgx.ErrTxClosed) {
+				err = errors.Join(err, fmt.Errorf("error rolling back: %w", rbErr))
+			}
+		}
+	}()
+	if err := u.cfg.Processed.AcquireTx(ctx, tx, m.Scope, m.ID, token); err != nil {
+		return err
+	}
+	// One message: the savepoint costs one round trip and spares a second transaction.
+	if err := u.run(ctx, tx, m, true); err != nil {
+		return err
+	}
+	state := processed.StateDone
+	if m.Outcome == DeadLettered {
+		state = processed.StateDead
+	}
+	c := processed.Completion{Scope: m.Scope, MessageID: m.ID, State: state}
+	if m.StoreResponse {
+		c.Response = m.Response
+	}
+	if err := u.cfg.Processed.CompleteBatchTx(ctx, tx, []processed.Completion{c}); err != nil {
+		return err
+	}
+	if u.cfg.BeforeCommit != nil {
+		u.cfg.BeforeCommit([]*Message{m})
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("error committing reserved message: %w", err)
+	}
+	return nil
+}

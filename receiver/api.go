@@ -1,0 +1,187 @@
+package receiver
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/sirupsen/logrus"
+
+	"github.com/idemd/idemd/internal/exactlyonce"
+	"github.com/idemd/idemd/internal/fingerprint"
+	"github.com/idemd/idemd/internal/metrics"
+	"github.com/idemd/idemd/processed"
+)
+
+// serveAPI applies one API request under the Idempotency-Key contract (SPEC 2.4):
+//
+//  1. reserve the key in a short committed transaction, so that a concurrent retry sees it
+//     in flight (409, or 422 when its payload differs) instead of blocking;
+//  2. run the effect in a second transaction that locks the reservation, and store the
+//     response (or the 422 of a permanent failure) with it;
+//  3. answer only after that commit. A retry gets the stored response, byte for byte.
+func (r *Receiver) serveAPI(w http.ResponseWriter, req *http.Request, c *call, urlKey string, log *logrus.Entry) {
+	src := c.src
+	key := urlKey
+	if key == "" {
+		k, err := ParseIdempotencyKey(req.Header.Values("Idempotency-Key"))
+		switch {
+		case errors.Is(err, ErrNoKey) && !src.required:
+			k = autoKey()
+		case errors.Is(err, ErrNoKey):
+			r.reject(w, src, probMissingKey, "send one Idempotency-Key per logical operation", "missing_key")
+			return
+		case err != nil:
+			r.reject(w, src, probBadKey, err.Error(), "bad_key")
+			return
+		}
+		key = k
+	} else if !ValidKey(key) {
+		r.reject(w, src, probBadKey, ErrInvalidKey.Error(), "bad_key")
+		return
+	}
+	c.req.Key, c.req.MessageID = key, key
+	log = log.WithField("message_id", key)
+	if c.req.Tenant != "" {
+		log = log.WithField("tenant", c.req.Tenant)
+	}
+	log.WithField("payload", string(c.req.Body)).Debug("API request authenticated")
+
+	m := r.apiMessage(c)
+	wait := preferWait(req.Header.Values("Prefer"), r.cfg.MaxWait)
+	deadline := time.Now().Add(wait)
+	// The reservation and the effect run on their own contexts: a client that hangs up
+	// mid-way must not leave half a state behind.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(req.Context()), r.cfg.ApplyTimeout+wait)
+	defer cancel()
+	poll := 25 * time.Millisecond
+	for {
+		token, err := r.unit.Reserve(ctx, m)
+		if err != nil {
+			log.WithError(err).Error("reserving an idempotency key failed; answered 503")
+			writeProblem(w, probUnavailable, "retry later with the same Idempotency-Key", key, 1)
+			return
+		}
+		switch m.Outcome {
+		case exactlyonce.Duplicate:
+			metrics.Duplicates.WithLabelValues(src.name).Inc()
+			writeStored(w, m.Response, key)
+			return
+		case exactlyonce.Conflict:
+			metrics.Conflicts.WithLabelValues(src.name).Inc()
+			log.WithField("conflict_count", m.ConflictCount).Warn("idempotency key reused with a different request; recorded")
+			writeProblem(w, probConflict, "this Idempotency-Key was used with a different request", key, 0)
+			return
+		case exactlyonce.InFlight:
+			if time.Now().Add(poll).Before(deadline) {
+				select {
+				case <-req.Context().Done():
+					return
+				case <-time.After(poll):
+				}
+				poll = min(poll*2, 250*time.Millisecond)
+				continue
+			}
+			metrics.InFlight.WithLabelValues(src.name).Inc()
+			writeProblem(w, probInFlight, "a request with this Idempotency-Key is being processed; retry later or send Prefer: wait=N", key, 1)
+			return
+		}
+		err = r.unit.ApplyReserved(ctx, m, token)
+		switch {
+		case errors.Is(err, processed.ErrLeaseLost):
+			metrics.InFlight.WithLabelValues(src.name).Inc()
+			log.Warn("reservation lease expired and was taken over; answered 409")
+			writeProblem(w, probInFlight, "a request with this Idempotency-Key is being processed; retry later", key, 1)
+		case err != nil:
+			log.WithError(err).Error("API transaction failed; answered 503, nothing stored")
+			writeProblem(w, probUnavailable, "retry later with the same Idempotency-Key", key, 1)
+		case m.Outcome == exactlyonce.DeadLettered:
+			metrics.DeadLettered.WithLabelValues(src.name).Inc()
+			log.WithField("reason", errString(m.Cause)).Warn("API effect failed permanently; 422 stored")
+			writeStored(w, m.Response, "")
+		default:
+			metrics.Processed.WithLabelValues(src.name).Inc()
+			writeStored(w, m.Response, "")
+		}
+		return
+	}
+}
+
+// apiMessage builds the unit-of-work message of an API call: its response is stored, and a
+// permanent failure stores a 422 problem instead.
+func (r *Receiver) apiMessage(c *call) *exactlyonce.Message {
+	return &exactlyonce.Message{
+		Scope: c.scope, ID: c.req.Key,
+		Fingerprint:   fingerprint.Request(c.req.Method, c.req.Path, c.req.Body),
+		Retention:     c.src.retention,
+		MaxAttempts:   c.src.maxAttempts,
+		StoreResponse: true,
+		Value:         c,
+		Effect: func(ctx context.Context, tx pgx.Tx, m *exactlyonce.Message) (*processed.Response, error) {
+			body, err := r.runEffect(ctx, tx, c)
+			if err != nil {
+				return nil, err
+			}
+			if body == nil {
+				body = statusBody("processed", c.req.Key)
+			}
+			return &processed.Response{
+				Status: c.src.status, Headers: map[string]string{"Content-Type": "application/json"}, Body: body,
+			}, nil
+		},
+		DeadLetter: func(ctx context.Context, tx pgx.Tx, m *exactlyonce.Message, cause error) (*processed.Response, error) {
+			return &processed.Response{
+				Status:  probEffectFailed.Status,
+				Headers: map[string]string{"Content-Type": "application/problem+json"},
+				Body:    problemBody(probEffectFailed, effectFailure(cause), c.req.Key),
+			}, nil
+		},
+	}
+}
+
+// effectFailure describes a permanent failure without echoing data: the SQLSTATE class only.
+func effectFailure(err error) string {
+	if code := sqlState(err); code != "" {
+		return "the effect was rejected by the database (SQLSTATE " + code + "); retrying the same request will fail the same way"
+	}
+	return "the effect failed permanently; retrying the same request will fail the same way"
+}
+
+// writeStored answers with a stored response. replayKey != "" marks it a replay.
+func writeStored(w http.ResponseWriter, resp *processed.Response, replayKey string) {
+	if resp == nil {
+		writeJSON(w, http.StatusOK, statusBody("duplicate", replayKey), replayKey != "")
+		return
+	}
+	h := w.Header()
+	for k, v := range resp.Headers {
+		h.Set(k, v)
+	}
+	if replayKey != "" {
+		h.Set("Idempotent-Replayed", "true")
+	}
+	w.WriteHeader(resp.Status)
+	_, _ = w.Write(resp.Body)
+}
+
+// preferWait reads "Prefer: wait=N" (RFC 7240), capped at max.
+func preferWait(values []string, max time.Duration) time.Duration {
+	for _, v := range values {
+		for _, pref := range strings.Split(v, ",") {
+			name, val, ok := strings.Cut(strings.TrimSpace(pref), "=")
+			if !ok || !strings.EqualFold(strings.TrimSpace(name), "wait") {
+				continue
+			}
+			n, err := strconv.Atoi(strings.Trim(strings.TrimSpace(val), `"`))
+			if err != nil || n <= 0 {
+				return 0
+			}
+			return min(time.Duration(n)*time.Second, max)
+		}
+	}
+	return 0
+}

@@ -1,0 +1,185 @@
+package receiver
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/sirupsen/logrus"
+)
+
+// Defaults of Config and Source.
+const (
+	SchemaDefault       = "idemd"
+	MaxBatchDefault     = 128
+	LingerDefault       = time.Millisecond
+	ApplyTimeoutDefault = 5 * time.Second
+	LeaseDefault        = 30 * time.Second
+	MaxWaitDefault      = 30 * time.Second
+	BodyLimitDefault    = 1 << 20
+	// RetentionDefault is how long webhook dedup records are kept: Stripe retries for up
+	// to 3 days, so a week leaves a margin for every provider of SPEC 3.2.
+	RetentionDefault = 7 * 24 * time.Hour
+	// IdempotencyRetentionDefault is how long API idempotency keys are kept.
+	IdempotencyRetentionDefault = 24 * time.Hour
+	// StatusDefault is the status of a new API request whose effect committed.
+	StatusDefault = 200
+)
+
+// Config configures a Receiver. It is plain data: the daemon fills it from the pipelines
+// file, with secrets read from the environment variables the file names.
+type Config struct {
+	// Sources are the HTTP endpoints. At least one is required.
+	Sources []Source
+	// Schema holds idemd's tables (processed_messages, outbox, dead_letters). Defaults to
+	// "idemd".
+	Schema string
+	// MaxBatch is how many concurrent webhook requests one transaction may carry (group
+	// commit). 1 gives one transaction per request. Defaults to 128.
+	MaxBatch int
+	// Linger is how long a batch waits for more requests while earlier batches are still
+	// committing; an idle receiver never waits. Negative disables it. Defaults to 1 ms.
+	Linger time.Duration
+	// Workers is how many webhook batches may be in their transaction at once. Defaults to
+	// the pool's MaxConns.
+	Workers int
+	// ApplyTimeout bounds how long a request waits for its transaction, transient retries
+	// included, before it is answered 503 with nothing stored. Defaults to 5 s.
+	ApplyTimeout time.Duration
+	// Lease is how long an API request's reservation protects its key before a retry may
+	// take it over (after a crash). Defaults to 30 s.
+	Lease time.Duration
+	// MaxWait caps the wait a client may ask for with "Prefer: wait=N". Defaults to 30 s.
+	MaxWait time.Duration
+	// Logger is the base entry; the receiver adds component=receiver. Defaults to logrus's
+	// standard logger.
+	Logger *logrus.Entry
+	// Now is the clock used for signature timestamps. Defaults to time.Now.
+	Now func() time.Time
+	// BeforeCommit, when set, runs just before each COMMIT with the message ids of the
+	// transaction; tests use it to crash at that point. Defaults to nil.
+	BeforeCommit func(messageIDs []string)
+}
+
+// Source is one inbound HTTP endpoint (a pipeline).
+type Source struct {
+	// Name names the pipeline: metrics, logs, dedup scope. Required.
+	Name string
+	// Path is where the source listens for POST. Defaults to "/webhooks/{Name}".
+	Path string
+	// Verify says how requests are authenticated. Required.
+	Verify Verify
+	// AllowUnverified permits Verify.Scheme "none". Defaults to false.
+	AllowUnverified bool
+	// MessageID says where a webhook's id is. Defaults to the scheme's (SPEC 3.1): stripe
+	// JSON /id, standard-webhooks header webhook-id, github X-GitHub-Delivery, shopify
+	// X-Shopify-Event-Id, slack JSON /event_id; required for hmac-sha256 and none. Ignored by
+	// API sources, whose id is the Idempotency-Key.
+	MessageID IDSpec
+	// Effect runs in the dedup transaction. Defaults to none (the claim is the effect).
+	Effect Effect
+	// Publish, when set, writes an outbox event in the same transaction. Defaults to nil.
+	Publish *Publish
+	// Idempotency, when set, makes this an API source with the Idempotency-Key contract.
+	// Defaults to nil (a webhook source).
+	Idempotency *Idempotency
+	// Retention is how long webhook dedup records are kept. Defaults to 7 days.
+	Retention time.Duration
+	// BodyLimit is the largest accepted body, in bytes. Defaults to 1 MiB.
+	BodyLimit int64
+	// FingerprintIgnore lists extra JSON pointers left out of a webhook's fingerprint, on
+	// top of the scheme's (stripe: /pending_webhooks). Defaults to none.
+	FingerprintIgnore []string
+	// MaxAttempts is how many times a permanently failing effect is tried (each in its
+	// savepoint) before the request is dead-lettered (webhooks) or answered 422 (API).
+	// Defaults to 1.
+	MaxAttempts int
+}
+
+// Verify configures a verification scheme (SPEC 3.1).
+type Verify struct {
+	// Scheme is stripe, standard-webhooks, github, shopify, slack, hmac-sha256, bearer or
+	// none. Required.
+	Scheme string
+	// Secrets are the signing secrets, all accepted at once (rotation). Stripe's whole
+	// whsec_… string is the key; standard-webhooks' is base64 after whsec_. Required for
+	// HMAC schemes. Defaults to none.
+	Secrets []string
+	// PublicKeys are standard-webhooks Ed25519 keys (whpk_<base64>) for v1a signatures.
+	// Defaults to none.
+	PublicKeys []string
+	// Tolerance bounds the distance between a signed timestamp and now, both ways.
+	// Defaults to 300 s.
+	Tolerance time.Duration
+	// Header is the signature header of hmac-sha256. Required for it. Defaults to "".
+	Header string
+	// Encoding of hmac-sha256 signatures: "hex" or "base64". Defaults to "hex".
+	Encoding string
+	// Prefix before the hmac-sha256 signature, such as "sha256=". Defaults to "".
+	Prefix string
+	// Tokens maps bearer tokens to tenants (see ParseTokens). Required for bearer.
+	// Defaults to none.
+	Tokens map[string]string
+}
+
+// IDSpec locates an id in a request: a JSON pointer into the body or a header name. One of
+// the two, or neither for the default.
+type IDSpec struct {
+	// JSON is a JSON pointer such as "/id". Defaults to "".
+	JSON string
+	// Header is a header name such as "X-Id". Defaults to "".
+	Header string
+}
+
+// Effect is a source's effect: SQL with named parameters, or a Go function, or neither.
+type Effect struct {
+	// SQL runs with pgx named arguments @message_id @payload @headers @source @tenant @key
+	// @topic @partition @offset @received_at; its returned rows are the API response body
+	// and, with Publish.Body "effect", the event. It must prepare at New. Defaults to "".
+	SQL string
+	// Func runs in the transaction instead of SQL (library users); what it returns is
+	// marshalled to JSON like returned rows. Wrap errors with Permanent to dead-letter
+	// rather than retry. Defaults to nil.
+	Func EffectFunc
+	// Status is the HTTP status of a new API request whose effect committed. Defaults to 200.
+	Status int
+}
+
+// Publish writes one outbox event per new message.
+type Publish struct {
+	// Topic is the Kafka topic. Required.
+	Topic string
+	// Key locates the record key: a JSON pointer into the body, or a header. Defaults to no
+	// key.
+	Key IDSpec
+	// Body is "payload" (the request body) or "effect" (the effect's returned rows as
+	// JSON). Defaults to "payload".
+	Body string
+}
+
+// Idempotency makes a source an API source.
+type Idempotency struct {
+	// Required rejects requests without an Idempotency-Key with 400. Defaults to false.
+	Required bool
+	// Retention is how long a key is remembered; after it the key is new. Defaults to 24 h.
+	Retention time.Duration
+}
+
+// Request is what an EffectFunc sees of one request.
+type Request struct {
+	Source    string
+	Tenant    string
+	MessageID string
+	// Key is the Idempotency-Key of an API request ("" for webhooks).
+	Key    string
+	Method string
+	Path   string
+	// Header has signatures, tokens and cookies removed.
+	Header     map[string][]string
+	Body       []byte
+	ReceivedAt time.Time
+}
+
+// EffectFunc is a Go effect. It runs in the dedup transaction tx; what it returns (a value
+// marshalled to JSON, or json.RawMessage / []byte already JSON) is the API response body.
+type EffectFunc func(ctx context.Context, tx pgx.Tx, r *Request) (any, error)

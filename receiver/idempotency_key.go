@@ -1,0 +1,95 @@
+package receiver
+
+import (
+	"errors"
+	"strings"
+)
+
+// Errors of ParseIdempotencyKey.
+var (
+	ErrNoKey      = errors.New("no Idempotency-Key header")
+	ErrManyKeys   = errors.New("more than one Idempotency-Key")
+	ErrInvalidKey = errors.New("Idempotency-Key must be 1 to 255 printable ASCII characters")
+)
+
+// KeyMaxLen is the longest accepted idempotency key.
+const KeyMaxLen = 255
+
+// ParseIdempotencyKey returns the one key carried by the Idempotency-Key header values.
+// The draft standard makes the field a Structured Fields string ("k"); many clients send the
+// key bare (k). Both mean the same key. Two header lines, or a list ("a", "b"), are refused:
+// which one would the client expect us to honour? Parameters after a quoted key (";p=1")
+// are ignored, as Structured Fields allow.
+func ParseIdempotencyKey(values []string) (string, error) {
+	switch len(values) {
+	case 0:
+		return "", ErrNoKey
+	case 1:
+	default:
+		return "", ErrManyKeys
+	}
+	v := strings.Trim(values[0], " \t")
+	if v == "" {
+		return "", ErrNoKey
+	}
+	var key string
+	if v[0] == '"' {
+		var b strings.Builder
+		i := 1
+		closed := false
+		for i < len(v) {
+			c := v[i]
+			i++
+			if c == '\\' {
+				if i >= len(v) || (v[i] != '"' && v[i] != '\\') {
+					return "", ErrInvalidKey
+				}
+				b.WriteByte(v[i])
+				i++
+				continue
+			}
+			if c == '"' {
+				closed = true
+				break
+			}
+			if c < 0x20 || c > 0x7e {
+				return "", ErrInvalidKey
+			}
+			b.WriteByte(c)
+		}
+		if !closed {
+			return "", ErrInvalidKey
+		}
+		rest := strings.TrimLeft(v[i:], " \t")
+		switch {
+		case rest == "", rest[0] == ';':
+		case rest[0] == ',':
+			return "", ErrManyKeys
+		default:
+			return "", ErrInvalidKey
+		}
+		key = b.String()
+	} else {
+		if strings.Contains(v, ",") {
+			return "", ErrManyKeys
+		}
+		key = v
+	}
+	if !ValidKey(key) {
+		return "", ErrInvalidKey
+	}
+	return key, nil
+}
+
+// ValidKey reports whether k is 1 to 255 printable ASCII characters (space included).
+func ValidKey(k string) bool {
+	if len(k) == 0 || len(k) > KeyMaxLen {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		if k[i] < 0x20 || k[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}

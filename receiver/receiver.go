@@ -1,0 +1,430 @@
+// Package receiver is idemd's HTTP door: verified webhooks and API requests with the
+// Idempotency-Key contract, applied exactly once. Guarantee: a request's effect, its outbox
+// event and its processed record (or its dead letter) commit in one PostgreSQL transaction,
+// through the unit of work (internal/exactlyonce), and the response is written only after
+// that commit; a retried request never repeats the effect, it gets the recorded answer.
+//
+// Concurrent webhook requests share transactions (group commit): a small batcher hands what
+// is waiting, up to Config.MaxBatch, to one exactlyonce.Apply call, and each request is
+// answered after the shared commit. API requests reserve their key in a short committed
+// transaction first, so that a concurrent retry sees it in flight (409) instead of waiting.
+//
+// A Receiver is an http.Handler: mount it where its sources' paths are served.
+package receiver
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/sirupsen/logrus"
+
+	"github.com/idemd/idemd/internal/deadletter"
+	"github.com/idemd/idemd/internal/exactlyonce"
+	"github.com/idemd/idemd/internal/fingerprint"
+	"github.com/idemd/idemd/internal/metrics"
+	"github.com/idemd/idemd/outbox"
+	"github.com/idemd/idemd/processed"
+)
+
+// Receiver serves the configured sources. Build it with New; Close it when done.
+type Receiver struct {
+	pool      *pgxpool.Pool
+	cfg       Config
+	unit      *exactlyonce.Unit
+	processed *processed.Store
+	outbox    *outbox.Store
+	letters   *deadletter.Store
+	log       *logrus.Entry
+
+	byPath map[string]*source
+	byName map[string]*source
+
+	queue     chan *item
+	sem       chan struct{}
+	ctx       context.Context
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+}
+
+// item is one webhook request waiting for its batch.
+type item struct {
+	msg  *exactlyonce.Message
+	err  error
+	done chan struct{}
+}
+
+// New checks cfg (every effect SQL must prepare on pool), fills its defaults and starts the
+// batcher. Errors name the source and the field.
+func New(pool *pgxpool.Pool, cfg *Config) (*Receiver, error) {
+	if pool == nil {
+		return nil, errors.New("receiver: pool is required")
+	}
+	c := Config{}
+	if cfg != nil {
+		c = *cfg
+	}
+	c.Schema = cmp.Or(c.Schema, SchemaDefault)
+	c.MaxBatch = cmp.Or(c.MaxBatch, MaxBatchDefault)
+	c.Linger = cmp.Or(c.Linger, LingerDefault)
+	c.Workers = cmp.Or(c.Workers, int(pool.Config().MaxConns), 1)
+	c.ApplyTimeout = cmp.Or(c.ApplyTimeout, ApplyTimeoutDefault)
+	c.Lease = cmp.Or(c.Lease, LeaseDefault)
+	c.MaxWait = cmp.Or(c.MaxWait, MaxWaitDefault)
+	if c.Logger == nil {
+		c.Logger = logrus.NewEntry(logrus.StandardLogger())
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	switch {
+	case len(c.Sources) == 0:
+		return nil, errors.New("receiver: Sources: at least one source is required")
+	case c.MaxBatch < 1:
+		return nil, fmt.Errorf("receiver: MaxBatch must be at least 1, got %d", c.MaxBatch)
+	case c.Workers < 1:
+		return nil, fmt.Errorf("receiver: Workers must be at least 1, got %d", c.Workers)
+	case c.ApplyTimeout < 0, c.Lease < 0, c.MaxWait < 0:
+		return nil, errors.New("receiver: ApplyTimeout, Lease and MaxWait must not be negative")
+	}
+	store, err := processed.New(&processed.Config{Schema: c.Schema, Lease: c.Lease})
+	if err != nil {
+		return nil, fmt.Errorf("receiver: %w", err)
+	}
+	r := &Receiver{
+		pool:      pool,
+		cfg:       c,
+		processed: store,
+		outbox:    outbox.New(&outbox.Config{Schema: c.Schema}),
+		letters:   deadletter.New(c.Schema),
+		log:       c.Logger.WithField("component", "receiver"),
+		byPath:    map[string]*source{},
+		byName:    map[string]*source{},
+		queue:     make(chan *item),
+		sem:       make(chan struct{}, c.Workers),
+	}
+	ecfg := &exactlyonce.Config{
+		Processed: store,
+		Logger:    r.log,
+		OnRetry:   func(error) { metrics.Retries.WithLabelValues("http").Inc() },
+	}
+	if hook := c.BeforeCommit; hook != nil {
+		ecfg.BeforeCommit = func(msgs []*exactlyonce.Message) {
+			ids := make([]string, len(msgs))
+			for i, m := range msgs {
+				ids[i] = m.ID
+			}
+			hook(ids)
+		}
+	}
+	if r.unit, err = exactlyonce.New(pool, ecfg); err != nil {
+		return nil, fmt.Errorf("receiver: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i, s := range c.Sources {
+		src, err := compileSource(ctx, pool, s)
+		if err != nil {
+			return nil, fmt.Errorf("receiver: source %d (%q): %w", i, s.Name, err)
+		}
+		if r.byName[src.name] != nil {
+			return nil, fmt.Errorf("receiver: source %d (%q): name: used twice", i, s.Name)
+		}
+		if r.byPath[src.path] != nil {
+			return nil, fmt.Errorf("receiver: source %d (%q): path %q: used twice", i, s.Name, src.path)
+		}
+		r.byName[src.name], r.byPath[src.path] = src, src
+	}
+	r.ctx, r.cancel = context.WithCancel(context.Background())
+	r.wg.Add(1)
+	go r.batchLoop()
+	return r, nil
+}
+
+// Close stops taking webhook requests and waits for the transactions in progress. Safe to
+// call twice.
+func (r *Receiver) Close() {
+	r.closeOnce.Do(func() {
+		r.cancel()
+		r.wg.Wait()
+	})
+}
+
+var errClosed = errors.New("receiver is closed")
+
+// ServeHTTP routes a request to its source: POST {path}, and for API sources PUT {path}/{id}.
+func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	start := time.Now()
+	sw := &statusWriter{ResponseWriter: w}
+	src, key, ok := r.route(sw, req)
+	pipeline := "unknown"
+	if src != nil {
+		pipeline = src.name
+	}
+	if ok {
+		r.serve(sw, req, src, key)
+	}
+	metrics.RequestDuration.WithLabelValues(pipeline, strconv.Itoa(sw.code())).Observe(time.Since(start).Seconds())
+}
+
+// route finds the source; it answers 404 or 405 itself (ok false).
+func (r *Receiver) route(w http.ResponseWriter, req *http.Request) (*source, string, bool) {
+	p := req.URL.Path
+	if src := r.byPath[p]; src != nil {
+		if req.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			r.reject(w, src, probMethod, "use POST", "method")
+			return src, "", false
+		}
+		return src, "", true
+	}
+	if i := strings.LastIndexByte(p, '/'); i > 0 {
+		if src := r.byPath[p[:i]]; src != nil && src.api && p[i+1:] != "" {
+			if req.Method != http.MethodPut {
+				w.Header().Set("Allow", http.MethodPut)
+				r.reject(w, src, probMethod, "use PUT", "method")
+				return src, "", false
+			}
+			return src, p[i+1:], true
+		}
+	}
+	metrics.Rejected.WithLabelValues("unknown", "not_found").Inc()
+	writeProblem(w, probNotFound, "", "", 0)
+	return nil, "", false
+}
+
+func (r *Receiver) reject(w http.ResponseWriter, src *source, p problem, detail, reason string) {
+	metrics.Rejected.WithLabelValues(src.name, reason).Inc()
+	writeProblem(w, p, detail, "", 0)
+}
+
+func (r *Receiver) serve(w http.ResponseWriter, req *http.Request, src *source, urlKey string) {
+	metrics.Received.WithLabelValues(src.name, "http").Inc()
+	log := r.log.WithField("pipeline", src.name)
+	if req.ContentLength > src.bodyLimit {
+		r.reject(w, src, probTooLarge, fmt.Sprintf("the limit is %d bytes", src.bodyLimit), "too_large")
+		return
+	}
+	// Counted while reading: a chunked body has no Content-Length to trust.
+	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, src.bodyLimit))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			r.reject(w, src, probTooLarge, fmt.Sprintf("the limit is %d bytes", src.bodyLimit), "too_large")
+			return
+		}
+		r.reject(w, src, probBadBody, "", "bad_body")
+		return
+	}
+	tenant, err := src.verifier.verify(req.Header, body, r.cfg.Now())
+	if err != nil {
+		// The reason goes to the log only: the response must not teach a prober anything.
+		log.WithField("reason", err.Error()).Warn("request failed verification")
+		if src.scheme == SchemeBearer {
+			w.Header().Set("WWW-Authenticate", "Bearer")
+			r.reject(w, src, probUnauthorized, "", "unauthorized")
+			return
+		}
+		r.reject(w, src, probSignature, "", "signature")
+		return
+	}
+	rq := &Request{
+		Source: src.name, Tenant: tenant, Method: req.Method, Path: req.URL.Path,
+		Header: src.cleanHeaders(req.Header), Body: body, ReceivedAt: time.Now(),
+	}
+	c := &call{src: src, req: rq, body: &parsedBody{raw: body}, scope: processed.Scope(src.name, tenant)}
+	c.eventType = src.eventType(req.Header, c.body)
+	if src.api {
+		r.serveAPI(w, req, c, urlKey, log)
+		return
+	}
+	r.serveWebhook(w, c, log)
+}
+
+// webhookMessage builds the unit-of-work message of a webhook call.
+func (r *Receiver) webhookMessage(c *call) *exactlyonce.Message {
+	return &exactlyonce.Message{
+		Scope: c.scope, ID: c.req.MessageID,
+		Fingerprint: fingerprint.Body(c.req.Body, c.src.ignore...),
+		Retention:   c.src.retention,
+		MaxAttempts: c.src.maxAttempts,
+		Value:       c,
+		Effect: func(ctx context.Context, tx pgx.Tx, m *exactlyonce.Message) (*processed.Response, error) {
+			_, err := r.runEffect(ctx, tx, c)
+			return nil, err
+		},
+		DeadLetter: func(ctx context.Context, tx pgx.Tx, m *exactlyonce.Message, cause error) (*processed.Response, error) {
+			_, err := r.letters.WriteTx(ctx, tx, &deadletter.Letter{
+				Pipeline: c.src.name, Scope: c.scope, MessageID: c.req.MessageID,
+				Payload: c.req.Body, Headers: c.req.Header,
+				Metadata: map[string]any{"door": "http", "method": c.req.Method, "path": c.req.Path, "tenant": c.req.Tenant},
+				Reason:   cause.Error(), Attempts: m.Attempts,
+			})
+			return nil, err
+		},
+	}
+}
+
+func (r *Receiver) serveWebhook(w http.ResponseWriter, c *call, log *logrus.Entry) {
+	src := c.src
+	id := lookup(src.msgID, http.Header(c.req.Header), c.body)
+	if !validID(id) {
+		r.reject(w, src, probMissingID, "the message id is missing, empty, longer than 255 bytes or not text", "bad_message_id")
+		return
+	}
+	c.req.MessageID = id
+	log = log.WithField("message_id", id)
+	log.WithField("payload", string(c.req.Body)).Debug("webhook verified")
+
+	m := r.webhookMessage(c)
+	var err error
+	// InFlight is rare here (a record pruned or reserved between two statements): the
+	// claim is simply asked again.
+	for range 3 {
+		if err = r.submit(m); err != nil || m.Outcome != exactlyonce.InFlight {
+			break
+		}
+	}
+	switch {
+	case err != nil:
+		log.WithError(err).Error("webhook transaction failed; answered 503, nothing stored")
+		writeProblem(w, probUnavailable, "retry later", id, 1)
+	case m.Outcome == exactlyonce.Applied:
+		metrics.Processed.WithLabelValues(src.name).Inc()
+		writeJSON(w, http.StatusOK, statusBody("processed", id), false)
+	case m.Outcome == exactlyonce.Duplicate:
+		metrics.Duplicates.WithLabelValues(src.name).Inc()
+		writeJSON(w, http.StatusOK, statusBody("duplicate", id), true)
+	case m.Outcome == exactlyonce.Conflict:
+		metrics.Conflicts.WithLabelValues(src.name).Inc()
+		log.WithField("conflict_count", m.ConflictCount).Warn("message id reused with a different payload; recorded")
+		writeProblem(w, probConflict, "this message id was received before with a different payload", id, 0)
+	case m.Outcome == exactlyonce.DeadLettered:
+		metrics.DeadLettered.WithLabelValues(src.name).Inc()
+		log.WithField("reason", errString(m.Cause)).Warn("webhook effect failed permanently; dead-lettered")
+		writeJSON(w, http.StatusAccepted, statusBody("dead_lettered", id), false)
+	default:
+		metrics.InFlight.WithLabelValues(src.name).Inc()
+		writeProblem(w, probUnavailable, "the same message is being processed; retry later", id, 1)
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// submit hands m to the batcher and waits for its commit.
+func (r *Receiver) submit(m *exactlyonce.Message) error {
+	it := &item{msg: m, done: make(chan struct{})}
+	select {
+	case r.queue <- it:
+	case <-r.ctx.Done():
+		return errClosed
+	}
+	// Not abandoned on client disconnect: the batch commits anyway, and leaving would only
+	// lose the answer.
+	<-it.done
+	return it.err
+}
+
+// batchLoop collects waiting requests into batches: it takes the first, waits for a worker,
+// then takes whatever else is already waiting, up to MaxBatch. While other batches are
+// committing it lingers up to Linger for more; an idle receiver sends at once.
+func (r *Receiver) batchLoop() {
+	defer r.wg.Done()
+	var timer *time.Timer
+	for {
+		var first *item
+		select {
+		case first = <-r.queue:
+		case <-r.ctx.Done():
+			return
+		}
+		r.sem <- struct{}{}
+		batch := []*item{first}
+		busy := len(r.sem) > 1
+	drain:
+		for len(batch) < r.cfg.MaxBatch {
+			select {
+			case it := <-r.queue:
+				batch = append(batch, it)
+				continue
+			default:
+			}
+			if !busy || r.cfg.Linger <= 0 {
+				break
+			}
+			if timer == nil {
+				timer = time.NewTimer(r.cfg.Linger)
+			} else {
+				timer.Reset(r.cfg.Linger)
+			}
+			select {
+			case it := <-r.queue:
+				batch = append(batch, it)
+				timer.Stop()
+			case <-timer.C:
+				break drain
+			}
+		}
+		r.wg.Add(1)
+		go r.applyBatch(batch)
+	}
+}
+
+func (r *Receiver) applyBatch(batch []*item) {
+	defer r.wg.Done()
+	defer func() { <-r.sem }()
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.ApplyTimeout)
+	defer cancel()
+	msgs := make([]*exactlyonce.Message, len(batch))
+	for i, it := range batch {
+		msgs[i] = it.msg
+	}
+	start := time.Now()
+	err := r.unit.Apply(ctx, msgs)
+	metrics.TxDuration.WithLabelValues("http").Observe(time.Since(start).Seconds())
+	metrics.TxBatchSize.WithLabelValues("http").Observe(float64(len(msgs)))
+	for _, it := range batch {
+		it.err = err
+		close(it.done)
+	}
+}
+
+// statusWriter remembers the status for the latency metric.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	if s.status == 0 {
+		s.status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusWriter) Write(b []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+func (s *statusWriter) code() int { return cmp.Or(s.status, http.StatusOK) }
+
+// Unwrap lets http.ResponseController reach the connection.
+func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }

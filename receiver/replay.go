@@ -1,0 +1,59 @@
+package receiver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemd/idemd/internal/deadletter"
+	"github.com/idemd/idemd/processed"
+)
+
+// ErrAlreadyReplayed: the dead letter was replayed before; its effect is not run again.
+var ErrAlreadyReplayed = errors.New("dead letter already replayed")
+
+// ErrUnknownSource: the dead letter's pipeline is not a source of this receiver.
+var ErrUnknownSource = errors.New("dead letter's pipeline is not a source of this receiver")
+
+// Replay runs a dead-lettered webhook's effect (and publish) again through its source, for
+// `idemd dlq replay`, once the cause was fixed. The request is not verified again: it was
+// when it arrived. Exactly once: the letter is locked, its effect runs and the letter is
+// marked replayed in one transaction, so two replays of one letter apply it once (the second
+// gets ErrAlreadyReplayed). A replay that fails again commits nothing and returns the error.
+func (r *Receiver) Replay(ctx context.Context, letterID int64) error {
+	return pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+		l, err := r.letters.GetTx(ctx, tx, letterID)
+		if err != nil {
+			return err
+		}
+		if l.ReplayedAt != nil {
+			return fmt.Errorf("dead letter %d: %w", letterID, ErrAlreadyReplayed)
+		}
+		src := r.byName[l.Pipeline]
+		if src == nil {
+			return fmt.Errorf("dead letter %d (pipeline %q): %w", letterID, l.Pipeline, ErrUnknownSource)
+		}
+		c := replayCall(src, l)
+		if _, err := r.runEffect(ctx, tx, c); err != nil {
+			return fmt.Errorf("error replaying dead letter %d: %w", letterID, err)
+		}
+		return r.letters.MarkReplayedTx(ctx, tx, letterID)
+	})
+}
+
+func replayCall(src *source, l *deadletter.Letter) *call {
+	str := func(k string) string { s, _ := l.Metadata[k].(string); return s }
+	req := &Request{
+		Source: src.name, Tenant: str("tenant"), MessageID: l.MessageID, Method: str("method"),
+		Path: str("path"), Header: l.Headers, Body: l.Payload, ReceivedAt: l.CreatedAt,
+	}
+	c := &call{src: src, req: req, body: &parsedBody{raw: l.Payload}, scope: l.Scope}
+	c.eventType = src.eventType(http.Header(l.Headers), c.body)
+	if c.scope == "" {
+		c.scope = processed.Scope(src.name, req.Tenant)
+	}
+	return c
+}

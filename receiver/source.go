@@ -1,0 +1,406 @@
+package receiver
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemd/idemd/internal/exactlyonce"
+	"github.com/idemd/idemd/outbox"
+)
+
+// source is a compiled Source.
+type source struct {
+	name        string
+	path        string
+	api         bool
+	required    bool
+	retention   time.Duration
+	bodyLimit   int64
+	verifier    verifier
+	scheme      string
+	msgID       IDSpec
+	ignore      []string
+	sql         string
+	fn          EffectFunc
+	status      int
+	publish     *Publish
+	maxAttempts int
+	secretHdrs  map[string]bool
+}
+
+// Permanent marks an EffectFunc's error as permanent: the request fails the same way on every
+// retry, so it is dead-lettered (webhooks) or answered and stored as 422 (API) instead of
+// being retried.
+func Permanent(err error) error { return exactlyonce.Permanent(err) }
+
+// effectParams are the named parameters of SPEC 2.3.
+var effectParams = []string{"message_id", "payload", "headers", "source", "tenant", "key", "topic",
+	"partition", "offset", "received_at"}
+
+func compileSource(ctx context.Context, pool *pgxpool.Pool, s Source) (*source, error) {
+	if s.Name == "" {
+		return nil, errors.New("name is required")
+	}
+	c := &source{
+		name:        s.Name,
+		path:        cmp.Or(s.Path, "/webhooks/"+s.Name),
+		api:         s.Idempotency != nil,
+		retention:   cmp.Or(s.Retention, RetentionDefault),
+		bodyLimit:   cmp.Or(s.BodyLimit, BodyLimitDefault),
+		scheme:      s.Verify.Scheme,
+		msgID:       s.MessageID,
+		sql:         s.Effect.SQL,
+		fn:          s.Effect.Func,
+		status:      cmp.Or(s.Effect.Status, StatusDefault),
+		publish:     s.Publish,
+		maxAttempts: cmp.Or(s.MaxAttempts, 1),
+	}
+	if !strings.HasPrefix(c.path, "/") {
+		return nil, fmt.Errorf("path %q must start with /", c.path)
+	}
+	if c.api {
+		c.required = s.Idempotency.Required
+		c.retention = cmp.Or(s.Idempotency.Retention, IdempotencyRetentionDefault)
+		if s.Idempotency.Retention < 0 {
+			return nil, errors.New("idempotency.retention must not be negative")
+		}
+	}
+	if s.Retention < 0 {
+		return nil, errors.New("retention must not be negative")
+	}
+	if s.BodyLimit < 0 {
+		return nil, errors.New("body_limit must not be negative")
+	}
+	if c.status < 200 || c.status > 299 {
+		return nil, fmt.Errorf("effect.status must be a 2xx status, got %d", c.status)
+	}
+	if s.MaxAttempts < 0 {
+		return nil, errors.New("max_attempts must not be negative")
+	}
+	v, err := newVerifier(s.Verify, s.AllowUnverified)
+	if err != nil {
+		return nil, err
+	}
+	c.verifier = v
+	if s.Verify.Scheme == SchemeBearer && !c.api {
+		return nil, errors.New("verify.scheme bearer is for API sources: set idempotency")
+	}
+	if s.MessageID.JSON != "" && s.MessageID.Header != "" {
+		return nil, errors.New("message_id: set json or header, not both")
+	}
+	if s.MessageID.JSON != "" && !strings.HasPrefix(s.MessageID.JSON, "/") {
+		return nil, fmt.Errorf("message_id.json %q is not a JSON pointer", s.MessageID.JSON)
+	}
+	if c.msgID == (IDSpec{}) && !c.api {
+		switch c.scheme {
+		case SchemeStripe:
+			c.msgID = IDSpec{JSON: "/id"}
+		case SchemeStandardWebhooks:
+			c.msgID = IDSpec{Header: "Webhook-Id"}
+		case SchemeGitHub:
+			c.msgID = IDSpec{Header: "X-GitHub-Delivery"}
+		case SchemeShopify:
+			c.msgID = IDSpec{Header: "X-Shopify-Event-Id"}
+		case SchemeSlack:
+			c.msgID = IDSpec{JSON: "/event_id"}
+		default:
+			return nil, fmt.Errorf("message_id is required for verify.scheme %s", c.scheme)
+		}
+	}
+	c.ignore = append(c.ignore, s.FingerprintIgnore...)
+	if c.scheme == SchemeStripe {
+		c.ignore = append(c.ignore, "/pending_webhooks")
+	}
+	c.secretHdrs = map[string]bool{
+		"Authorization": true, "Cookie": true, "Proxy-Authorization": true,
+		"Stripe-Signature": true, "Webhook-Signature": true, "Svix-Signature": true,
+		"X-Hub-Signature": true, "X-Hub-Signature-256": true, "X-Shopify-Hmac-Sha256": true,
+		"X-Slack-Signature": true,
+	}
+	if s.Verify.Header != "" {
+		c.secretHdrs[http.CanonicalHeaderKey(s.Verify.Header)] = true
+	}
+	if c.sql != "" && c.fn != nil {
+		return nil, errors.New("effect: set sql or func, not both")
+	}
+	if c.sql != "" {
+		if err := prepare(ctx, pool, c.sql); err != nil {
+			return nil, fmt.Errorf("effect.sql does not prepare: %w", err)
+		}
+	}
+	if p := c.publish; p != nil {
+		if p.Topic == "" {
+			return nil, errors.New("publish.topic is required")
+		}
+		switch p.Body {
+		case "", "payload":
+		case "effect":
+			if c.sql == "" && c.fn == nil {
+				return nil, errors.New("publish.body effect needs an effect")
+			}
+		default:
+			return nil, fmt.Errorf("publish.body must be payload or effect, got %q", p.Body)
+		}
+		if p.Key.JSON != "" && p.Key.Header != "" {
+			return nil, errors.New("publish.key: set json or header, not both")
+		}
+	}
+	return c, nil
+}
+
+// prepare checks that sql, with its named parameters rewritten to $n, prepares.
+func prepare(ctx context.Context, pool *pgxpool.Pool, sql string) error {
+	args := pgx.NamedArgs{}
+	for _, p := range effectParams {
+		args[p] = nil
+	}
+	q, _, err := args.RewriteQuery(ctx, nil, sql, nil)
+	if err != nil {
+		return err
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	_, err = conn.Conn().Prepare(ctx, "", q)
+	return err
+}
+
+// parsedBody decodes a JSON body once, on first use.
+type parsedBody struct {
+	raw  []byte
+	done bool
+	doc  any
+	ok   bool
+}
+
+func (p *parsedBody) get() (any, bool) {
+	if !p.done {
+		p.done = true
+		dec := json.NewDecoder(bytes.NewReader(p.raw))
+		dec.UseNumber()
+		p.ok = dec.Decode(&p.doc) == nil
+	}
+	return p.doc, p.ok
+}
+
+// pointer resolves a JSON pointer (RFC 6901) in the body.
+func (p *parsedBody) pointer(ptr string) (any, bool) {
+	v, ok := p.get()
+	if !ok || !strings.HasPrefix(ptr, "/") {
+		return nil, false
+	}
+	for _, tok := range strings.Split(ptr[1:], "/") {
+		tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
+		switch x := v.(type) {
+		case map[string]any:
+			if v, ok = x[tok]; !ok {
+				return nil, false
+			}
+		case []any:
+			i, err := strconv.Atoi(tok)
+			if err != nil || i < 0 || i >= len(x) {
+				return nil, false
+			}
+			v = x[i]
+		default:
+			return nil, false
+		}
+	}
+	return v, true
+}
+
+// scalar is a JSON value as an id or key: a string as is, a number as written.
+func scalar(v any) (string, bool) {
+	switch x := v.(type) {
+	case string:
+		return x, true
+	case json.Number:
+		return x.String(), true
+	default:
+		return "", false
+	}
+}
+
+// lookup finds the id spec's value in the request.
+func lookup(spec IDSpec, h http.Header, body *parsedBody) string {
+	if spec.Header != "" {
+		v := h.Get(spec.Header)
+		if v == "" && strings.EqualFold(spec.Header, "Webhook-Id") {
+			v = h.Get("Svix-Id")
+		}
+		return v
+	}
+	if v, ok := body.pointer(spec.JSON); ok {
+		s, _ := scalar(v)
+		return s
+	}
+	return ""
+}
+
+// validID: 1–255 bytes of valid UTF-8 without control characters.
+func validID(s string) bool {
+	if len(s) == 0 || len(s) > 255 || !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// eventType is the provider's event type, where known.
+func (s *source) eventType(h http.Header, body *parsedBody) string {
+	var v any
+	var ok bool
+	switch s.scheme {
+	case SchemeStripe, SchemeStandardWebhooks:
+		v, ok = body.pointer("/type")
+	case SchemeSlack:
+		v, ok = body.pointer("/event/type")
+	case SchemeGitHub:
+		return h.Get("X-GitHub-Event")
+	case SchemeShopify:
+		return h.Get("X-Shopify-Topic")
+	}
+	if !ok {
+		return ""
+	}
+	t, _ := scalar(v)
+	return t
+}
+
+// cleanHeaders drops signatures, tokens and cookies.
+func (s *source) cleanHeaders(h http.Header) map[string][]string {
+	out := make(map[string][]string, len(h))
+	for k, v := range h {
+		if !s.secretHdrs[http.CanonicalHeaderKey(k)] {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// call is one request on its way to the unit of work.
+type call struct {
+	src       *source
+	req       *Request
+	body      *parsedBody
+	eventType string
+	// scope is the dedup scope (pipeline, tenant); it also keys the operation ids.
+	scope string
+}
+
+// runEffect runs the source's effect and publish in tx and returns the effect's result as
+// JSON (nil without an effect or rows).
+func (r *Receiver) runEffect(ctx context.Context, tx pgx.Tx, c *call) ([]byte, error) {
+	var result []byte
+	switch {
+	case c.src.sql != "":
+		hdrs := make(map[string]string, len(c.req.Header))
+		for k, v := range c.req.Header {
+			if len(v) > 0 {
+				hdrs[k] = v[0]
+			}
+		}
+		hj, _ := json.Marshal(hdrs)
+		var key, tenant any
+		if c.req.Key != "" {
+			key = c.req.Key
+		}
+		if c.req.Tenant != "" {
+			tenant = c.req.Tenant
+		}
+		args := pgx.NamedArgs{
+			"message_id": c.req.MessageID, "payload": string(c.req.Body), "headers": string(hj),
+			"source": c.src.name, "tenant": tenant, "key": key, "topic": nil, "partition": nil,
+			"offset": nil, "received_at": c.req.ReceivedAt,
+		}
+		rows, err := tx.Query(ctx, c.src.sql, args)
+		if err != nil {
+			return nil, err
+		}
+		maps, err := pgx.CollectRows(rows, pgx.RowToMap)
+		if err != nil {
+			return nil, err
+		}
+		switch len(maps) {
+		case 0:
+		case 1:
+			result, err = json.Marshal(maps[0])
+		default:
+			result, err = json.Marshal(maps)
+		}
+		if err != nil {
+			return nil, exactlyonce.Permanent(fmt.Errorf("error encoding returned rows: %w", err))
+		}
+	case c.src.fn != nil:
+		v, err := c.src.fn(ctx, tx, c.req)
+		if err != nil {
+			return nil, err
+		}
+		switch x := v.(type) {
+		case nil:
+		case json.RawMessage:
+			result = x
+		case []byte:
+			result = x
+		default:
+			if result, err = json.Marshal(v); err != nil {
+				return nil, exactlyonce.Permanent(fmt.Errorf("error encoding the effect's result: %w", err))
+			}
+		}
+	}
+	if p := c.src.publish; p != nil {
+		payload, ctype := c.req.Body, "application/json"
+		if p.Body == "effect" {
+			payload = result
+			if payload == nil {
+				payload = []byte("null")
+			}
+		} else if _, ok := c.body.get(); !ok {
+			ctype = "application/octet-stream"
+		}
+		ev := outbox.Event{
+			Topic: p.Topic, Payload: payload, Pipeline: c.src.name, CausationID: c.req.MessageID,
+			Headers: map[string]string{outbox.HeaderContentType: ctype},
+		}
+		if c.eventType != "" {
+			ev.Headers[outbox.HeaderEventType] = c.eventType
+		}
+		if p.Key != (IDSpec{}) {
+			if k := lookup(p.Key, c.req.Header, c.body); k != "" {
+				ev.Key = []byte(k)
+			}
+		}
+		if c.scope != c.src.name {
+			// Tenants share key spaces: the operation id must differ per tenant, or a
+			// downstream consumer would drop tenant B's event as tenant A's duplicate.
+			ev.OperationID = outbox.OperationID(c.scope, c.req.MessageID, 0)
+		}
+		if err := r.outbox.EnqueueTx(ctx, tx, ev); err != nil {
+			return nil, err
+		}
+	}
+	return result, nil
+}
+
+// autoKey names an API request sent without an Idempotency-Key where none is required: it
+// runs once, as a new operation.
+func autoKey() string { return "auto:" + uuid.NewString() }

@@ -1,0 +1,494 @@
+package receiver
+
+import (
+	"crypto/ed25519"
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Verification schemes (Verify.Scheme).
+const (
+	SchemeStripe           = "stripe"
+	SchemeStandardWebhooks = "standard-webhooks"
+	SchemeGitHub           = "github"
+	SchemeShopify          = "shopify"
+	SchemeSlack            = "slack"
+	SchemeHMACSHA256       = "hmac-sha256"
+	SchemeBearer           = "bearer"
+	SchemeNone             = "none"
+)
+
+// ToleranceDefault is how far a signed timestamp may be from the receiver's clock, in either
+// direction.
+const ToleranceDefault = 300 * time.Second
+
+// verifyError says why a request failed verification. Its message goes to the log only:
+// the response says "invalid signature" whatever the reason, so that a prober learns
+// nothing. It never contains a secret or a signature.
+type verifyError struct{ reason string }
+
+func (e *verifyError) Error() string { return e.reason }
+
+func failf(format string, args ...any) error { return &verifyError{fmt.Sprintf(format, args...)} }
+
+// errMismatch covers a wrong secret and an altered body alike: an HMAC cannot tell them apart.
+var errMismatch = &verifyError{"signature does not match (wrong secret or body altered)"}
+
+// verifier checks one request's raw body and headers and returns the tenant it belongs to
+// ("" for webhooks). now is injected for tests.
+type verifier interface {
+	verify(h http.Header, body []byte, now time.Time) (tenant string, err error)
+}
+
+func hmacSHA256(key []byte, parts ...[]byte) []byte {
+	m := hmac.New(sha256.New, key)
+	for _, p := range parts {
+		m.Write(p)
+	}
+	return m.Sum(nil)
+}
+
+// anyMAC reports whether any candidate equals the MAC of parts under any key, comparing every
+// pair in constant time (no early exit that would reveal which secret or position matched).
+func anyMAC(keys [][]byte, candidates [][]byte, parts ...[]byte) bool {
+	ok := 0
+	for _, k := range keys {
+		want := hmacSHA256(k, parts...)
+		for _, c := range candidates {
+			ok |= subtle.ConstantTimeCompare(want, c)
+		}
+	}
+	return ok == 1
+}
+
+func checkTimestamp(ts string, tol time.Duration, now time.Time) (int64, error) {
+	t, err := strconv.ParseInt(strings.TrimSpace(ts), 10, 64)
+	if err != nil {
+		return 0, failf("malformed header: timestamp %q is not an integer", truncate(ts, 20))
+	}
+	skew := now.Unix() - t
+	if skew < 0 {
+		skew = -skew
+	}
+	if time.Duration(skew)*time.Second > tol {
+		return 0, failf("clock skew of %d s exceeds the tolerance of %d s", now.Unix()-t, int64(tol/time.Second))
+	}
+	return t, nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
+
+// --- stripe ---------------------------------------------------------------------------
+
+type stripeVerifier struct {
+	keys [][]byte
+	tol  time.Duration
+}
+
+// stripeHeader is a parsed Stripe-Signature header.
+type stripeHeader struct {
+	t      string
+	v1     [][]byte
+	sawV0  bool
+	badHex int
+}
+
+// parseStripeHeader parses "t=…,v1=<hex>,v1=<hex>,v0=…". Unknown schemes are ignored, as
+// Stripe asks, so that a new scheme does not break old receivers.
+func parseStripeHeader(s string) (stripeHeader, error) {
+	var h stripeHeader
+	if strings.TrimSpace(s) == "" {
+		return h, failf("missing or empty Stripe-Signature header")
+	}
+	for _, item := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(item), "=")
+		if !ok {
+			return h, failf("malformed header: Stripe-Signature item without '='")
+		}
+		switch k {
+		case "t":
+			if h.t != "" {
+				return h, failf("malformed header: Stripe-Signature has two timestamps")
+			}
+			h.t = v
+		case "v1":
+			b, err := hex.DecodeString(v)
+			if err != nil || len(b) != sha256.Size {
+				h.badHex++
+				continue
+			}
+			h.v1 = append(h.v1, b)
+		case "v0":
+			h.sawV0 = true
+		}
+	}
+	if h.t == "" {
+		return h, failf("malformed header: Stripe-Signature has no timestamp")
+	}
+	return h, nil
+}
+
+func (v stripeVerifier) verify(hd http.Header, body []byte, now time.Time) (string, error) {
+	h, err := parseStripeHeader(hd.Get("Stripe-Signature"))
+	if err != nil {
+		return "", err
+	}
+	if len(h.v1) == 0 {
+		switch {
+		case h.sawV0:
+			return "", failf("only v0 signatures present (v0 is Stripe's test scheme; v1 is required)")
+		case h.badHex > 0:
+			return "", failf("malformed header: v1 signature is not 64 hex digits")
+		default:
+			return "", failf("malformed header: no v1 signature")
+		}
+	}
+	if !anyMAC(v.keys, h.v1, []byte(h.t), []byte("."), body) {
+		return "", errMismatch
+	}
+	if _, err := checkTimestamp(h.t, v.tol, now); err != nil {
+		return "", err
+	}
+	return "", nil
+}
+
+// --- standard webhooks (Svix) ---------------------------------------------------------
+
+type standardVerifier struct {
+	keys    [][]byte
+	pubKeys []ed25519.PublicKey
+	tol     time.Duration
+}
+
+// swHeaders returns id, timestamp and signature, from the webhook-* names or else svix-*.
+func swHeaders(h http.Header) (id, ts, sig string) {
+	id, ts, sig = h.Get("Webhook-Id"), h.Get("Webhook-Timestamp"), h.Get("Webhook-Signature")
+	if id == "" && ts == "" && sig == "" {
+		id, ts, sig = h.Get("Svix-Id"), h.Get("Svix-Timestamp"), h.Get("Svix-Signature")
+	}
+	return id, ts, sig
+}
+
+// swSignatures is a parsed webhook-signature header: "v1,<b64> v1,<b64> v1a,<b64>".
+type swSignatures struct {
+	v1, v1a [][]byte
+}
+
+func parseStandardSignatures(s string) (swSignatures, error) {
+	var out swSignatures
+	if strings.TrimSpace(s) == "" {
+		return out, failf("missing or empty webhook-signature header")
+	}
+	for _, item := range strings.Fields(s) {
+		ver, sig, ok := strings.Cut(item, ",")
+		if !ok {
+			return out, failf("malformed header: webhook-signature entry without a version")
+		}
+		b, err := base64.StdEncoding.DecodeString(sig)
+		if err != nil {
+			continue // one bad entry must not hide a good one beside it
+		}
+		switch ver {
+		case "v1":
+			out.v1 = append(out.v1, b)
+		case "v1a":
+			out.v1a = append(out.v1a, b)
+		}
+	}
+	if len(out.v1) == 0 && len(out.v1a) == 0 {
+		return out, failf("malformed header: no decodable v1 or v1a signature")
+	}
+	return out, nil
+}
+
+func (v standardVerifier) verify(h http.Header, body []byte, now time.Time) (string, error) {
+	id, ts, sig := swHeaders(h)
+	if id == "" || ts == "" {
+		return "", failf("missing webhook-id or webhook-timestamp header")
+	}
+	sigs, err := parseStandardSignatures(sig)
+	if err != nil {
+		return "", err
+	}
+	content := []byte(id + "." + ts + "." + string(body))
+	ok := anyMAC(v.keys, sigs.v1, content)
+	for _, pk := range v.pubKeys {
+		for _, s := range sigs.v1a {
+			if len(s) == ed25519.SignatureSize && ed25519.Verify(pk, content, s) {
+				ok = true
+			}
+		}
+	}
+	if !ok {
+		return "", errMismatch
+	}
+	if _, err := checkTimestamp(ts, v.tol, now); err != nil {
+		return "", err
+	}
+	return "", nil
+}
+
+// decodeStandardSecret turns "whsec_<base64>" into the HMAC key.
+func decodeStandardSecret(s string) ([]byte, error) {
+	b, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(s, "whsec_"))
+	if err != nil {
+		return nil, errors.New("a standard-webhooks secret is whsec_ followed by base64")
+	}
+	return b, nil
+}
+
+// decodeStandardPublicKey turns "whpk_<base64>" into an Ed25519 public key (v1a).
+func decodeStandardPublicKey(s string) (ed25519.PublicKey, error) {
+	b, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(s, "whpk_"))
+	if err != nil || len(b) != ed25519.PublicKeySize {
+		return nil, errors.New("a standard-webhooks public key is whpk_ followed by 32 base64-encoded bytes")
+	}
+	return ed25519.PublicKey(b), nil
+}
+
+// --- generic HMAC over the body (github, shopify, hmac-sha256) ---------------------------
+
+type bodyHMACVerifier struct {
+	keys   [][]byte
+	header string
+	prefix string
+	base64 bool
+}
+
+// parseBodySignature decodes one "<prefix><hex|base64>" header value.
+func parseBodySignature(s, prefix string, b64 bool) ([]byte, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return nil, failf("missing or empty signature header")
+	}
+	if prefix != "" {
+		if !strings.HasPrefix(s, prefix) {
+			return nil, failf("malformed header: signature does not start with %q", prefix)
+		}
+		s = s[len(prefix):]
+	}
+	var (
+		b   []byte
+		err error
+	)
+	if b64 {
+		b, err = base64.StdEncoding.DecodeString(s)
+	} else {
+		b, err = hex.DecodeString(s)
+	}
+	if err != nil || len(b) != sha256.Size {
+		return nil, failf("malformed header: signature is not a %s SHA-256 MAC", map[bool]string{true: "base64", false: "hex"}[b64])
+	}
+	return b, nil
+}
+
+func (v bodyHMACVerifier) verify(h http.Header, body []byte, _ time.Time) (string, error) {
+	sig, err := parseBodySignature(h.Get(v.header), v.prefix, v.base64)
+	if err != nil {
+		return "", err
+	}
+	if !anyMAC(v.keys, [][]byte{sig}, body) {
+		return "", errMismatch
+	}
+	return "", nil
+}
+
+// --- slack ----------------------------------------------------------------------------
+
+type slackVerifier struct {
+	keys [][]byte
+	tol  time.Duration
+}
+
+func (v slackVerifier) verify(h http.Header, body []byte, now time.Time) (string, error) {
+	ts := h.Get("X-Slack-Request-Timestamp")
+	if ts == "" {
+		return "", failf("missing X-Slack-Request-Timestamp header")
+	}
+	sig, err := parseBodySignature(h.Get("X-Slack-Signature"), "v0=", false)
+	if err != nil {
+		return "", err
+	}
+	if !anyMAC(v.keys, [][]byte{sig}, []byte("v0:"+ts+":"), body) {
+		return "", errMismatch
+	}
+	if _, err := checkTimestamp(ts, v.tol, now); err != nil {
+		return "", err
+	}
+	return "", nil
+}
+
+// --- bearer ---------------------------------------------------------------------------
+
+type bearerVerifier struct {
+	tokens [][2]string // token, tenant
+}
+
+func (v bearerVerifier) verify(h http.Header, _ []byte, _ time.Time) (string, error) {
+	auth := h.Get("Authorization")
+	scheme, tok, ok := strings.Cut(auth, " ")
+	if auth == "" {
+		return "", failf("missing Authorization header")
+	}
+	if !ok || !strings.EqualFold(scheme, "Bearer") || tok == "" {
+		return "", failf("malformed header: Authorization is not \"Bearer <token>\"")
+	}
+	tenant, found := "", 0
+	for _, t := range v.tokens {
+		// Compare against every token: the time taken does not say which one matched.
+		if subtle.ConstantTimeCompare([]byte(t[0]), []byte(tok)) == 1 {
+			tenant, found = t[1], 1
+		}
+	}
+	if found == 0 {
+		return "", failf("unknown bearer token")
+	}
+	return tenant, nil
+}
+
+type noneVerifier struct{}
+
+func (noneVerifier) verify(http.Header, []byte, time.Time) (string, error) { return "", nil }
+
+// ParseTokens parses the bearer scheme's "token=tenant,token2=tenant2" list (the value of the
+// environment variable named by tokens_env) into Verify.Tokens.
+func ParseTokens(s string) (map[string]string, error) {
+	out := map[string]string{}
+	for i, item := range strings.Split(s, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		tok, tenant, ok := strings.Cut(item, "=")
+		if !ok || tok == "" || tenant == "" {
+			return nil, fmt.Errorf("token list entry %d is not token=tenant", i+1)
+		}
+		out[tok] = tenant
+	}
+	if len(out) == 0 {
+		return nil, errors.New("token list is empty")
+	}
+	return out, nil
+}
+
+// newVerifier builds the verifier of v, or says which field is wrong.
+func newVerifier(v Verify, allowUnverified bool) (verifier, error) {
+	raw := func() ([][]byte, error) {
+		if len(v.Secrets) == 0 {
+			return nil, errors.New("verify.secrets: at least one secret is required")
+		}
+		keys := make([][]byte, 0, len(v.Secrets))
+		for i, s := range v.Secrets {
+			if s == "" {
+				return nil, fmt.Errorf("verify.secrets[%d] is empty", i)
+			}
+			keys = append(keys, []byte(s))
+		}
+		return keys, nil
+	}
+	tol := v.Tolerance
+	if tol == 0 {
+		tol = ToleranceDefault
+	}
+	if tol < 0 {
+		return nil, fmt.Errorf("verify.tolerance must not be negative, got %s", v.Tolerance)
+	}
+	switch v.Scheme {
+	case SchemeStripe:
+		keys, err := raw()
+		if err != nil {
+			return nil, err
+		}
+		return stripeVerifier{keys: keys, tol: tol}, nil
+	case SchemeStandardWebhooks:
+		sv := standardVerifier{tol: tol}
+		for i, s := range v.Secrets {
+			k, err := decodeStandardSecret(s)
+			if err != nil {
+				return nil, fmt.Errorf("verify.secrets[%d]: %w", i, err)
+			}
+			sv.keys = append(sv.keys, k)
+		}
+		for i, s := range v.PublicKeys {
+			k, err := decodeStandardPublicKey(s)
+			if err != nil {
+				return nil, fmt.Errorf("verify.public_keys[%d]: %w", i, err)
+			}
+			sv.pubKeys = append(sv.pubKeys, k)
+		}
+		if len(sv.keys) == 0 && len(sv.pubKeys) == 0 {
+			return nil, errors.New("verify.secrets: at least one secret (or public key) is required")
+		}
+		return sv, nil
+	case SchemeGitHub:
+		keys, err := raw()
+		if err != nil {
+			return nil, err
+		}
+		return bodyHMACVerifier{keys: keys, header: "X-Hub-Signature-256", prefix: "sha256="}, nil
+	case SchemeShopify:
+		keys, err := raw()
+		if err != nil {
+			return nil, err
+		}
+		return bodyHMACVerifier{keys: keys, header: "X-Shopify-Hmac-Sha256", base64: true}, nil
+	case SchemeSlack:
+		keys, err := raw()
+		if err != nil {
+			return nil, err
+		}
+		return slackVerifier{keys: keys, tol: tol}, nil
+	case SchemeHMACSHA256:
+		keys, err := raw()
+		if err != nil {
+			return nil, err
+		}
+		if v.Header == "" {
+			return nil, errors.New("verify.header is required for hmac-sha256")
+		}
+		var b64 bool
+		switch v.Encoding {
+		case "", "hex":
+		case "base64":
+			b64 = true
+		default:
+			return nil, fmt.Errorf("verify.encoding must be hex or base64, got %q", v.Encoding)
+		}
+		return bodyHMACVerifier{keys: keys, header: v.Header, prefix: v.Prefix, base64: b64}, nil
+	case SchemeBearer:
+		if len(v.Tokens) == 0 {
+			return nil, errors.New("verify.tokens: at least one token=tenant is required")
+		}
+		bv := bearerVerifier{}
+		for tok, tenant := range v.Tokens {
+			if tok == "" || tenant == "" {
+				return nil, errors.New("verify.tokens: empty token or tenant")
+			}
+			bv.tokens = append(bv.tokens, [2]string{tok, tenant})
+		}
+		return bv, nil
+	case SchemeNone:
+		if !allowUnverified {
+			return nil, errors.New("verify.scheme none is refused unless allow_unverified is true")
+		}
+		return noneVerifier{}, nil
+	case "":
+		return nil, errors.New("verify.scheme is required")
+	default:
+		return nil, fmt.Errorf("verify.scheme %q is unknown (want stripe, standard-webhooks, github, shopify, slack, hmac-sha256, bearer or none)", v.Scheme)
+	}
+}
