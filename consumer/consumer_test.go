@@ -1,0 +1,244 @@
+package consumer_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/sirupsen/logrus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemd/idemd/consumer"
+	"github.com/idemd/idemd/internal/kafkatest"
+	"github.com/idemd/idemd/internal/pgtest"
+)
+
+// bundle is one test's world: a schema with an effects table, a topic and a group.
+type bundle struct {
+	db      *pgtest.DB
+	brokers []string
+	topic   string
+	group   string
+}
+
+// effectSQL records every run of the effect; the table has no unique key, so a repeated
+// effect shows as a second row.
+const effectSQL = `INSERT INTO {schema}.effects (message_id, payload, topic, part, off)
+VALUES (@message_id, @payload::jsonb, @topic, @partition, @offset)`
+
+func setup(t testing.TB, partitions int) *bundle {
+	t.Helper()
+	b := &bundle{
+		db:      pgtest.NewWithOptions(t, pgtest.Options{MaxConns: 6}),
+		brokers: kafkatest.Brokers(t),
+		topic:   kafkatest.Topic(t, partitions),
+		group:   kafkatest.Group(t),
+	}
+	b.db.Exec(t, b.db.Q(`CREATE TABLE {schema}.effects (
+    message_id text NOT NULL, payload jsonb, topic text, part int, off bigint)`))
+	return b
+}
+
+func testLogger() *logrus.Entry {
+	l := logrus.New()
+	l.SetOutput(io.Discard)
+	return logrus.NewEntry(l)
+}
+
+// config is a consumer of the bundle's topic with the recording SQL effect and group
+// timings short enough for tests.
+func (b *bundle) config() *consumer.Config {
+	return &consumer.Config{
+		Name:              "ledger",
+		Brokers:           b.brokers,
+		Topics:            []string{b.topic},
+		Group:             b.group,
+		Schema:            b.db.Schema,
+		SQL:               b.db.Q(effectSQL),
+		BatchSize:         100,
+		HeartbeatInterval: 100 * time.Millisecond,
+		SessionTimeout:    6 * time.Second,
+		RebalanceTimeout:  5 * time.Second,
+		BackoffMin:        5 * time.Millisecond,
+		BackoffMax:        50 * time.Millisecond,
+		Logger:            testLogger(),
+	}
+}
+
+// start runs a consumer until the returned stop is called (or the test ends).
+func start(t testing.TB, db *pgtest.DB, cfg *consumer.Config) (stop func()) {
+	t.Helper()
+	c, err := consumer.New(db.Pool, cfg)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				require.NoError(t, err)
+			case <-time.After(30 * time.Second):
+				t.Errorf("consumer did not stop")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// msg is a JSON record with an operation-id header, bound for partition p.
+func msg(id string, p int, body string) kafka.Message {
+	if body == "" {
+		body = fmt.Sprintf(`{"id":%q}`, id)
+	}
+	return kafka.Message{
+		Partition: p,
+		Headers:   []kafka.Header{{Key: "operation-id", Value: []byte(id)}},
+		Value:     []byte(body),
+	}
+}
+
+// produce writes msgs, each to the partition it names.
+func produce(t testing.TB, brokers []string, topic string, msgs ...kafka.Message) {
+	t.Helper()
+	w := &kafka.Writer{
+		Addr:  kafka.TCP(brokers...),
+		Topic: topic,
+		Balancer: kafka.BalancerFunc(func(m kafka.Message, partitions ...int) int {
+			return m.Partition
+		}),
+		BatchSize:    1000,
+		BatchTimeout: time.Millisecond,
+		RequiredAcks: kafka.RequireAll,
+	}
+	defer w.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for len(msgs) > 0 {
+		n := min(len(msgs), 1000)
+		out := make([]kafka.Message, n)
+		copy(out, msgs[:n])
+		require.NoError(t, w.WriteMessages(ctx, out...))
+		msgs = msgs[n:]
+	}
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (b *bundle) effects(t testing.TB) int { return b.db.Count(t, "{schema}.effects") }
+
+func (b *bundle) distinctEffects(t testing.TB) int {
+	return b.db.Count(t, "(SELECT DISTINCT message_id FROM {schema}.effects) d")
+}
+
+// processedCount counts the ids of the "ledger" pipeline that reached a final state.
+func (b *bundle) processedCount(t testing.TB) int {
+	return b.db.Count(t, "{schema}.processed_messages WHERE scope = 'ledger'")
+}
+
+// committed returns the group's committed offset of each partition of topic (-1: none).
+func committed(t testing.TB, brokers []string, group, topic string, partitions int) []int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ps := make([]int, partitions)
+	for i := range ps {
+		ps[i] = i
+	}
+	cl := &kafka.Client{Addr: kafka.TCP(brokers...)}
+	resp, err := cl.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{topic: ps}})
+	require.NoError(t, err)
+	out := make([]int64, partitions)
+	for i := range out {
+		out[i] = -1
+	}
+	for _, p := range resp.Topics[topic] {
+		out[p.Partition] = p.CommittedOffset
+	}
+	return out
+}
+
+func ids(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = prefix + strconv.Itoa(i)
+	}
+	return out
+}
+
+func TestDuplicatesInOneBatch(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1)
+	var msgs []kafka.Message
+	for _, id := range ids("a", 20) {
+		// Each id three times, back to back: they land in one batch.
+		msgs = append(msgs, msg(id, 0, ""), msg(id, 0, ""), msg(id, 0, ""))
+	}
+	produce(t, b.brokers, b.topic, msgs...)
+	start(t, b.db, b.config())
+
+	eventually(t, 30*time.Second, "offsets committed", func() bool {
+		return committed(t, b.brokers, b.group, b.topic, 1)[0] == 60
+	})
+	require.Equal(t, 20, b.effects(t))
+	require.Equal(t, 20, b.distinctEffects(t))
+	require.Equal(t, 20, b.processedCount(t))
+}
+
+func TestDuplicatesAcrossBatches(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1)
+	cfg := b.config()
+	cfg.BatchSize = 7
+	var msgs []kafka.Message
+	for round := 0; round < 3; round++ {
+		for _, id := range ids("a", 30) {
+			msgs = append(msgs, msg(id, 0, ""))
+		}
+	}
+	produce(t, b.brokers, b.topic, msgs...)
+	start(t, b.db, cfg)
+
+	eventually(t, 30*time.Second, "offsets committed", func() bool {
+		return committed(t, b.brokers, b.group, b.topic, 1)[0] == 90
+	})
+	require.Equal(t, 30, b.effects(t))
+	require.Equal(t, 30, b.distinctEffects(t))
+}
+
+func TestDuplicatesAcrossPartitions(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 2)
+	var msgs []kafka.Message
+	for _, id := range ids("a", 200) {
+		// The same id on both partitions: two batches, two transactions, in parallel.
+		msgs = append(msgs, msg(id, 0, ""), msg(id, 1, ""))
+	}
+	produce(t, b.brokers, b.topic, msgs...)
+	start(t, b.db, b.config())
+
+	eventually(t, 30*time.Second, "offsets committed", func() bool {
+		c := committed(t, b.brokers, b.group, b.topic, 2)
+		return c[0] == 200 && c[1] == 200
+	})
+	require.Equal(t, 200, b.effects(t))
+	require.Equal(t, 200, b.distinctEffects(t))
+}

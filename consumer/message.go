@@ -1,0 +1,208 @@
+package consumer
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// Message is one Kafka record as a Handler sees it.
+type Message struct {
+	// Pipeline is the subscription's name; message ids are unique within it.
+	Pipeline string
+	// ID is the message id the record was deduplicated on.
+	ID string
+	// Topic, Partition and Offset say where the record was read.
+	Topic     string
+	Partition int
+	Offset    int64
+	// Key and Value are the record's key and value, as produced.
+	Key   []byte
+	Value []byte
+	// Headers are the record's headers; when a name repeats, the first value wins.
+	Headers map[string]string
+	// Time is the record's timestamp.
+	Time time.Time
+	// ReceivedAt is when this consumer fetched the record.
+	ReceivedAt time.Time
+}
+
+// Field says where a value is read from a record: exactly one of Header, JSON and Key.
+type Field struct {
+	// Header names a record header.
+	Header string `yaml:"header,omitempty" json:"header,omitempty"`
+	// JSON is a JSON pointer (RFC 6901) into the record value, such as "/data/id". Strings
+	// are taken as they are, numbers as written.
+	JSON string `yaml:"json,omitempty" json:"json,omitempty"`
+	// Key takes the record key.
+	Key bool `yaml:"key,omitempty" json:"key,omitempty"`
+}
+
+// DefaultIDHeaders are the headers whose first present one is the message id when
+// Config.MessageID is not set.
+var DefaultIDHeaders = []string{"operation-id", "message-id", "idempotency-key"}
+
+func (f *Field) validate() error {
+	n := 0
+	if f.Header != "" {
+		n++
+	}
+	if f.JSON != "" {
+		n++
+		if f.JSON[0] != '/' {
+			return fmt.Errorf("json pointer %q must start with /", f.JSON)
+		}
+	}
+	if f.Key {
+		n++
+	}
+	if n != 1 {
+		return errors.New("exactly one of header, json and key must be set")
+	}
+	return nil
+}
+
+func (f *Field) String() string {
+	switch {
+	case f.Header != "":
+		return "header " + f.Header
+	case f.JSON != "":
+		return "json " + f.JSON
+	default:
+		return "the record key"
+	}
+}
+
+// record is one fetched Kafka record on its way through a batch.
+type record struct {
+	msg     Message
+	raw     kafka.Message
+	parsed  bool
+	doc     any // the decoded value, nil when it is not JSON
+	isJSON  bool
+	stale   bool
+	pending *pending
+}
+
+// json decodes the value once, on first use.
+func (r *record) json() (any, bool) {
+	if !r.parsed {
+		r.parsed = true
+		dec := json.NewDecoder(bytes.NewReader(r.msg.Value))
+		dec.UseNumber()
+		if err := dec.Decode(&r.doc); err == nil && !dec.More() {
+			r.isJSON = true
+		} else {
+			r.doc = nil
+		}
+	}
+	return r.doc, r.isJSON
+}
+
+// lookup reads f from the record; ok is false when it is absent (or not a scalar).
+func (r *record) lookup(f *Field) (string, bool) {
+	switch {
+	case f.Header != "":
+		v, ok := r.msg.Headers[f.Header]
+		return v, ok && v != ""
+	case f.Key:
+		return string(r.msg.Key), len(r.msg.Key) > 0
+	default:
+		doc, ok := r.json()
+		if !ok {
+			return "", false
+		}
+		v, ok := pointer(doc, f.JSON)
+		if !ok {
+			return "", false
+		}
+		switch x := v.(type) {
+		case string:
+			return x, x != ""
+		case json.Number:
+			return x.String(), true
+		case bool:
+			return strconv.FormatBool(x), true
+		}
+		return "", false
+	}
+}
+
+// id returns the message id by spec, or by the default header chain when spec is nil.
+func (r *record) id(spec *Field) (string, bool) {
+	if spec != nil {
+		return r.lookup(spec)
+	}
+	for _, h := range DefaultIDHeaders {
+		if v := r.msg.Headers[h]; v != "" {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// pointer resolves an RFC 6901 JSON pointer in a decoded document.
+func pointer(doc any, ptr string) (any, bool) {
+	if ptr == "" {
+		return doc, true
+	}
+	v := doc
+	for _, tok := range strings.Split(ptr[1:], "/") {
+		tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
+		switch x := v.(type) {
+		case map[string]any:
+			var ok bool
+			if v, ok = x[tok]; !ok {
+				return nil, false
+			}
+		case []any:
+			i, err := strconv.Atoi(tok)
+			if err != nil || i < 0 || i >= len(x) {
+				return nil, false
+			}
+			v = x[i]
+		default:
+			return nil, false
+		}
+	}
+	return v, true
+}
+
+var number = regexp.MustCompile(`^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$`)
+
+// parseVersion turns a version read from a record into a decimal number: a JSON number or
+// numeric string as written, or an RFC 3339 timestamp as microseconds since the Unix epoch.
+func parseVersion(s string) (string, error) {
+	s = strings.TrimSpace(s)
+	if number.MatchString(s) {
+		return s, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return "", fmt.Errorf("version %q is neither a number nor an RFC 3339 timestamp", s)
+	}
+	return strconv.FormatInt(t.UnixMicro(), 10), nil
+}
+
+func newRecord(pipeline string, m kafka.Message, now time.Time) *record {
+	headers := make(map[string]string, len(m.Headers))
+	for _, h := range m.Headers {
+		if _, ok := headers[h.Key]; !ok {
+			headers[h.Key] = string(h.Value)
+		}
+	}
+	return &record{
+		raw: m,
+		msg: Message{
+			Pipeline: pipeline, Topic: m.Topic, Partition: m.Partition, Offset: m.Offset,
+			Key: m.Key, Value: m.Value, Headers: headers, Time: m.Time, ReceivedAt: now,
+		},
+	}
+}
