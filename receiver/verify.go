@@ -70,10 +70,19 @@ func anyMAC(keys [][]byte, candidates [][]byte, parts ...[]byte) bool {
 	return ok == 1
 }
 
+// parseTimestamp checks a signed timestamp's format, before the signature, so that the log
+// says "malformed" rather than "does not match" for it.
+func parseTimestamp(ts string) error {
+	if _, err := strconv.ParseInt(strings.TrimSpace(ts), 10, 64); err != nil {
+		return failf("malformed header: timestamp %q is not an integer", truncate(ts, 20))
+	}
+	return nil
+}
+
 func checkTimestamp(ts string, tol time.Duration, now time.Time) (int64, error) {
 	t, err := strconv.ParseInt(strings.TrimSpace(ts), 10, 64)
 	if err != nil {
-		return 0, failf("malformed header: timestamp %q is not an integer", truncate(ts, 20))
+		return 0, parseTimestamp(ts)
 	}
 	skew := now.Unix() - t
 	if skew < 0 {
@@ -157,6 +166,9 @@ func (v stripeVerifier) verify(hd http.Header, body []byte, now time.Time) (stri
 			return "", failf("malformed header: no v1 signature")
 		}
 	}
+	if err := parseTimestamp(h.t); err != nil {
+		return "", err
+	}
 	if !anyMAC(v.keys, h.v1, []byte(h.t), []byte("."), body) {
 		return "", errMismatch
 	}
@@ -199,13 +211,12 @@ func parseStandardSignatures(s string) (swSignatures, error) {
 			return out, failf("malformed header: webhook-signature entry without a version")
 		}
 		b, err := base64.StdEncoding.DecodeString(sig)
-		if err != nil {
-			continue // one bad entry must not hide a good one beside it
-		}
-		switch ver {
-		case "v1":
+		switch {
+		case err != nil:
+			// One bad entry must not hide a good one beside it.
+		case ver == "v1" && len(b) == sha256.Size:
 			out.v1 = append(out.v1, b)
-		case "v1a":
+		case ver == "v1a" && len(b) == ed25519.SignatureSize:
 			out.v1a = append(out.v1a, b)
 		}
 	}
@@ -224,11 +235,14 @@ func (v standardVerifier) verify(h http.Header, body []byte, now time.Time) (str
 	if err != nil {
 		return "", err
 	}
+	if err := parseTimestamp(ts); err != nil {
+		return "", err
+	}
 	content := []byte(id + "." + ts + "." + string(body))
 	ok := anyMAC(v.keys, sigs.v1, content)
 	for _, pk := range v.pubKeys {
 		for _, s := range sigs.v1a {
-			if len(s) == ed25519.SignatureSize && ed25519.Verify(pk, content, s) {
+			if ed25519.Verify(pk, content, s) {
 				ok = true
 			}
 		}
@@ -318,6 +332,9 @@ func (v slackVerifier) verify(h http.Header, body []byte, now time.Time) (string
 	ts := h.Get("X-Slack-Request-Timestamp")
 	if ts == "" {
 		return "", failf("missing X-Slack-Request-Timestamp header")
+	}
+	if err := parseTimestamp(ts); err != nil {
+		return "", err
 	}
 	sig, err := parseBodySignature(h.Get("X-Slack-Signature"), "v0=", false)
 	if err != nil {
