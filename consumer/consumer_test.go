@@ -109,6 +109,21 @@ func msg(id string, p int, body string) kafka.Message {
 // produce writes msgs, each to the partition it names.
 func produce(t testing.TB, brokers []string, topic string, msgs ...kafka.Message) {
 	t.Helper()
+	require.NoError(t, write(brokers, topic, msgs))
+}
+
+// produceAsync is produce in the background; the test fails at cleanup if it did.
+func produceAsync(t testing.TB, brokers []string, topic string, msgs ...kafka.Message) {
+	done := make(chan error, 1)
+	go func() { done <- write(brokers, topic, msgs) }()
+	t.Cleanup(func() {
+		if err := <-done; err != nil {
+			t.Errorf("producing: %v", err)
+		}
+	})
+}
+
+func write(brokers []string, topic string, msgs []kafka.Message) error {
 	w := &kafka.Writer{
 		Addr:  kafka.TCP(brokers...),
 		Topic: topic,
@@ -126,9 +141,12 @@ func produce(t testing.TB, brokers []string, topic string, msgs ...kafka.Message
 		n := min(len(msgs), 1000)
 		out := make([]kafka.Message, n)
 		copy(out, msgs[:n])
-		require.NoError(t, w.WriteMessages(ctx, out...))
+		if err := w.WriteMessages(ctx, out...); err != nil {
+			return err
+		}
 		msgs = msgs[n:]
 	}
+	return nil
 }
 
 // eventually polls cond until it holds or the deadline passes.

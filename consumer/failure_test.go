@@ -119,9 +119,9 @@ func TestStaleEventGuard(t *testing.T) {
 	produce(t, b.brokers, b.topic,
 		ev("a1", "A", "1", 0),
 		ev("a3", "A", "3", 0),
-		ev("a2", "A", "2", 0),      // stale: older
-		ev("a3bis", "A", "3", 0),   // stale: equal
-		ev("a4", "A", "4.5", 0),    // newer
+		ev("a2", "A", "2", 0),    // stale: older
+		ev("a3bis", "A", "3", 0), // stale: equal
+		ev("a4", "A", "4.5", 0),  // newer
 		ev("b1", "B", `"2026-01-01T00:00:00Z"`, 1),
 		ev("b0", "B", `"2025-12-31T23:59:59.999Z"`, 1), // stale timestamp
 		ev("b2", "B", `"2026-01-01T00:00:00.000001Z"`, 1),
