@@ -369,3 +369,14 @@ func (l *StringList) UnmarshalYAML(n *yaml.Node) error {
 	}
 	return nil
 }
+
+// Errorf returns an *Error about field of the source, with its line, for problems found
+// after Load (by the packages the file is mapped onto).
+func (s *Source) Errorf(field, format string, args ...any) error {
+	return s.loc.errorf(field, format, args...)
+}
+
+// Errorf returns an *Error about field of the subscription, with its line.
+func (s *Subscription) Errorf(field, format string, args ...any) error {
+	return s.loc.errorf(field, format, args...)
+}

@@ -18,12 +18,20 @@ type parser struct {
 
 // where locates one pipeline's fields for error messages.
 type where struct {
+	file  string
 	label string         // sources[0] "stripe"
 	line  int            // the pipeline's first line
 	lines map[string]int // field path -> line
 	// commented are plain scalars followed by a comment: " #" inside unquoted SQL (the
 	// jsonb operators #> and #>>) starts a YAML comment and silently cuts the statement.
 	commented map[string]bool
+}
+
+func (w *where) errorf(field, format string, args ...any) error {
+	if w == nil {
+		return &Error{Field: field, Msg: fmt.Sprintf(format, args...)}
+	}
+	return &Error{File: w.file, Line: w.lineOf(field), Pipeline: w.label, Field: field, Msg: fmt.Sprintf(format, args...)}
 }
 
 func (w *where) lineOf(field string) int {
@@ -99,7 +107,7 @@ func (p *parser) parse(data []byte) *File {
 			continue
 		}
 		for j, el := range v.Content {
-			w := &where{label: fmt.Sprintf("%s[%d]", k.Value, j), line: el.Line, lines: map[string]int{}}
+			w := &where{file: p.file, label: fmt.Sprintf("%s[%d]", k.Value, j), line: el.Line, lines: map[string]int{}}
 			if name := scalarAt(el, "name"); name != "" {
 				w.label += fmt.Sprintf(" %q", name)
 			}

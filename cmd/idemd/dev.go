@@ -1,0 +1,209 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/idemd/idemd/deploy"
+	"github.com/idemd/idemd/internal/config"
+)
+
+// Development-only defaults. They are used by `idemd dev` (and `idemd sign` without a
+// pipelines file) and by nothing else.
+const (
+	databaseURLDev = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+	secretEnvDev   = "STRIPE_WEBHOOK_SECRET"
+	secretDev      = "whsec_dev_only_not_a_secret"
+	tokensEnvDev   = "ORDERS_TOKENS"
+	tokensDev      = "dev-token-acme=acme,dev-token-globex=globex"
+	devPipelineSrc = "deploy/idemd.dev.yaml (embedded)"
+	kafkaPortDev   = 9092
+)
+
+// devPipelines loads the pipelines file the user gave, or dev's embedded one with
+// development secrets for the variables it names that are unset. dev reports which.
+func devPipelines(e *Env, env environment) (*config.File, bool, error) {
+	if e.set["IDEMD_PIPELINES_FILE"] {
+		f, err := config.Load(e.PipelinesFile, env.lookup)
+		if err != nil {
+			return nil, false, fmt.Errorf("the pipelines file is not valid:\n%w", err)
+		}
+		return f, false, nil
+	}
+	lookup := func(name string) (string, bool) {
+		if v, ok := env[name]; ok && v != "" {
+			return v, true
+		}
+		switch name {
+		case secretEnvDev:
+			return secretDev, true
+		case tokensEnvDev:
+			return tokensDev, true
+		}
+		return "", false
+	}
+	f, err := config.Parse(devPipelineSrc, deploy.DevPipelines, lookup)
+	if err != nil {
+		return nil, false, fmt.Errorf("the dev pipelines file is not valid:\n%w", err)
+	}
+	return f, true, nil
+}
+
+func (c *cli) dev(args []string) int {
+	fs := c.flags("dev", "", "One-command local run. Applies the migrations, starts an in-memory Kafka-protocol broker\n"+
+		"(development only: nothing survives a restart) unless IDEMD_KAFKA_BROKERS is set, serves the\n"+
+		"example pipelines of deploy/idemd.dev.yaml (or IDEMD_PIPELINES_FILE), creates their effect\n"+
+		"tables, and prints example requests ready to paste. IDEMD_DATABASE_URL defaults to\n"+databaseURLDev+".", true)
+	pipelines := fs.String("pipelines", "", "pipelines file (overrides IDEMD_PIPELINES_FILE and the dev example)")
+	if code, ok := c.parse(fs, args); !ok {
+		return code
+	}
+	e, err := loadEnv(c.env)
+	if err != nil {
+		return c.fail("dev", exitUsage, err)
+	}
+	if *pipelines != "" {
+		e.PipelinesFile, e.set["IDEMD_PIPELINES_FILE"] = *pipelines, true
+	}
+	if e.DatabaseURL == "" {
+		e.DatabaseURL = databaseURLDev
+	}
+	if !e.set["IDEMD_LOG_FORMAT"] {
+		e.LogFormat = "text"
+	}
+	if !e.set["IDEMD_KAFKA_CREATE_TOPICS"] {
+		e.KafkaCreateTopics = true
+	}
+	f, example, err := devPipelines(e, c.env)
+	if err != nil {
+		return c.fail("dev", exitUsage, err)
+	}
+	log := newLogger(e, c.stderr).WithField("component", "dev")
+
+	inMemory := len(e.KafkaBrokers) == 0
+	if inMemory {
+		cluster, err := startDevBroker(f.Topics())
+		if err != nil {
+			return c.fail("dev", exitFailure, fmt.Errorf("error starting the in-memory Kafka broker: %w", err))
+		}
+		defer cluster.Close()
+		e.KafkaBrokers = cluster.ListenAddrs()
+		log.WithField("brokers", strings.Join(e.KafkaBrokers, ",")).
+			Warn("DEVELOPMENT ONLY: using an in-process, in-memory Kafka-protocol broker (kfake); every record is lost when idemd stops. Set IDEMD_KAFKA_BROKERS to use a real Kafka.")
+	}
+	if example {
+		// The example's tables live in a schema of their own, first on the search_path so
+		// that the example SQL names them unqualified.
+		appSchema := e.DBSchema + "_dev"
+		if err := createDevTables(e.DatabaseURL, appSchema); err != nil {
+			return c.fail("dev", exitFailure, err)
+		}
+		if e.DBSearchPath == "" {
+			e.DBSearchPath = pgx.Identifier{appSchema}.Sanitize() + ", public"
+		}
+	}
+	onReady := func(httpAddr, adminAddr string) {
+		printDevBanner(c.stdout, f, example, inMemory, e, httpAddr, adminAddr, c.env[tokensEnvDev] == "")
+	}
+	return c.runDaemon("dev", e, f, onReady)
+}
+
+// startDevBroker starts kfake on localhost:9092 when free (so that Kafka tools find it at
+// the usual address), else on any port.
+func startDevBroker(topics []string) (*kfake.Cluster, error) {
+	opts := []kfake.Opt{kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(3), kfake.ClusterID("idemd-dev")}
+	if len(topics) > 0 {
+		opts = append(opts, kfake.SeedTopics(3, topics...))
+	}
+	if ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", kafkaPortDev)); err == nil {
+		ln.Close()
+		if c, err := kfake.NewCluster(append(opts, kfake.Ports(kafkaPortDev))...); err == nil {
+			return c, nil
+		}
+	}
+	return kfake.NewCluster(opts...)
+}
+
+// createDevTables runs deploy/idemd.dev.sql in schema.
+func createDevTables(url, schema string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return fmt.Errorf("error connecting to the database at %s: %w (start PostgreSQL, or set IDEMD_DATABASE_URL)", redactURL(url), err)
+	}
+	defer conn.Close(ctx)
+	quoted := pgx.Identifier{schema}.Sanitize()
+	// The advisory lock keeps two dev processes from racing on CREATE IF NOT EXISTS.
+	sql := "SELECT pg_advisory_xact_lock(hashtext('idemd.dev:' || $1))"
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("error creating the dev tables: %w", err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, sql, schema); err != nil {
+		return fmt.Errorf("error creating the dev tables: %w", err)
+	}
+	if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+quoted+"; SET LOCAL search_path TO "+quoted+";\n"+deploy.DevSQL); err != nil {
+		return fmt.Errorf("error creating the dev tables: %w", err)
+	}
+	return tx.Commit(ctx)
+}
+
+// printDevBanner says, loudly, what dev runs and how to try it.
+func printDevBanner(w io.Writer, f *config.File, example, inMemory bool, e *Env, httpAddr, adminAddr string, showToken bool) {
+	base := "http://" + localAddr(httpAddr)
+	var b strings.Builder
+	rule := strings.Repeat("=", 78)
+	fmt.Fprintln(&b, rule)
+	fmt.Fprintln(&b, " idemd dev: DEVELOPMENT ONLY")
+	if inMemory {
+		fmt.Fprintf(&b, " Kafka: IN-MEMORY broker at %s; all records are lost when idemd stops.\n", strings.Join(e.KafkaBrokers, ","))
+	} else {
+		fmt.Fprintf(&b, " Kafka: %s\n", strings.Join(e.KafkaBrokers, ","))
+	}
+	fmt.Fprintf(&b, " PostgreSQL: %s (schema %s)\n", redactURL(e.DatabaseURL), e.DBSchema)
+	fmt.Fprintf(&b, " Pipelines: %s\n", f.Path)
+	if example {
+		fmt.Fprintf(&b, " Development secrets are in use for %s and %s unless set.\n", secretEnvDev, tokensEnvDev)
+	}
+	fmt.Fprintf(&b, " Receiver: %s   Admin: http://%s/metrics /healthz /readyz\n", base, localAddr(adminAddr))
+	fmt.Fprintln(&b, rule)
+	now := time.Now()
+	for i, s := range f.Sources {
+		if s.Verify.Scheme == "none" && !s.AllowUnverified {
+			continue
+		}
+		line, err := exampleRequest(s, base, nil, "", now.Add(time.Duration(i)*time.Millisecond), example && showToken)
+		if err != nil {
+			continue
+		}
+		fmt.Fprintf(&b, "\n# %s (%s): paste twice, the second answer is a replay\n%s\n", s.Name, s.Verify.Scheme, line)
+	}
+	fmt.Fprintln(&b, "\n# a fresh signed request at any time:\n#   go run ./cmd/idemd sign -source <name> [-body '<json>']")
+	if example {
+		fmt.Fprintf(&b, "\n# effects:\n#   psql %q -c 'SELECT * FROM %s_dev.payments; SELECT * FROM %s_dev.ledger; SELECT * FROM %s_dev.orders'\n",
+			redactURL(e.DatabaseURL), e.DBSchema, e.DBSchema, e.DBSchema)
+	}
+	fmt.Fprintln(&b)
+	_, _ = io.WriteString(w, b.String())
+}
+
+// localAddr turns ":8080" into "127.0.0.1:8080" for printing.
+func localAddr(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	if host == "" || host == "::" || host == "0.0.0.0" {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, port)
+}
