@@ -2,6 +2,8 @@
 // relays them. Guarantee: an outbox row commits if and only if the caller's transaction
 // commits; every committed row is then published at least once, with an operation id that
 // is the same on every attempt, so that a consumer deduping on it applies it exactly once.
+// Events with an HTTP endpoint are written to http_deliveries in the same transaction and
+// delivered by package delivery with the same operation id as Idempotency-Key.
 package outbox
 
 import (
@@ -42,8 +44,12 @@ func OperationID(pipeline, messageID string, ordinal int) uuid.UUID {
 
 // Event is one record to publish.
 type Event struct {
-	// Topic is the Kafka topic. Required.
+	// Topic is the Kafka topic. Required unless Endpoint is set.
 	Topic string
+	// Endpoint names the HTTP endpoint (a delivery.Endpoint of the same name) the event is
+	// POSTed to, beside or instead of Topic. It is written to the http_deliveries table
+	// in the same transaction, with the same operation id. Optional.
+	Endpoint string
 	// Key is the record key; records of one key keep their order. Optional.
 	Key []byte
 	// Payload is the record value.
@@ -68,9 +74,11 @@ type Config struct {
 
 // Store writes outbox rows into one schema.
 type Store struct {
-	schema  string
-	channel string
-	insert  string
+	schema          string
+	channel         string
+	deliveryChannel string
+	insert          string
+	insertDelivery  string
 }
 
 // New returns a Store for cfg; cfg may be nil.
@@ -80,8 +88,12 @@ func New(cfg *Config) *Store {
 	}
 	schema := cmp.Or(cfg.Schema, SchemaDefault)
 	return &Store{
-		schema:  schema,
-		channel: Channel(schema),
+		schema:          schema,
+		channel:         Channel(schema),
+		deliveryChannel: DeliveryChannel(schema),
+		insertDelivery: `INSERT INTO ` + pgx.Identifier{schema}.Sanitize() + `.http_deliveries
+    (endpoint, operation_id, pipeline, causation_id, key, payload, headers)
+SELECT * FROM unnest($1::text[], $2::uuid[], $3::text[], $4::text[], $5::bytea[], $6::bytea[], $7::jsonb[])`,
 		insert: `INSERT INTO ` + pgx.Identifier{schema}.Sanitize() + `.outbox
     (operation_id, pipeline, causation_id, topic, key, payload, headers)
 SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::bytea[], $7::jsonb[])`,
@@ -96,6 +108,13 @@ func Channel(schema string) string {
 	h := fnv.New32a()
 	h.Write([]byte(schema))
 	return fmt.Sprintf("idemd_outbox_%08x", h.Sum32())
+}
+
+// DeliveryChannel is the LISTEN/NOTIFY channel that wakes the HTTP deliverers of schema.
+func DeliveryChannel(schema string) string {
+	h := fnv.New32a()
+	h.Write([]byte(schema))
+	return fmt.Sprintf("idemd_delivery_%08x", h.Sum32())
 }
 
 // EnqueueTx writes events in tx on the default schema. See Store.EnqueueTx.
@@ -134,37 +153,71 @@ func (s *Store) Queue(batch *pgx.Batch, events ...Event) error {
 func (s *Store) queue(batch *pgx.Batch, events []Event) {
 	n := len(events)
 	var (
-		ops        = make([]uuid.UUID, n)
-		pipelines  = make([]string, n)
-		causations = make([]string, n)
-		topics     = make([]string, n)
-		keys       = make([][]byte, n)
-		payloads   = make([][]byte, n)
-		headers    = make([]map[string]string, n)
+		ops        = make([]uuid.UUID, 0, n)
+		pipelines  = make([]string, 0, n)
+		causations = make([]string, 0, n)
+		topics     = make([]string, 0, n)
+		keys       = make([][]byte, 0, n)
+		payloads   = make([][]byte, 0, n)
+		headers    = make([]map[string]string, 0, n)
+		deliveries deliveryColumns
 	)
 	for i, e := range events {
-		ops[i] = e.OperationID
-		if ops[i] == uuid.Nil {
-			ops[i] = OperationID(e.Pipeline, e.CausationID, i)
+		op := e.OperationID
+		if op == uuid.Nil {
+			op = OperationID(e.Pipeline, e.CausationID, i)
 		}
-		pipelines[i], causations[i], topics[i] = e.Pipeline, e.CausationID, e.Topic
-		keys[i], payloads[i] = e.Key, e.Payload
-		if payloads[i] == nil {
-			payloads[i] = []byte{}
+		payload := e.Payload
+		if payload == nil {
+			payload = []byte{}
 		}
-		headers[i] = e.Headers
-		if headers[i] == nil {
-			headers[i] = map[string]string{}
+		hdrs := e.Headers
+		if hdrs == nil {
+			hdrs = map[string]string{}
 		}
+		if e.Endpoint != "" {
+			deliveries.add(e, op, payload, hdrs)
+		}
+		if e.Topic == "" {
+			continue // HTTP only: the relay must never see it
+		}
+		ops = append(ops, op)
+		pipelines, causations, topics = append(pipelines, e.Pipeline), append(causations, e.CausationID), append(topics, e.Topic)
+		keys, payloads = append(keys, e.Key), append(payloads, payload)
+		headers = append(headers, hdrs)
 	}
-	batch.Queue(s.insert, ops, pipelines, causations, topics, keys, payloads, headers)
-	batch.Queue("SELECT pg_notify($1, '')", s.channel)
+	if len(ops) > 0 {
+		batch.Queue(s.insert, ops, pipelines, causations, topics, keys, payloads, headers)
+		batch.Queue("SELECT pg_notify($1, '')", s.channel)
+	}
+	if len(deliveries.ops) > 0 {
+		d := &deliveries
+		batch.Queue(s.insertDelivery, d.endpoints, d.ops, d.pipelines, d.causations, d.keys, d.payloads, d.headers)
+		batch.Queue("SELECT pg_notify($1, '')", s.deliveryChannel)
+	}
+}
+
+type deliveryColumns struct {
+	endpoints, pipelines, causations []string
+	ops                              []uuid.UUID
+	keys, payloads                   [][]byte
+	headers                          []map[string]string
+}
+
+func (d *deliveryColumns) add(e Event, op uuid.UUID, payload []byte, headers map[string]string) {
+	d.endpoints = append(d.endpoints, e.Endpoint)
+	d.ops = append(d.ops, op)
+	d.pipelines = append(d.pipelines, e.Pipeline)
+	d.causations = append(d.causations, e.CausationID)
+	d.keys = append(d.keys, e.Key)
+	d.payloads = append(d.payloads, payload)
+	d.headers = append(d.headers, headers)
 }
 
 func (e Event) validate() error {
 	switch {
-	case e.Topic == "":
-		return fmt.Errorf("topic is required")
+	case e.Topic == "" && e.Endpoint == "":
+		return fmt.Errorf("topic is required unless an HTTP endpoint is set")
 	case e.Pipeline == "":
 		return fmt.Errorf("pipeline is required")
 	case e.CausationID == "" && e.OperationID == uuid.Nil:

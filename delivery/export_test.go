@@ -1,0 +1,4 @@
+package delivery
+
+// EndpointDisabledGauge exposes the gauge to the external tests.
+var EndpointDisabledGauge = endpointDisabled
