@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"strings"
 	"time"
 
@@ -59,7 +60,7 @@ func (e environment) lookup(name string) (string, bool) {
 func loadEnv(e environment) (*Env, error) {
 	cfg := &Env{set: map[string]bool{}}
 	if err := env.ParseWithOptions(cfg, env.Options{Prefix: "IDEMD_", Environment: e}); err != nil {
-		return nil, fmt.Errorf("invalid environment: %w", err)
+		return nil, envError(err, e)
 	}
 	for k := range e {
 		if strings.HasPrefix(k, "IDEMD_") {
@@ -142,4 +143,26 @@ func redactURL(u string) string {
 		return u[:scheme+3] + user + ":***" + u[at:]
 	}
 	return u
+}
+
+// envError names the variable and its bad value rather than the Go field env reports.
+func envError(err error, e environment) error {
+	var agg env.AggregateError
+	if !errors.As(err, &agg) {
+		return fmt.Errorf("invalid environment: %w", err)
+	}
+	t := reflect.TypeFor[Env]()
+	var errs []error
+	for _, one := range agg.Errors {
+		var pe env.ParseError
+		if errors.As(one, &pe) {
+			if f, ok := t.FieldByName(pe.Name); ok {
+				name := "IDEMD_" + strings.Split(f.Tag.Get("env"), ",")[0]
+				errs = append(errs, fmt.Errorf("%s: %q is not a valid %s", name, e[name], pe.Type))
+				continue
+			}
+		}
+		errs = append(errs, one)
+	}
+	return errors.Join(errs...)
 }

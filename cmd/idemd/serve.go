@@ -155,7 +155,8 @@ func (c *cli) check(args []string) int {
 	if err != nil {
 		errs = append(errs, err)
 	}
-	if f != nil {
+	valid := err == nil
+	if valid {
 		if _, err := daemon.ReceiverConfig(f); err != nil {
 			errs = append(errs, err)
 		}

@@ -201,6 +201,7 @@ type DeadLetter struct {
 type Lookup func(name string) (string, bool)
 
 // Load reads and validates the pipelines file at path, resolving secrets through lookup.
+// See Parse for what it returns on error.
 func Load(path string, lookup Lookup) (*File, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -209,7 +210,9 @@ func Load(path string, lookup Lookup) (*File, error) {
 	return Parse(path, data, lookup)
 }
 
-// Parse is Load on data read from name.
+// Parse is Load on data read from name. When the file has problems, the error lists them
+// all; the File returned beside it, when not nil, is partial and good only for more
+// diagnostics (File.PrepareSQL).
 func Parse(name string, data []byte, lookup Lookup) (*File, error) {
 	if lookup == nil {
 		lookup = func(string) (string, bool) { return "", false }
@@ -222,7 +225,9 @@ func Parse(name string, data []byte, lookup Lookup) (*File, error) {
 		for i, e := range p.errs {
 			errs[i] = e
 		}
-		return nil, errors.Join(errs...)
+		// The partial file lets `idemd check` prepare the SQL of a file that has other
+		// problems too, and report everything at once.
+		return f, errors.Join(errs...)
 	}
 	return f, nil
 }

@@ -23,7 +23,7 @@ func (f *File) PrepareSQL(ctx context.Context, pool *pgxpool.Pool) error {
 
 	var errs []error
 	check := func(w *where, e *Effect) {
-		if e == nil || strings.TrimSpace(e.SQL) == "" {
+		if w == nil || e == nil || strings.TrimSpace(e.SQL) == "" {
 			return
 		}
 		if err := prepare(ctx, conn.Conn(), e.SQL); err != nil {

@@ -1,0 +1,62 @@
+package main
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemd/idemd/internal/pgtest"
+)
+
+// TestDevBecomesReady: `idemd dev` with nothing but PostgreSQL — no broker, no pipelines
+// file, no secrets — becomes ready, says loudly that its broker is in memory, and prints
+// example requests that work when pasted.
+func TestDevBecomesReady(t *testing.T) {
+	t.Parallel()
+	schema := testSchema(t)
+	httpAddr, adminAddr := freeAddr(t), freeAddr(t)
+	p := startIdemd(t, map[string]string{
+		"IDEMD_DATABASE_URL": pgtest.URL(),
+		"IDEMD_DB_SCHEMA":    schema,
+		"IDEMD_DB_MAX_CONNS": "6",
+		"IDEMD_HTTP_ADDR":    httpAddr,
+		"IDEMD_ADMIN_ADDR":   adminAddr,
+	}, "dev")
+	p.waitReady(t, adminAddr)
+
+	require.Contains(t, p.stdout.String(), "DEVELOPMENT ONLY")
+	require.Contains(t, p.stdout.String(), "IN-MEMORY")
+	require.Len(t, linesWith(p.stderr.String(), "level=warning msg=\"DEVELOPMENT ONLY"), 1)
+
+	curls := linesWith(p.stdout.String(), "curl ")
+	require.Len(t, curls, 2, p.stdout.String())
+	if _, err := exec.LookPath("curl"); err == nil {
+		for _, c := range curls {
+			c = strings.TrimPrefix(c, "#   ")
+			for range 2 {
+				out, err := exec.Command("bash", "-c", c).CombinedOutput()
+				require.NoError(t, err, string(out))
+				status := strings.SplitN(string(out), "\n", 2)[0]
+				require.Regexp(t, `^HTTP/1.1 20[01] `, status, string(out))
+			}
+		}
+		// The subscription consumed what the stripe source published.
+		pool := pgtest.Pool(t, 1)
+		deadline := time.Now().Add(20 * time.Second)
+		var n int
+		for time.Now().Before(deadline) {
+			require.NoError(t, pool.QueryRow(t.Context(), "SELECT count(*) FROM "+schema+"_dev.ledger").Scan(&n))
+			if n == 1 {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		require.Equal(t, 1, n)
+	}
+
+	code, _ := p.stop(t, 30*time.Second)
+	require.Equal(t, 0, code)
+}
