@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/idemd/idemd/internal/jsonpointer"
 )
 
 // Message is one Kafka record as a Handler sees it.
@@ -56,8 +58,8 @@ func (f *Field) validate() error {
 	}
 	if f.JSON != "" {
 		n++
-		if f.JSON[0] != '/' {
-			return fmt.Errorf("json pointer %q must start with /", f.JSON)
+		if err := jsonpointer.Validate(f.JSON); err != nil {
+			return err
 		}
 	}
 	if f.Key {
@@ -119,19 +121,12 @@ func (r *record) lookup(f *Field) (string, bool) {
 		if !ok {
 			return "", false
 		}
-		v, ok := pointer(doc, f.JSON)
+		v, ok := jsonpointer.Get(doc, f.JSON)
 		if !ok {
 			return "", false
 		}
-		switch x := v.(type) {
-		case string:
-			return x, x != ""
-		case json.Number:
-			return x.String(), true
-		case bool:
-			return strconv.FormatBool(x), true
-		}
-		return "", false
+		s, ok := jsonpointer.Scalar(v)
+		return s, ok && s != ""
 	}
 }
 
@@ -146,33 +141,6 @@ func (r *record) id(spec *Field) (string, bool) {
 		}
 	}
 	return "", false
-}
-
-// pointer resolves an RFC 6901 JSON pointer in a decoded document.
-func pointer(doc any, ptr string) (any, bool) {
-	if ptr == "" {
-		return doc, true
-	}
-	v := doc
-	for _, tok := range strings.Split(ptr[1:], "/") {
-		tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
-		switch x := v.(type) {
-		case map[string]any:
-			var ok bool
-			if v, ok = x[tok]; !ok {
-				return nil, false
-			}
-		case []any:
-			i, err := strconv.Atoi(tok)
-			if err != nil || i < 0 || i >= len(x) {
-				return nil, false
-			}
-			v = x[i]
-		default:
-			return nil, false
-		}
-	}
-	return v, true
 }
 
 var number = regexp.MustCompile(`^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$`)
