@@ -40,6 +40,7 @@ func init() {
 		{"check", "", "validate the configuration and reach every dependency, reporting all problems", (*cli).check},
 		{"dlq", "list|replay", "list or replay dead letters", (*cli).dlq},
 		{"sign", "", "print a signed example request (curl) for a source", (*cli).sign},
+		{"probe", "URL", "GET a health URL, exit 0 on 2xx (for images without curl)", (*cli).probe},
 		{"version", "", "print the version", (*cli).version},
 	}
 }
