@@ -360,6 +360,7 @@ func (d *Deliverer) runEndpoint(ctx context.Context, ep *endpoint) {
 	done := make(chan struct{}, ep.Concurrency) // never blocks a finishing request
 	inflight, failures := 0, 0
 	registered, wasDisabled := false, false
+	endpointDisabled.WithLabelValues(ep.Name).Set(0)
 	var lastStats time.Time
 	for ctx.Err() == nil {
 		wait := d.cfg.PollInterval

@@ -534,3 +534,42 @@ func TestNewDelivererNamesTheBadField(t *testing.T) {
 		require.ErrorContains(t, err, want)
 	}
 }
+
+// TestConcurrencyPerEndpoint: keyless events go in parallel up to Concurrency, never more.
+func TestConcurrencyPerEndpoint(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const concurrency = 3
+	var (
+		mu                      sync.Mutex
+		inflight, peak, arrived int
+		all                     = make(chan struct{})
+	)
+	e := newEndpoint(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		mu.Lock()
+		inflight++
+		peak = max(peak, inflight)
+		arrived++
+		if arrived == concurrency {
+			close(all)
+		}
+		mu.Unlock()
+		<-all // the first requests are answered only once all of them are in flight
+		w.WriteHeader(http.StatusOK)
+		mu.Lock()
+		inflight--
+		mu.Unlock()
+	})
+	var evs []outbox.Event
+	for i := range 3 * concurrency {
+		evs = append(evs, event("partner", "m"+strconv.Itoa(i), "", `{}`))
+	}
+	b.enqueue(t, evs...)
+	ep := endpointConfig("partner", e)
+	ep.Concurrency = concurrency
+	b.start(t, delivery.Config{Endpoints: []delivery.Endpoint{ep}})
+	b.waitFor(t, delivery.Delivered, len(evs))
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, concurrency, peak)
+}
