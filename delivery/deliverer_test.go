@@ -573,3 +573,20 @@ func TestConcurrencyPerEndpoint(t *testing.T) {
 	defer mu.Unlock()
 	require.Equal(t, concurrency, peak)
 }
+
+// TestLeaseOfADeadDelivererRunsOut: a deliverer died mid-request, its row still leased;
+// another one delivers it once the lease ran out, with the same key.
+func TestLeaseOfADeadDelivererRunsOut(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	e := newEndpoint(t, func(w http.ResponseWriter, r *http.Request, n int) { w.WriteHeader(http.StatusOK) })
+	b.enqueue(t, event("partner", "m1", "k", `{}`), event("partner", "m2", "k", `{}`))
+	// What a claim leaves behind when its process dies before recording the outcome.
+	b.db.Exec(t, b.db.Q(`UPDATE {schema}.http_deliveries SET attempts = 1, lease_token = gen_random_uuid(),
+		lease_until = now() + interval '300 milliseconds' WHERE causation_id = 'm1'`))
+	b.start(t, delivery.Config{Endpoints: []delivery.Endpoint{endpointConfig("partner", e)}, PollInterval: 50 * time.Millisecond})
+	seen := b.waitFor(t, delivery.Delivered, 2)
+	require.Equal(t, outbox.OperationID("p", "m1", 0), seen[0].OperationID, "the key's order holds")
+	require.Equal(t, 2, seen[0].Number)
+	require.Equal(t, 1, b.db.Count(t, "{schema}.http_deliveries WHERE causation_id = 'm1' AND state = 'delivered' AND attempts = 2"))
+}
