@@ -161,12 +161,13 @@ func (r *Relay) Run(ctx context.Context) error {
 		err := r.lead(ctx)
 		r.leader.Store(false)
 		metrics.RelayLeader.Set(0)
-		if ctx.Err() != nil {
-			return nil
-		}
+		// The hook's error first: the test that stops the relay on it may cancel ctx at once.
 		var hookErr hookError
 		if errors.As(err, &hookErr) {
 			return hookErr.err
+		}
+		if ctx.Err() != nil {
+			return nil
 		}
 		if err != nil {
 			r.log.WithError(err).Warn("relay lost or could not take the leadership; standing by")
@@ -218,10 +219,10 @@ func (r *Relay) lead(ctx context.Context) error {
 		n, err := r.publishBatch(ctx)
 		var hookErr hookError
 		switch {
-		case ctx.Err() != nil:
-			return nil
 		case errors.As(err, &hookErr):
 			return err
+		case ctx.Err() != nil:
+			return nil
 		case err != nil:
 			failures++
 			metrics.OutboxPublishErrors.WithLabelValues().Inc()
