@@ -1,0 +1,201 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/sirupsen/logrus"
+
+	"github.com/idemd/idemd/consumer"
+	"github.com/idemd/idemd/outbox"
+	"github.com/idemd/idemd/receiver"
+)
+
+// childConfig is what the parent tells a child (the -serve-config flag, JSON).
+type childConfig struct {
+	URL         string   `json:"url"`
+	Schema      string   `json:"schema"`
+	Brokers     []string `json:"brokers"`
+	MaxConns    int32    `json:"max_conns"`
+	Topic       string   `json:"topic,omitempty"`
+	Group       string   `json:"group,omitempty"`
+	OutboxTopic string   `json:"outbox_topic,omitempty"`
+	Batch       int      `json:"batch,omitempty"`
+	Secret      string   `json:"secret,omitempty"`
+	ProfileDir  string   `json:"profile_dir,omitempty"`
+	ProfileName string   `json:"profile_name,omitempty"`
+}
+
+// effectSQL is the effect of every pipeline of the bench: one row per applied message.
+const effectSQL = `INSERT INTO %s.effects (message_id, payload, topic, part, off)
+VALUES (@message_id, @payload::jsonb, @topic, @partition, @offset)`
+
+// serveChild runs the idemd side of one load until its stdin closes, then drains and
+// returns. It prints "ready [detail]" on stdout once the load may start.
+func serveChild(ctx context.Context, kind, raw string, stdout io.Writer) error {
+	var c childConfig
+	if err := json.Unmarshal([]byte(raw), &c); err != nil {
+		return fmt.Errorf("-serve-config: %w", err)
+	}
+	pcfg, err := pgxpool.ParseConfig(c.URL)
+	if err != nil {
+		return err
+	}
+	pcfg.MaxConns = max(c.MaxConns, 2)
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	l := logrus.New()
+	l.SetOutput(os.Stderr)
+	l.SetLevel(logrus.WarnLevel)
+	log := logrus.NewEntry(l)
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// The parent closes stdin to stop the child.
+	go func() {
+		_, _ = io.Copy(io.Discard, bufio.NewReader(os.Stdin))
+		cancel()
+	}()
+
+	var (
+		runFn  func(context.Context) error
+		detail string
+		after  func()
+	)
+	q := quote(c.Schema)
+	switch kind {
+	case "consumer":
+		con, err := consumer.New(pool, &consumer.Config{
+			Name:      "bench",
+			Brokers:   c.Brokers,
+			Topics:    []string{c.Topic},
+			Group:     c.Group,
+			Schema:    c.Schema,
+			SQL:       fmt.Sprintf(effectSQL, q),
+			Publish:   &consumer.Publish{Topic: c.OutboxTopic},
+			BatchSize: c.Batch,
+			// Short group timings: the run starts with a join.
+			HeartbeatInterval: 250 * time.Millisecond,
+			Logger:            log,
+		})
+		if err != nil {
+			return err
+		}
+		runFn = con.Run
+	case "receiver":
+		rcv, err := receiver.New(pool, &receiver.Config{
+			Schema:   c.Schema,
+			MaxBatch: c.Batch,
+			Logger:   log,
+			Sources: []receiver.Source{{
+				Name:    "stripe",
+				Verify:  receiver.Verify{Scheme: receiver.SchemeStripe, Secrets: []string{c.Secret}},
+				Effect:  receiver.Effect{SQL: fmt.Sprintf(effectSQL, q)},
+				Publish: &receiver.Publish{Topic: c.OutboxTopic, Key: receiver.IDSpec{JSON: "/data/object/id"}},
+			}},
+		})
+		if err != nil {
+			return err
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		srv := receiver.NewServer("", rcv, nil)
+		detail = ln.Addr().String()
+		runFn = func(ctx context.Context) error {
+			errc := make(chan error, 1)
+			go func() { errc <- srv.Serve(ln) }()
+			select {
+			case err := <-errc:
+				return err
+			case <-ctx.Done():
+			}
+			sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer scancel()
+			err := srv.Shutdown(sctx)
+			rcv.Close()
+			if errors.Is(err, http.ErrServerClosed) {
+				err = nil
+			}
+			return err
+		}
+	case "relay":
+		rel, err := outbox.NewRelay(pool, &outbox.RelayConfig{
+			Schema:    c.Schema,
+			Brokers:   c.Brokers,
+			BatchSize: c.Batch,
+			Logger:    log,
+		})
+		if err != nil {
+			return err
+		}
+		runFn = rel.Run
+		after = func() { fmt.Fprintf(os.Stderr, "relay child: published %d records\n", rel.Published()) }
+	default:
+		return fmt.Errorf("unknown -serve kind %q (consumer, receiver, relay)", kind)
+	}
+
+	stopProfile, err := startProfiles(c)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, "ready", detail)
+	err = runFn(ctx)
+	if perr := stopProfile(); perr != nil && err == nil {
+		err = perr
+	}
+	if after != nil {
+		after()
+	}
+	return err
+}
+
+// startProfiles starts a CPU profile and block/mutex sampling when a profile directory is
+// set; the returned function writes every profile.
+func startProfiles(c childConfig) (func() error, error) {
+	if c.ProfileDir == "" {
+		return func() error { return nil }, nil
+	}
+	if err := os.MkdirAll(c.ProfileDir, 0o755); err != nil {
+		return nil, err
+	}
+	name := func(kind string) string { return filepath.Join(c.ProfileDir, c.ProfileName+"."+kind+".pprof") }
+	f, err := os.Create(name("cpu"))
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		return nil, err
+	}
+	runtime.SetBlockProfileRate(int((100 * time.Microsecond).Nanoseconds()))
+	runtime.SetMutexProfileFraction(100)
+	return func() error {
+		pprof.StopCPUProfile()
+		errs := []error{f.Close()}
+		for _, p := range []string{"allocs", "block", "mutex"} {
+			out, err := os.Create(name(p))
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			errs = append(errs, pprof.Lookup(p).WriteTo(out, 0), out.Close())
+		}
+		return errors.Join(errs...)
+	}, nil
+}

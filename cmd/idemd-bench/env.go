@@ -1,0 +1,307 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/idemd/idemd/migrations"
+)
+
+const databaseURLDefault = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+
+// effectsTable is the table the effect SQL writes into, beside idemd's tables.
+const effectsDDL = `CREATE TABLE %s.effects (message_id text NOT NULL, payload jsonb, topic text, part int, off bigint)`
+
+// env is what every section shares: the database schema, the broker, the options.
+type env struct {
+	o       *options
+	logw    io.Writer
+	url     string
+	pool    *pgxpool.Pool
+	schema  string
+	brokers []string
+	kind    string
+	cluster *kfake.Cluster
+	runID   string
+}
+
+func newEnv(ctx context.Context, o *options, logw io.Writer) (*env, error) {
+	e := &env{o: o, logw: logw}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	e.runID = hex.EncodeToString(b[:])
+	e.url = o.databaseURL
+	if e.url == "" {
+		e.url = os.Getenv("IDEMD_DATABASE_URL")
+	}
+	if e.url == "" {
+		e.url = databaseURLDefault
+	}
+	cfg, err := pgxpool.ParseConfig(e.url)
+	if err != nil {
+		return nil, fmt.Errorf("database URL: %w", err)
+	}
+	cfg.MaxConns = 8
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	e.pool, err = pgxpool.NewWithConfig(cctx, cfg)
+	if err == nil {
+		err = e.pool.Ping(cctx)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("connecting to PostgreSQL: %w", err)
+	}
+	e.schema = "idemd_bench_" + e.runID
+	if err := migrations.Apply(cctx, e.pool, &migrations.Config{Schema: e.schema}); err != nil {
+		e.close()
+		return nil, fmt.Errorf("migrating schema %s: %w", e.schema, err)
+	}
+	if _, err := e.pool.Exec(cctx, fmt.Sprintf(effectsDDL, e.q())); err != nil {
+		e.close()
+		return nil, fmt.Errorf("creating the effects table: %w", err)
+	}
+	brokers := o.brokers
+	if brokers == "" {
+		brokers = os.Getenv("IDEMD_KAFKA_BROKERS")
+	}
+	if brokers != "" {
+		e.brokers, e.kind = strings.Split(brokers, ","), "external"
+	} else {
+		e.cluster, err = kfake.NewCluster(kfake.NumBrokers(1))
+		if err != nil {
+			e.close()
+			return nil, fmt.Errorf("starting the in-process broker: %w", err)
+		}
+		e.brokers, e.kind = e.cluster.ListenAddrs(), "kfake (in-process, in the load generator)"
+	}
+	return e, nil
+}
+
+func (e *env) close() {
+	if e.pool != nil && e.schema != "" && !e.o.keepSchema {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		if _, err := e.pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+e.q()+" CASCADE"); err != nil {
+			e.logf("dropping schema %s: %v", e.schema, err)
+		}
+		cancel()
+	}
+	if e.pool != nil {
+		e.pool.Close()
+	}
+	if e.cluster != nil {
+		e.cluster.Close()
+	}
+}
+
+// q is the quoted schema.
+func (e *env) q() string { return pgx.Identifier{e.schema}.Sanitize() }
+
+func (e *env) logf(format string, args ...any) {
+	fmt.Fprintf(e.logw, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05.000")}, args...)...)
+}
+
+// truncate empties every table a section writes to.
+func (e *env) truncate(ctx context.Context) error {
+	q := e.q()
+	_, err := e.pool.Exec(ctx, "TRUNCATE "+q+".effects, "+q+".processed_messages, "+q+".outbox, "+q+".conflicts, "+q+".dead_letters")
+	if err == nil {
+		// Fresh statistics after a truncate keep the planner on the indexes.
+		_, err = e.pool.Exec(ctx, "ANALYZE "+q+".processed_messages, "+q+".outbox")
+	}
+	return err
+}
+
+func (e *env) count(ctx context.Context, from string) (int, error) {
+	var n int
+	err := e.pool.QueryRow(ctx, "SELECT count(*) FROM "+strings.ReplaceAll(from, "{schema}", e.q())).Scan(&n)
+	return n, err
+}
+
+// topic creates a topic unique to this run and waits until its metadata is visible.
+func (e *env) topic(ctx context.Context, name string, partitions int) (string, error) {
+	topic := "bench." + e.runID + "." + name
+	cl := &kafka.Client{Addr: kafka.TCP(e.brokers...), Timeout: 30 * time.Second}
+	resp, err := cl.CreateTopics(ctx, &kafka.CreateTopicsRequest{
+		Topics: []kafka.TopicConfig{{Topic: topic, NumPartitions: partitions, ReplicationFactor: 1}},
+	})
+	if err != nil {
+		return "", fmt.Errorf("creating topic %s: %w", topic, err)
+	}
+	if err := resp.Errors[topic]; err != nil {
+		return "", fmt.Errorf("creating topic %s: %w", topic, err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		md, err := cl.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
+		if err == nil && len(md.Topics) == 1 && md.Topics[0].Error == nil && len(md.Topics[0].Partitions) == partitions {
+			return topic, nil
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("topic %s did not appear: %v", topic, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Machine describes where the run happened.
+type Machine struct {
+	CPUs              int    `json:"cpus"`
+	GOMAXPROCS        int    `json:"gomaxprocs"`
+	MemoryMB          int    `json:"memory_mb"`
+	GoVersion         string `json:"go_version"`
+	PostgreSQL        string `json:"postgresql"`
+	Fsync             string `json:"fsync"`
+	SynchronousCommit string `json:"synchronous_commit"`
+	Broker            string `json:"broker"`
+	Started           string `json:"started"`
+}
+
+func (e *env) machine(ctx context.Context) Machine {
+	m := Machine{CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), Broker: e.kind, Started: time.Now().UTC().Format(time.RFC3339)}
+	_ = e.pool.QueryRow(ctx, "SHOW server_version").Scan(&m.PostgreSQL)
+	_ = e.pool.QueryRow(ctx, "SHOW fsync").Scan(&m.Fsync)
+	_ = e.pool.QueryRow(ctx, "SHOW synchronous_commit").Scan(&m.SynchronousCommit)
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for line := range strings.SplitSeq(string(b), "\n") {
+			if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemTotal:" {
+				kb, _ := strconv.Atoi(f[1])
+				m.MemoryMB = kb / 1024
+			}
+		}
+	}
+	return m
+}
+
+// child is a running idemd side of a load: this binary with -serve.
+type child struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	lines *bufio.Scanner
+	// Ready is the rest of the child's "ready" line (the receiver's address).
+	Ready   string
+	done    chan error
+	stopped bool
+}
+
+// startChild starts the idemd side of a load and waits until it says it is ready.
+func (e *env) startChild(ctx context.Context, kind string, cfg childConfig) (*child, error) {
+	cfg.URL, cfg.Schema, cfg.Brokers = e.url, e.schema, e.brokers
+	if e.o.profileDir != "" {
+		cfg.ProfileDir = e.o.profileDir
+	}
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(self, "--serve="+kind, "--serve-config="+string(b))
+	cmd.Stderr = e.logw
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting the %s child: %w", kind, err)
+	}
+	c := &child{cmd: cmd, stdin: stdin, lines: bufio.NewScanner(stdout), done: make(chan error, 1)}
+	ready := make(chan error, 1)
+	go func() {
+		if c.lines.Scan() {
+			line := c.lines.Text()
+			if rest, ok := strings.CutPrefix(line, "ready"); ok {
+				c.Ready = strings.TrimSpace(rest)
+				ready <- nil
+			} else {
+				ready <- fmt.Errorf("unexpected line from the %s child: %q", kind, line)
+			}
+		} else {
+			ready <- fmt.Errorf("the %s child exited before it was ready", kind)
+		}
+		for c.lines.Scan() {
+		}
+		c.done <- cmd.Wait()
+	}()
+	select {
+	case err := <-ready:
+		if err != nil {
+			_ = cmd.Process.Kill()
+			return nil, err
+		}
+	case <-ctx.Done():
+		_ = cmd.Process.Kill()
+		return nil, ctx.Err()
+	case <-time.After(60 * time.Second):
+		_ = cmd.Process.Kill()
+		return nil, fmt.Errorf("the %s child was not ready within 60 s", kind)
+	}
+	return c, nil
+}
+
+// peakRSS returns the child's VmHWM in MiB.
+func (c *child) peakRSS() (float64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(c.cmd.Process.Pid) + "/status")
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmHWM:" {
+			kb, err := strconv.Atoi(f[1])
+			return float64(kb) / 1024, err
+		}
+	}
+	return 0, errors.New("no VmHWM in /proc status")
+}
+
+// stop reads the child's peak RSS, then asks it to drain and exit (stdin closed).
+func (c *child) stop() (float64, error) {
+	rss, rssErr := c.peakRSS()
+	c.stopped = true
+	_ = c.stdin.Close()
+	select {
+	case err := <-c.done:
+		if err != nil {
+			return rss, fmt.Errorf("child: %w", err)
+		}
+	case <-time.After(60 * time.Second):
+		_ = c.cmd.Process.Kill()
+		return rss, errors.New("child did not stop within 60 s")
+	}
+	return rss, rssErr
+}
+
+// kill ends a child that is no longer needed after a failure.
+func (c *child) kill() {
+	if c != nil && !c.stopped {
+		c.stopped = true
+		_ = c.stdin.Close()
+		select {
+		case <-c.done:
+		case <-time.After(15 * time.Second):
+			_ = c.cmd.Process.Kill()
+		}
+	}
+}
