@@ -143,6 +143,9 @@ type Consumer struct {
 	dead     *deadletter.Store
 	log      *logrus.Entry
 	guardSQL string
+	// sql is the SQL effect with positional parameters; sqlParams names them in order.
+	sql       string
+	sqlParams []string
 }
 
 // New checks cfg, fills its defaults, and checks that the SQL effect prepares.
@@ -212,10 +215,15 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Consumer, error) {
 		}
 	}
 	log := c.Logger.WithField("component", "consumer").WithField("pipeline", c.Name)
+	var (
+		positional string
+		params     []string
+	)
 	if c.SQL != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if err := checkSQL(ctx, pool, c.SQL); err != nil {
+		var err error
+		if positional, params, err = checkSQL(ctx, pool, c.SQL); err != nil {
 			return nil, fmt.Errorf("consumer %s: SQL: %w", c.Name, err)
 		}
 	}
@@ -224,7 +232,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Consumer, error) {
 		return nil, fmt.Errorf("consumer %s: %w", c.Name, err)
 	}
 	con := &Consumer{
-		cfg: c, pool: pool, log: log,
+		cfg: c, pool: pool, log: log, sql: positional, sqlParams: params,
 		outbox:   outbox.New(&outbox.Config{Schema: c.Schema}),
 		dead:     deadletter.New(c.Schema),
 		guardSQL: guardSQL(c.Schema),

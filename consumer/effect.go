@@ -116,8 +116,8 @@ func (c *Consumer) apply(ctx context.Context, tx pgx.Tx, r *record, q *pending) 
 	if c.cfg.SQL != "" {
 		args := c.args(r)
 		if q != nil {
-			q.batch.Queue(c.cfg.SQL, args)
-		} else if _, err := tx.Exec(ctx, c.cfg.SQL, args); err != nil {
+			q.batch.Queue(c.sql, args...)
+		} else if _, err := tx.Exec(ctx, c.sql, args...); err != nil {
 			return fmt.Errorf("error running the SQL effect: %w", err)
 		}
 	}
@@ -184,24 +184,38 @@ RETURNING 1`
 
 // args are the SQL effect's named arguments (SPEC 2.3). Kafka records have no tenant:
 // @tenant is NULL.
-func (c *Consumer) args(r *record) pgx.NamedArgs {
-	headers, _ := json.Marshal(r.msg.Headers)
-	var key any
-	if r.msg.Key != nil {
-		key = string(r.msg.Key)
+// args are the values of the SQL effect's parameters, in the order of its positional form
+// (rewritten once, at New): only the parameters the SQL uses are computed.
+func (c *Consumer) args(r *record) []any {
+	args := make([]any, len(c.sqlParams))
+	for i, p := range c.sqlParams {
+		switch p {
+		case "message_id":
+			args[i] = r.msg.ID
+		case "payload":
+			args[i] = string(r.msg.Value)
+		case "headers":
+			headers, _ := json.Marshal(r.msg.Headers)
+			args[i] = string(headers)
+		case "source":
+			args[i] = c.cfg.Name
+		case "tenant":
+			args[i] = nil
+		case "key":
+			if r.msg.Key != nil {
+				args[i] = string(r.msg.Key)
+			}
+		case "topic":
+			args[i] = r.msg.Topic
+		case "partition":
+			args[i] = r.msg.Partition
+		case "offset":
+			args[i] = r.msg.Offset
+		case "received_at":
+			args[i] = r.msg.ReceivedAt
+		}
 	}
-	return pgx.NamedArgs{
-		"message_id":  r.msg.ID,
-		"payload":     string(r.msg.Value),
-		"headers":     string(headers),
-		"source":      c.cfg.Name,
-		"tenant":      nil,
-		"key":         key,
-		"topic":       r.msg.Topic,
-		"partition":   r.msg.Partition,
-		"offset":      r.msg.Offset,
-		"received_at": r.msg.ReceivedAt,
-	}
+	return args
 }
 
 func (c *Consumer) publishEvent(r *record) outbox.Event {
@@ -231,7 +245,13 @@ func passHeaders(r *record) map[string]string {
 		}
 	}
 	if _, ok := h[outbox.HeaderContentType]; !ok {
-		if _, isJSON := r.json(); isJSON {
+		// json.Valid rather than r.json(): knowing that the value is JSON does not need
+		// the decoded document, which costs an allocation per node.
+		isJSON := r.isJSON
+		if !r.parsed {
+			isJSON = json.Valid(r.msg.Value)
+		}
+		if isJSON {
 			h[outbox.HeaderContentType] = "application/json"
 		}
 	}
@@ -299,11 +319,13 @@ func (c *Consumer) deadLetter(ctx context.Context, tx pgx.Tx, m *exactlyonce.Mes
 
 var paramRef = regexp.MustCompile(`@([A-Za-z_][A-Za-z0-9_]*)`)
 
-// checkSQL makes sure sql uses known parameters only and prepares.
-func checkSQL(ctx context.Context, pool *pgxpool.Pool, sql string) error {
+// checkSQL makes sure sql uses known parameters only and prepares. It returns sql's
+// positional form and the names of its parameters in order, so that messages need no
+// named-argument rewrite each.
+func checkSQL(ctx context.Context, pool *pgxpool.Pool, sql string) (string, []string, error) {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
-		return fmt.Errorf("error connecting to check the SQL: %w", err)
+		return "", nil, fmt.Errorf("error connecting to check the SQL: %w", err)
 	}
 	defer conn.Release()
 	names := pgx.NamedArgs{}
@@ -312,7 +334,7 @@ func checkSQL(ctx context.Context, pool *pgxpool.Pool, sql string) error {
 	}
 	positional, args, err := names.RewriteQuery(ctx, conn.Conn(), sql, nil)
 	if err != nil {
-		return err
+		return "", nil, err
 	}
 	if slices.Contains(args, nil) {
 		var unknown []string
@@ -321,11 +343,15 @@ func checkSQL(ctx context.Context, pool *pgxpool.Pool, sql string) error {
 				unknown = append(unknown, "@"+m[1])
 			}
 		}
-		return fmt.Errorf("unknown parameter %s (known: @%s)", strings.Join(unknown, ", "), strings.Join(Params, ", @"))
+		return "", nil, fmt.Errorf("unknown parameter %s (known: @%s)", strings.Join(unknown, ", "), strings.Join(Params, ", @"))
 	}
 	const name = "idemd_consumer_check"
 	if _, err := conn.Conn().Prepare(ctx, name, positional); err != nil {
-		return fmt.Errorf("does not prepare: %w", err)
+		return "", nil, fmt.Errorf("does not prepare: %w", err)
 	}
-	return conn.Conn().Deallocate(ctx, name)
+	params := make([]string, len(args))
+	for i, a := range args {
+		params[i] = a.(string)
+	}
+	return positional, params, conn.Conn().Deallocate(ctx, name)
 }
