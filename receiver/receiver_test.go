@@ -1,0 +1,305 @@
+package receiver
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemd/idemd/internal/deadletter"
+	"github.com/idemd/idemd/internal/pgtest"
+)
+
+const testSecret = "whsec_receiver_test"
+
+type bundle struct {
+	db  *pgtest.DB
+	rcv *Receiver
+	srv *httptest.Server
+}
+
+// setup gives a test its own schema with an effects table, a receiver built by cfg (which
+// sees the schema, for its SQL) and an HTTP server in front of it.
+func setup(t *testing.T, maxConns int32, cfg func(db *pgtest.DB) Config) *bundle {
+	t.Helper()
+	db := pgtest.NewWithOptions(t, pgtest.Options{MaxConns: maxConns})
+	db.Exec(t, db.Q(`CREATE TABLE {schema}.effects (
+		id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, message_id text, tenant text,
+		body jsonb, amount bigint CHECK (amount >= 0))`))
+	c := cfg(db)
+	c.Schema = db.Schema
+	r, err := New(db.Pool, &c)
+	require.NoError(t, err)
+	t.Cleanup(r.Close)
+	srv := httptest.NewServer(r)
+	t.Cleanup(srv.Close)
+	return &bundle{db: db, rcv: r, srv: srv}
+}
+
+func stripeSource(db *pgtest.DB) Source {
+	return Source{
+		Name:   "stripe",
+		Verify: Verify{Scheme: SchemeStripe, Secrets: []string{"whsec_old", testSecret}},
+		Effect: Effect{SQL: db.Q(`INSERT INTO {schema}.effects (message_id, amount, body)
+			VALUES (@message_id, (@payload::jsonb #>> '{data,object,amount}')::bigint, @headers::jsonb)`)},
+		Publish: &Publish{Topic: "webhooks.stripe", Key: IDSpec{JSON: "/data/object/id"}},
+	}
+}
+
+func ordersSource(db *pgtest.DB) Source {
+	return Source{
+		Name:        "orders",
+		Path:        "/v1/orders",
+		Verify:      Verify{Scheme: SchemeBearer, Tokens: map[string]string{"token-a": "a", "token-b": "b"}},
+		Idempotency: &Idempotency{Required: true},
+		Effect: Effect{SQL: db.Q(`INSERT INTO {schema}.effects (tenant, message_id, body, amount)
+			VALUES (@tenant, @key, @payload, (@payload::jsonb ->> 'amount')::bigint) RETURNING id, tenant`), Status: 201},
+		Publish: &Publish{Topic: "orders.created", Body: "effect"},
+	}
+}
+
+func stripeEvent(id string, amount int, extra string) []byte {
+	return []byte(fmt.Sprintf(`{"id":%q,"object":"event","type":"payment_intent.succeeded","pending_webhooks":1%s,"data":{"object":{"id":"pi_1","amount":%d}}}`, id, extra, amount))
+}
+
+func stripeSig(secret string, t time.Time, body []byte) string {
+	ts := strconv.FormatInt(t.Unix(), 10)
+	return "t=" + ts + ",v1=" + hex.EncodeToString(hmacSHA256([]byte(secret), []byte(ts+"."), body))
+}
+
+type resp struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (r resp) json(t *testing.T) map[string]any {
+	t.Helper()
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(r.body, &m), "%s", r.body)
+	return m
+}
+
+// problemType checks an RFC 9457 answer and returns its type fragment.
+func (r resp) problemType(t *testing.T) string {
+	t.Helper()
+	require.Equal(t, "application/problem+json", r.header.Get("Content-Type"), "%s", r.body)
+	m := r.json(t)
+	require.Contains(t, m, "title")
+	require.Contains(t, m, "retryable")
+	require.EqualValues(t, r.status, m["status"])
+	return strings.TrimPrefix(m["type"].(string), ProblemTypeBase)
+}
+
+func do(t *testing.T, client *http.Client, method, url string, body []byte, h http.Header) resp {
+	t.Helper()
+	req, err := http.NewRequest(method, url, bytes.NewReader(body))
+	require.NoError(t, err)
+	for k, v := range h {
+		req.Header[k] = v
+	}
+	if client == nil {
+		client = http.DefaultClient
+	}
+	res, err := client.Do(req)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	return resp{res.StatusCode, res.Header, b}
+}
+
+func (b *bundle) stripe(t *testing.T, body []byte) resp {
+	return do(t, nil, "POST", b.srv.URL+"/webhooks/stripe", body,
+		http.Header{"Stripe-Signature": {stripeSig(testSecret, time.Now(), body)}})
+}
+
+func (b *bundle) order(t *testing.T, token, key, body string, extra ...string) resp {
+	h := http.Header{"Authorization": {"Bearer " + token}, "Content-Type": {"application/json"}}
+	if key != "" {
+		h["Idempotency-Key"] = []string{key}
+	}
+	for i := 0; i+1 < len(extra); i += 2 {
+		h[http.CanonicalHeaderKey(extra[i])] = append(h[http.CanonicalHeaderKey(extra[i])], extra[i+1])
+	}
+	return do(t, nil, "POST", b.srv.URL+"/v1/orders", []byte(body), h)
+}
+
+func (b *bundle) effects(t *testing.T) int { return b.db.Count(t, "{schema}.effects") }
+
+// TestWebhookStatusTable walks SPEC 2.4 for a webhook source (the in-flight row is
+// TestConcurrentWebhooks).
+func TestWebhookStatusTable(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 8, func(db *pgtest.DB) Config { return Config{Sources: []Source{stripeSource(db)}} })
+
+	// New id: processed, one effect, one outbox row, secrets not in @headers.
+	r := b.stripe(t, stripeEvent("evt_1", 100, ""))
+	require.Equal(t, 200, r.status, "%s", r.body)
+	require.Equal(t, map[string]any{"status": "processed", "message_id": "evt_1"}, r.json(t))
+	require.Equal(t, 1, b.effects(t))
+	require.Equal(t, 1, b.db.Count(t, "{schema}.outbox WHERE topic = 'webhooks.stripe' AND key = 'pi_1' AND headers->>'event-type' = 'payment_intent.succeeded'"))
+	require.Equal(t, 0, b.db.Count(t, "{schema}.effects WHERE body ? 'Stripe-Signature'"))
+
+	// Same id, same fingerprint (pending_webhooks changes between retries): duplicate.
+	r = b.stripe(t, []byte(strings.Replace(string(stripeEvent("evt_1", 100, "")), `"pending_webhooks":1`, `"pending_webhooks":3`, 1)))
+	require.Equal(t, 200, r.status)
+	require.Equal(t, "duplicate", r.json(t)["status"])
+	require.Equal(t, "true", r.header.Get("Idempotent-Replayed"))
+	require.Equal(t, 1, b.effects(t))
+
+	// Same id, different payload: 422, recorded, no effect.
+	r = b.stripe(t, stripeEvent("evt_1", 999, ""))
+	require.Equal(t, 422, r.status)
+	require.Equal(t, "conflict", r.problemType(t))
+	require.Equal(t, 1, b.effects(t))
+	require.Equal(t, 1, b.db.Count(t, "{schema}.conflicts WHERE message_id = 'evt_1'"))
+
+	// Signature missing, wrong, or outside the tolerance: 401, nothing run.
+	body := stripeEvent("evt_2", 1, "")
+	for _, h := range []http.Header{
+		{},
+		{"Stripe-Signature": {stripeSig("whsec_wrong", time.Now(), body)}},
+		{"Stripe-Signature": {stripeSig(testSecret, time.Now().Add(-10*time.Minute), body)}},
+		{"Stripe-Signature": {stripeSig(testSecret, time.Now().Add(10*time.Minute), body)}},
+	} {
+		r = do(t, nil, "POST", b.srv.URL+"/webhooks/stripe", body, h)
+		require.Equal(t, 401, r.status)
+		require.Equal(t, "invalid-signature", r.problemType(t))
+		require.NotContains(t, string(r.body), testSecret)
+	}
+	// Message id missing or malformed: 400.
+	r = b.stripe(t, []byte(`{"object":"event"}`))
+	require.Equal(t, 400, r.status)
+	require.Equal(t, "missing-message-id", r.problemType(t))
+	r = b.stripe(t, stripeEvent(strings.Repeat("e", 256), 1, ""))
+	require.Equal(t, 400, r.status)
+	require.Equal(t, 1, b.effects(t))
+
+	// Effect fails permanently (CHECK constraint): 202 dead_lettered, raw request kept
+	// without its signature; a redelivery is a duplicate.
+	r = b.stripe(t, stripeEvent("evt_bad", -5, ""))
+	require.Equal(t, 202, r.status, "%s", r.body)
+	require.Equal(t, "dead_lettered", r.json(t)["status"])
+	require.Equal(t, 1, b.effects(t))
+	letters, err := deadletter.New(b.db.Schema).List(context.Background(), b.db.Pool, deadletter.Filter{Pipeline: "stripe"})
+	require.NoError(t, err)
+	require.Len(t, letters, 1)
+	require.Equal(t, "evt_bad", letters[0].MessageID)
+	require.Equal(t, stripeEvent("evt_bad", -5, ""), letters[0].Payload)
+	require.NotContains(t, letters[0].Headers, "Stripe-Signature")
+	require.Contains(t, letters[0].Reason, "23514")
+	r = b.stripe(t, stripeEvent("evt_bad", -5, ""))
+	require.Equal(t, 200, r.status)
+	require.Equal(t, "duplicate", r.json(t)["status"])
+	require.Equal(t, 0, b.db.Count(t, "{schema}.outbox WHERE causation_id = 'evt_bad'"))
+
+	// Replay after the cause is fixed: applied once.
+	b.db.Exec(t, b.db.Q(`ALTER TABLE {schema}.effects DROP CONSTRAINT effects_amount_check`))
+	require.NoError(t, b.rcv.Replay(context.Background(), letters[0].ID))
+	require.ErrorIs(t, b.rcv.Replay(context.Background(), letters[0].ID), ErrAlreadyReplayed)
+	require.Equal(t, 1, b.db.Count(t, "{schema}.effects WHERE message_id = 'evt_bad'"))
+	require.Equal(t, 1, b.db.Count(t, "{schema}.outbox WHERE causation_id = 'evt_bad'"))
+}
+
+// TestLimits covers 413 (declared and chunked), 405 with Allow, 404.
+func TestLimits(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 4, func(db *pgtest.DB) Config {
+		s, o := stripeSource(db), ordersSource(db)
+		s.BodyLimit, o.BodyLimit = 64, 64
+		return Config{Sources: []Source{s, o}}
+	})
+	big := stripeEvent("evt_big", 1, `,"pad":"`+strings.Repeat("x", 100)+`"`)
+	r := b.stripe(t, big)
+	require.Equal(t, 413, r.status)
+	require.Equal(t, "body-too-large", r.problemType(t))
+
+	// Chunked: no Content-Length, counted while reading.
+	pr, pw := io.Pipe()
+	go func() { _, _ = pw.Write(big); _ = pw.Close() }()
+	req, err := http.NewRequest("POST", b.srv.URL+"/webhooks/stripe", pr)
+	require.NoError(t, err)
+	req.Header.Set("Stripe-Signature", stripeSig(testSecret, time.Now(), big))
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	_ = res.Body.Close()
+	require.Equal(t, 413, res.StatusCode)
+
+	r = do(t, nil, "GET", b.srv.URL+"/webhooks/stripe", nil, nil)
+	require.Equal(t, 405, r.status)
+	require.Equal(t, "POST", r.header.Get("Allow"))
+	require.Equal(t, "method-not-allowed", r.problemType(t))
+	r = do(t, nil, "DELETE", b.srv.URL+"/v1/orders/k1", nil, nil)
+	require.Equal(t, 405, r.status)
+	require.Equal(t, "PUT", r.header.Get("Allow"))
+	r = do(t, nil, "POST", b.srv.URL+"/webhooks/nope", nil, nil)
+	require.Equal(t, 404, r.status)
+	require.Equal(t, "not-found", r.problemType(t))
+	r = b.order(t, "token-a", "k", `{"amount":1,"pad":"`+strings.Repeat("y", 80)+`"}`)
+	require.Equal(t, 413, r.status)
+	require.Equal(t, 0, b.effects(t))
+}
+
+// TestTransientFailure: 503 + Retry-After, nothing stored, and the retry runs at once.
+func TestTransientFailure(t *testing.T) {
+	t.Parallel()
+	var failing atomic.Bool
+	failing.Store(true)
+	b := setup(t, 4, func(db *pgtest.DB) Config {
+		effect := func(ctx context.Context, tx pgx.Tx, r *Request) (any, error) {
+			if failing.Load() {
+				return nil, errors.New("downstream unavailable")
+			}
+			var id int64
+			err := tx.QueryRow(ctx, db.Q(`INSERT INTO {schema}.effects (message_id, tenant) VALUES ($1, $2) RETURNING id`),
+				r.MessageID, r.Tenant).Scan(&id)
+			return map[string]any{"id": id}, err
+		}
+		return Config{
+			ApplyTimeout: 300 * time.Millisecond,
+			Sources: []Source{
+				{Name: "gh", Verify: Verify{Scheme: SchemeGitHub, Secrets: []string{ghSecret}}, Effect: Effect{Func: effect}},
+				{Name: "api", Verify: Verify{Scheme: SchemeBearer, Tokens: map[string]string{"t": "a"}},
+					Idempotency: &Idempotency{Required: true}, Effect: Effect{Func: effect, Status: 201}},
+			},
+		}
+	})
+	ghPost := func() resp {
+		return do(t, nil, "POST", b.srv.URL+"/webhooks/gh", []byte(ghBody), http.Header{
+			"X-Hub-Signature-256": {ghSig}, "X-Github-Delivery": {"d-1"}, "X-Github-Event": {"push"}})
+	}
+	r := ghPost()
+	require.Equal(t, 503, r.status)
+	require.Equal(t, "1", r.header.Get("Retry-After"))
+	require.Equal(t, "unavailable", r.problemType(t))
+	require.Equal(t, true, r.json(t)["retryable"])
+	apiPost := func() resp {
+		return do(t, nil, "POST", b.srv.URL+"/webhooks/api", []byte(`{"n":1}`), http.Header{
+			"Authorization": {"Bearer t"}, "Idempotency-Key": {"k1"}})
+	}
+	r = apiPost()
+	require.Equal(t, 503, r.status)
+	require.NotEmpty(t, r.header.Get("Retry-After"))
+	require.Equal(t, 0, b.db.Count(t, "{schema}.processed_messages"))
+	require.Equal(t, 0, b.effects(t))
+
+	failing.Store(false)
+	require.Equal(t, 200, ghPost().status)
+	r = apiPost()
+	require.Equal(t, 201, r.status, "%s", r.body)
+	require.Equal(t, 2, b.effects(t))
+}
