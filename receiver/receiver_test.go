@@ -303,3 +303,11 @@ func TestTransientFailure(t *testing.T) {
 	require.Equal(t, 201, r.status, "%s", r.body)
 	require.Equal(t, 2, b.effects(t))
 }
+
+func newServer(t *testing.T, h http.Handler) *httptest.Server {
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }
