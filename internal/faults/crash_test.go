@@ -1,0 +1,427 @@
+package faults
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemd/idemd/outbox"
+)
+
+// effectsDDL is the effect table of the crash tests. It has no unique constraint on
+// purpose: a repeated effect must show up as an extra row, not as an error that idemd
+// would retry or dead-letter.
+const effectsDDL = `CREATE TABLE {s}.effects (message_id text NOT NULL, part int, applied_by text NOT NULL,
+  applied_at timestamptz NOT NULL DEFAULT clock_timestamp())`
+
+// checkEffects asserts that effects holds exactly one row per id of want.
+func checkEffects(t *testing.T, d *db, unique int) (rows, distinct int) {
+	t.Helper()
+	rows = d.count(t, "effects")
+	distinct = d.int(t, "SELECT count(DISTINCT message_id) FROM {s}.effects")
+	require.Equal(t, unique, distinct, "every id has an effect (lost = %d)", unique-distinct)
+	require.Equal(t, unique, rows, "no id has two effects (duplicated = %d)", rows-distinct)
+	return rows, distinct
+}
+
+// messages builds n deliveries of n*4/5 unique ids (20% duplicates, same key, headers and
+// body as the first delivery), shuffled. It returns the messages and the unique ids.
+func messages(n int, prefix string) ([]kafka.Message, []string) {
+	unique := n * 4 / 5
+	ids := make([]string, unique)
+	msgs := make([]kafka.Message, 0, n)
+	mk := func(id string) kafka.Message {
+		return kafka.Message{
+			Key:     []byte("k-" + id),
+			Value:   fmt.Appendf(nil, `{"id":%q,"amount":%d}`, id, len(id)),
+			Headers: []kafka.Header{{Key: "message-id", Value: []byte(id)}},
+		}
+	}
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%s-%06d", prefix, i)
+		msgs = append(msgs, mk(ids[i]))
+	}
+	for len(msgs) < n {
+		msgs = append(msgs, mk(ids[rand.IntN(unique)]))
+	}
+	rand.Shuffle(len(msgs), func(i, j int) { msgs[i], msgs[j] = msgs[j], msgs[i] })
+	return msgs, ids
+}
+
+// thresholds returns k random points in (lo, hi)·total, sorted: the crash moments.
+func thresholds(k, total int, lo, hi float64) []int {
+	out := make([]int, k)
+	for i := range out {
+		out[i] = int((lo + rand.Float64()*(hi-lo)) * float64(total))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// subscriptionFile is a pipelines file with one subscription from in to out, whose effect
+// records which process applied it.
+func subscriptionFile(t *testing.T, schema, in, out, group string) string {
+	return writeFile(t, fmt.Sprintf(`subscriptions:
+  - name: crash
+    topics: [%[2]s]
+    group: %[4]s
+    effect: {sql: "INSERT INTO %[1]s.effects (message_id, part, applied_by) VALUES (@message_id, @partition, current_setting('application_name'))"}
+    publish: {topic: %[3]s, key: {json: /id}}
+`, schema, in, out, group))
+}
+
+// checkTopic reads out and asserts one distinct operation id per unique id, each the
+// stable id of its message; it returns the records read and the distinct operation ids.
+func checkTopic(t *testing.T, brokers []string, topic, pipeline string, ids []string) (records, distinct int) {
+	t.Helper()
+	recs := readAll(t, brokers, topic, len(ids), 60*time.Second)
+	ops := map[string]string{}
+	for _, r := range recs {
+		op, cause := header(r, outbox.HeaderOperationID), header(r, outbox.HeaderCausationID)
+		if prev, ok := ops[op]; ok {
+			require.Equal(t, prev, cause, "one operation id, one message")
+		}
+		ops[op] = cause
+	}
+	for _, id := range ids {
+		op := outbox.OperationID(pipeline, id, 0).String()
+		require.Equal(t, id, ops[op], "the record of %s is on the topic with its stable operation id", id)
+	}
+	require.Len(t, ops, len(ids), "distinct operation ids = unique ids")
+	return len(recs), len(ops)
+}
+
+// TestConsumerCrashLoop: messages with 20% duplicates on 6 partitions, consumed by one
+// idemd killed with SIGKILL at random moments and restarted each time. Effects equal the
+// unique ids exactly, every outbox row is published, and the output topic carries one
+// distinct operation id per unique id.
+func TestConsumerCrashLoop(t *testing.T) {
+	t.Parallel()
+	n, kills := size(5000, 100000), size(3, 10)
+	broker := newBroker(t)
+	brokers := broker.ListenAddrs()
+	d := newDB(t, effectsDDL)
+	in, out := "in-"+d.schema, "out-"+d.schema
+	createTopic(t, brokers, in, 6)
+	createTopic(t, brokers, out, 6)
+	msgs, ids := messages(n, "c")
+	produce(t, brokers, in, msgs)
+
+	nd := newNode(t, d.schema, subscriptionFile(t, d.schema, in, out, "g-"+d.schema), "consumer,relay", brokers, nil)
+	p := nd.startReady()
+	start := time.Now()
+	last := 0
+	for i, at := range thresholds(kills, len(ids), 0.05, 0.9) {
+		// Each run makes progress before it dies: a batch commits 500 records per partition.
+		at = max(at, last+1)
+		waitFor(t, 5*time.Minute, fmt.Sprintf("%d effects before kill %d", at, i+1), func() bool { return d.count(t, "effects") >= at })
+		time.Sleep(time.Duration(rand.IntN(50)) * time.Millisecond)
+		p.kill(t)
+		last = d.count(t, "effects")
+		t.Logf("kill %d at %d of %d effects", i+1, last, len(ids))
+		p = nd.startReady()
+	}
+	waitFor(t, 5*time.Minute, "every effect and every outbox row published", func() bool {
+		return d.count(t, "effects") >= len(ids) && d.count(t, "outbox WHERE published_at IS NULL") == 0
+	})
+	rows, _ := checkEffects(t, d, len(ids))
+	require.Equal(t, len(ids), d.count(t, "outbox"), "one outbox row per unique id")
+	require.Equal(t, len(ids), d.count(t, "processed_messages"))
+	records, distinct := checkTopic(t, brokers, out, "crash", ids)
+	require.Equal(t, 0, p.stop(t))
+	t.Logf("FIGURES consumer-crash-loop: messages=%d unique=%d duplicates=%d partitions=6 kills=%d effects=%d lost=0 duplicated=0 outbox=%d unpublished=0 records=%d distinct_operation_ids=%d republished=%d took=%s",
+		n, len(ids), n-len(ids), kills, rows, d.count(t, "outbox"), records, distinct, records-distinct, time.Since(start).Round(time.Second))
+}
+
+// receiverFile is a pipelines file with a Stripe source whose effect records its process.
+func receiverFile(t *testing.T, schema, publishTopic string) string {
+	pub := ""
+	if publishTopic != "" {
+		pub = fmt.Sprintf("\n    publish: {topic: %s, key: {json: /id}}", publishTopic)
+	}
+	return writeFile(t, fmt.Sprintf(`sources:
+  - name: stripe
+    verify: {scheme: stripe, secrets_env: [FAULTS_STRIPE_SECRET]}
+    effect:
+      sql: "INSERT INTO %[1]s.effects (message_id, applied_by) VALUES (@message_id, current_setting('application_name'))"%[2]s
+`, schema, pub))
+}
+
+const faultsStripeSecret = "whsec_faults_7f3a9c1e2b"
+
+// webhookBody is the body of the Stripe event id (the same bytes on every retry).
+func webhookBody(id string) []byte {
+	return fmt.Appendf(nil, `{"id":%q,"object":"event","type":"charge.succeeded","data":{"object":{"id":"ch_%s"}}}`, id, id)
+}
+
+// deliverAll sends each id with clients senders, each delivery retried with the same id
+// and body until a 2xx; dup of them are delivered once more after their 2xx (a sender's
+// duplicate), which must be answered 2xx too. done counts ids answered 2xx.
+func deliverAll(t *testing.T, url string, ids []string, clients int, dupEvery int, done *atomic.Int64, onStatus func(*http.Response)) (attempts int64, statuses map[int]int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: clients}}
+	if onStatus != nil {
+		client.Transport = observe{http.DefaultTransport, onStatus}
+	}
+	var (
+		mu   sync.Mutex
+		all  = map[int]int{}
+		next atomic.Int64
+		wg   sync.WaitGroup
+		errs = make(chan error, clients)
+		tot  atomic.Int64
+	)
+	for range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(ids) {
+					return
+				}
+				body := webhookBody(ids[i])
+				sends := 1
+				if dupEvery > 0 && i%dupEvery == 0 {
+					sends = 2
+				}
+				for range sends {
+					n, st, err := retryUntil2xx(ctx, client, func() *http.Request { return stripeRequest(t, url, faultsStripeSecret, body) })
+					tot.Add(int64(n))
+					mu.Lock()
+					for k, v := range st {
+						all[k] += v
+					}
+					mu.Unlock()
+					if err != nil {
+						errs <- fmt.Errorf("%s: %w", ids[i], err)
+						return
+					}
+				}
+				done.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	return tot.Load(), all
+}
+
+// observe lets a test look at every response (status, headers) its client gets.
+type observe struct {
+	rt http.RoundTripper
+	fn func(*http.Response)
+}
+
+func (o observe) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := o.rt.RoundTrip(r)
+	if err == nil {
+		o.fn(resp)
+	}
+	return resp, err
+}
+
+// TestReceiverCrashLoop: senders retry every webhook with the same id until they get a
+// 2xx, against an idemd killed with SIGKILL again and again. Every id has exactly one
+// effect; every duplicate delivery after a 2xx is answered 2xx without an effect.
+func TestReceiverCrashLoop(t *testing.T) {
+	t.Parallel()
+	n, kills := size(2000, 20000), size(4, 12)
+	d := newDB(t, effectsDDL)
+	nd := newNode(t, d.schema, receiverFile(t, d.schema, ""), "receiver", nil,
+		map[string]string{"FAULTS_STRIPE_SECRET": faultsStripeSecret})
+	p := nd.startReady()
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("evt_rcl_%06d", i)
+	}
+	var done atomic.Int64
+	type result struct {
+		attempts int64
+		statuses map[int]int
+	}
+	res := make(chan result, 1)
+	start := time.Now()
+	go func() {
+		a, s := deliverAll(t, "http://"+nd.httpAddr+"/webhooks/stripe", ids, 16, 5, &done, nil)
+		res <- result{a, s}
+	}()
+	for i, at := range thresholds(kills, n, 0.05, 0.9) {
+		waitFor(t, 3*time.Minute, fmt.Sprintf("%d ids answered before kill %d", at, i+1), func() bool { return done.Load() >= int64(at) })
+		p.kill(t)
+		p = nd.start() // not waiting: senders meet refused connections and retry
+	}
+	r := <-res
+	nd.waitReady(p)
+	rows, _ := checkEffects(t, d, n)
+	require.Equal(t, n, d.count(t, "processed_messages"))
+	require.Equal(t, 0, p.stop(t))
+	t.Logf("FIGURES receiver-crash-loop: ids=%d duplicate_deliveries=%d kills=%d attempts=%d statuses=%v effects=%d lost=0 duplicated=0 took=%s",
+		n, n/5, kills, r.attempts, r.statuses, rows, time.Since(start).Round(time.Second))
+}
+
+// TestRelayKilledBetweenPublishAndMark: a backlog of outbox rows published by a relay-only
+// idemd killed with SIGKILL while it publishes, restarted each time. Records published but
+// not yet marked are published again, with the same operation id; none is lost.
+func TestRelayKilledBetweenPublishAndMark(t *testing.T) {
+	t.Parallel()
+	n, kills := size(20000, 100000), size(3, 10)
+	broker := newBroker(t)
+	brokers := broker.ListenAddrs()
+	d := newDB(t, "")
+	topic := "relay-" + d.schema
+	createTopic(t, brokers, topic, 6)
+	file := writeFile(t, "sources:\n  - name: unused\n    verify: {scheme: stripe, secrets_env: [FAULTS_STRIPE_SECRET]}\n")
+	nd := newNode(t, d.schema, file, "relay", brokers, map[string]string{"FAULTS_STRIPE_SECRET": faultsStripeSecret})
+
+	// Migrate through the binary, then write the backlog as a library user would.
+	nd.vars["IDEMD_ROLES"] = "receiver"
+	p := nd.startReady()
+	require.Equal(t, 0, p.stop(t))
+	nd.vars["IDEMD_ROLES"] = "relay"
+	ids := make([]string, n)
+	store := outbox.New(&outbox.Config{Schema: d.schema})
+	ctx := context.Background()
+	for i := 0; i < n; i += 1000 {
+		tx, err := d.pool.Begin(ctx)
+		require.NoError(t, err)
+		for j := i; j < min(i+1000, n); j++ {
+			ids[j] = fmt.Sprintf("op-%06d", j)
+			require.NoError(t, store.EnqueueTx(ctx, tx, outbox.Event{
+				Topic: topic, Key: []byte(ids[j]), Payload: fmt.Appendf(nil, `{"n":%d}`, j),
+				Pipeline: "relaytest", CausationID: ids[j],
+			}))
+		}
+		require.NoError(t, tx.Commit(ctx))
+	}
+
+	start := time.Now()
+	published := func() int { return d.count(t, "outbox WHERE published_at IS NOT NULL") }
+	p = nd.start()
+	last := 0
+	for i, at := range thresholds(kills, n, 0.05, 0.85) {
+		at = max(at, last+1)
+		waitFor(t, 3*time.Minute, fmt.Sprintf("%d rows marked before kill %d", at, i+1), func() bool { return published() >= at })
+		// Marking a batch is followed at once by publishing the next: kill in that window.
+		time.Sleep(time.Duration(rand.IntN(10)) * time.Millisecond)
+		p.kill(t)
+		last = published()
+		t.Logf("kill %d with %d of %d rows marked", i+1, last, n)
+		p = nd.start()
+	}
+	waitFor(t, 3*time.Minute, "every outbox row published", func() bool { return published() == n })
+
+	recs := readAll(t, brokers, topic, n, 60*time.Second)
+	byCause := map[string]map[string]int{}
+	for _, r := range recs {
+		c := header(r, outbox.HeaderCausationID)
+		if byCause[c] == nil {
+			byCause[c] = map[string]int{}
+		}
+		byCause[c][header(r, outbox.HeaderOperationID)]++
+	}
+	republished := 0
+	for i, id := range ids {
+		ops := byCause[id]
+		require.Len(t, ops, 1, "row %d: every copy carries the same operation id", i)
+		want := outbox.OperationID("relaytest", id, 0).String()
+		require.Contains(t, ops, want, "row %d: its stable operation id", i)
+		republished += ops[want] - 1
+	}
+	require.Len(t, byCause, n, "no row lost")
+	require.Equal(t, 0, p.stop(t))
+	t.Logf("FIGURES relay-kill: rows=%d kills=%d records=%d distinct_operation_ids=%d republished=%d lost=0 took=%s",
+		n, kills, len(recs), len(byCause), republished, time.Since(start).Round(time.Second))
+}
+
+// TestConsumerGroupMemberKilled: three idemd processes in one consumer group on a
+// 6-partition topic; the one that applied most is killed with SIGKILL mid-stream and not
+// restarted. Its partitions move to the others; effects stay exactly once.
+func TestConsumerGroupMemberKilled(t *testing.T) {
+	t.Parallel()
+	n := size(6000, 60000)
+	broker := newBroker(t)
+	brokers := broker.ListenAddrs()
+	d := newDB(t, effectsDDL)
+	in, out := "in-"+d.schema, "out-"+d.schema
+	createTopic(t, brokers, in, 6)
+	createTopic(t, brokers, out, 6)
+	file := subscriptionFile(t, d.schema, in, out, "g-"+d.schema)
+	var nodes []*node
+	var procs []*proc
+	for range 3 {
+		nd := newNode(t, d.schema, file, "consumer,relay", brokers, nil)
+		nodes = append(nodes, nd)
+		procs = append(procs, nd.start())
+	}
+	for i, nd := range nodes {
+		nd.waitReady(procs[i])
+	}
+	msgs, ids := messages(n, "g")
+	// Produce over a few seconds so that the group has settled and every member works.
+	start := time.Now()
+	produced := make(chan struct{})
+	go func() {
+		defer close(produced)
+		step := max(len(msgs)/20, 1)
+		for i := 0; i < len(msgs); i += step {
+			produce(t, brokers, in, msgs[i:min(i+step, len(msgs))])
+			time.Sleep(200 * time.Millisecond)
+		}
+	}()
+	waitFor(t, 3*time.Minute, "a third of the effects, from all three members", func() bool {
+		return d.count(t, "effects") >= len(ids)/3 && d.int(t, "SELECT count(DISTINCT applied_by) FROM {s}.effects") == 3
+	})
+	var victim int
+	var best int
+	for i, nd := range nodes {
+		c := d.int(t, fmt.Sprintf("SELECT count(*) FROM {s}.effects WHERE applied_by = '%s'", nd.name))
+		if c > best {
+			victim, best = i, c
+		}
+	}
+	var parts []int32
+	rows, err := d.pool.Query(context.Background(), fmt.Sprintf("SELECT DISTINCT part FROM %s.effects WHERE applied_by = $1 ORDER BY 1", d.schema), nodes[victim].name)
+	require.NoError(t, err)
+	for rows.Next() {
+		var p int32
+		require.NoError(t, rows.Scan(&p))
+		parts = append(parts, p)
+	}
+	require.NoError(t, rows.Err())
+	procs[victim].kill(t)
+	killedAt := time.Now()
+	t.Logf("killed %s after %d effects; it had partitions %v", nodes[victim].name, best, parts)
+	<-produced
+	waitFor(t, 5*time.Minute, "every effect and every outbox row published", func() bool {
+		return d.count(t, "effects") >= len(ids) && d.count(t, "outbox WHERE published_at IS NULL") == 0
+	})
+	total, _ := checkEffects(t, d, len(ids))
+	// The victim's partitions were consumed by the survivors after the kill.
+	moved := d.int(t, fmt.Sprintf(`SELECT count(DISTINCT part) FROM {s}.effects WHERE applied_by <> '%s'
+  AND applied_at > '%s' AND part IN (SELECT part FROM {s}.effects WHERE applied_by = '%s')`,
+		nodes[victim].name, killedAt.Format(time.RFC3339Nano), nodes[victim].name))
+	require.Positive(t, moved, "the killed member's partitions moved to the survivors")
+	records, distinct := checkTopic(t, brokers, out, "crash", ids)
+	for i, nd := range nodes {
+		if i != victim {
+			require.Equal(t, 0, procs[i].stop(t), nd.name)
+		}
+	}
+	t.Logf("FIGURES group-kill: messages=%d unique=%d members=3 killed=1 victim_effects=%d victim_partitions=%v partitions_moved=%d effects=%d lost=0 duplicated=0 records=%d distinct_operation_ids=%d took=%s",
+		n, len(ids), best, parts, moved, total, records, distinct, time.Since(start).Round(time.Second))
+}

@@ -1,0 +1,305 @@
+package faults
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/idemd/idemd/internal/pgtest"
+)
+
+// outageDDL: the webhook source's effect table and the subscription's.
+const outageDDL = effectsDDL + `;
+CREATE TABLE {s}.ledger (message_id text NOT NULL, applied_by text NOT NULL)`
+
+// terminate ends every backend of the named application once; it returns how many.
+func terminate(t *testing.T, d *db, app string) int {
+	var n int
+	err := d.pool.QueryRow(context.Background(),
+		"SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1", app).Scan(&n)
+	if err != nil {
+		t.Logf("terminate: %v", err)
+	}
+	return n
+}
+
+// pgProxy forwards TCP connections to PostgreSQL until it is taken down: then it closes
+// every connection it carries and refuses new ones, which is what an idemd process sees of
+// a database outage, without touching the PostgreSQL server the other tests share.
+type pgProxy struct {
+	ln     net.Listener
+	target string
+	down   atomic.Bool
+	mu     sync.Mutex
+	conns  map[net.Conn]bool
+}
+
+func newPGProxy(t *testing.T, target string) *pgProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p := &pgProxy{ln: ln, target: target, conns: map[net.Conn]bool{}}
+	t.Cleanup(func() { ln.Close(); p.setDown(true) })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			if p.down.Load() {
+				c.Close()
+				continue
+			}
+			go p.pipe(c)
+		}
+	}()
+	return p
+}
+
+func (p *pgProxy) pipe(c net.Conn) {
+	s, err := net.DialTimeout("tcp", p.target, 5*time.Second)
+	if err != nil {
+		c.Close()
+		return
+	}
+	p.mu.Lock()
+	p.conns[c], p.conns[s] = true, true
+	p.mu.Unlock()
+	go func() { _, _ = io.Copy(s, c); s.Close(); c.Close() }()
+	_, _ = io.Copy(c, s)
+	c.Close()
+	s.Close()
+	p.mu.Lock()
+	delete(p.conns, c)
+	delete(p.conns, s)
+	p.mu.Unlock()
+}
+
+// setDown starts (true) or ends (false) the outage.
+func (p *pgProxy) setDown(down bool) {
+	p.down.Store(down)
+	if down {
+		p.mu.Lock()
+		for c := range p.conns {
+			c.Close()
+		}
+		p.mu.Unlock()
+	}
+}
+
+// TestPostgresOutage: webhooks flow in (receiver → effect and outbox → relay → topic →
+// consumer → ledger) while every PostgreSQL backend of the idemd process is terminated,
+// once in a while and then without pause for longer than the receiver's apply timeout.
+// The receiver answers 503 with Retry-After during the outage, the process recovers without
+// a restart, and in the end every webhook has exactly one effect and one ledger row.
+// The shared PostgreSQL server is never restarted: only this process's backends, found by
+// its application_name, are terminated, and the outage is a TCP proxy between the process
+// and the server that closes and refuses connections.
+func TestPostgresOutage(t *testing.T) {
+	t.Parallel()
+	n, outages := size(1500, 10000), size(1, 3)
+	broker := newBroker(t)
+	brokers := broker.ListenAddrs()
+	d := newDB(t, outageDDL)
+	mid := "mid-" + d.schema
+	createTopic(t, brokers, mid, 6)
+	file := writeFile(t, fmt.Sprintf(`sources:
+  - name: stripe
+    verify: {scheme: stripe, secrets_env: [FAULTS_STRIPE_SECRET]}
+    effect:
+      sql: "INSERT INTO %[1]s.effects (message_id, applied_by) VALUES (@message_id, current_setting('application_name'))"
+    publish: {topic: %[2]s, key: {json: /id}}
+subscriptions:
+  - name: ledger
+    topics: [%[2]s]
+    group: g-%[1]s
+    effect: {sql: "INSERT INTO %[1]s.ledger (message_id, applied_by) VALUES (@message_id, current_setting('application_name'))"}
+`, d.schema, mid))
+	nd := newNode(t, d.schema, file, "receiver,consumer,relay", brokers, map[string]string{"FAULTS_STRIPE_SECRET": faultsStripeSecret})
+	pu, err := url.Parse(pgtest.URL())
+	require.NoError(t, err)
+	proxy := newPGProxy(t, pu.Host)
+	pu.Host = proxy.ln.Addr().String()
+	nd.vars["IDEMD_DATABASE_URL"] = withAppName(pu.String(), nd.name)
+	p := nd.startReady()
+
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("evt_pg_%06d", i)
+	}
+	var (
+		done                 atomic.Int64
+		unavailable, withRA  atomic.Int64
+		inOutage             atomic.Bool
+		duringOutage503      atomic.Int64
+		mu                   sync.Mutex
+		badRetryAfter        []string
+		terminated, cutTotal int
+	)
+	onStatus := func(r *http.Response) {
+		if r.StatusCode != http.StatusServiceUnavailable {
+			return
+		}
+		unavailable.Add(1)
+		if inOutage.Load() {
+			duringOutage503.Add(1)
+		}
+		if ra := r.Header.Get("Retry-After"); ra != "" {
+			if s, err := strconv.Atoi(ra); err == nil && s > 0 {
+				withRA.Add(1)
+				return
+			}
+			mu.Lock()
+			badRetryAfter = append(badRetryAfter, ra)
+			mu.Unlock()
+		}
+	}
+	start := time.Now()
+	res := make(chan map[int]int, 1)
+	go func() {
+		// Few senders: the load spreads over the outages instead of finishing before them.
+		_, st := deliverAll(t, "http://"+nd.httpAddr+"/webhooks/stripe", ids, 4, 5, &done, onStatus)
+		res <- st
+	}()
+	for o := range outages {
+		at := int64(n * (o + 1) / (outages + 2))
+		waitFor(t, 3*time.Minute, "load before the outage", func() bool { return done.Load() >= at })
+		// Short cuts first: a connection lost now and then.
+		for range 5 {
+			terminated += terminate(t, d, nd.name)
+			time.Sleep(100 * time.Millisecond)
+		}
+		// Then an outage longer than the receiver's apply timeout (5 s): the database is
+		// unreachable (the proxy refuses connections) and every backend that still
+		// exists is terminated.
+		inOutage.Store(true)
+		proxy.setDown(true)
+		end := time.Now().Add(7 * time.Second)
+		for time.Now().Before(end) {
+			cutTotal += terminate(t, d, nd.name)
+			time.Sleep(50 * time.Millisecond)
+		}
+		proxy.setDown(false)
+		inOutage.Store(false)
+		require.False(t, p.exited(), "idemd survives the outage without a restart (%v)", p.err)
+	}
+	statuses := <-res
+	waitFor(t, 3*time.Minute, "every ledger row and every outbox row published", func() bool {
+		return d.count(t, "ledger") >= n && d.count(t, "outbox WHERE published_at IS NULL") == 0
+	})
+	require.False(t, p.exited(), "idemd was never restarted")
+	nd.waitReady(p)
+	rows, _ := checkEffects(t, d, n)
+	require.Equal(t, n, d.int(t, "SELECT count(DISTINCT message_id) FROM {s}.ledger"), "the consumer resumed: every id reached the ledger")
+	require.Equal(t, n, d.count(t, "ledger"), "no id reached the ledger twice")
+	require.Positive(t, duringOutage503.Load(), "the receiver answered 503 during the outage")
+	require.Empty(t, badRetryAfter, "every 503 carries Retry-After in seconds")
+	require.Equal(t, unavailable.Load(), withRA.Load(), "every 503 carries Retry-After")
+	require.Equal(t, 0, p.stop(t))
+	t.Logf("FIGURES postgres-outage: ids=%d outages=%d(7s each) single_cuts=%d backends_terminated=%d 503_with_retry_after=%d statuses=%v effects=%d ledger=%d lost=0 duplicated=0 restarts=0 took=%s",
+		n, outages, terminated, cutTotal+terminated, withRA.Load(), statuses, rows, d.count(t, "ledger"), time.Since(start).Round(time.Second))
+}
+
+// restartable is a kfake cluster on a fixed port that a test can take away and bring
+// back (empty: kfake keeps records in memory).
+type restartable struct {
+	t    *testing.T
+	port int
+	mu   sync.Mutex
+	c    *kfake.Cluster
+}
+
+func newRestartable(t *testing.T) *restartable {
+	t.Helper()
+	addr := freeAddr(t)
+	_, ps, _ := net.SplitHostPort(addr)
+	port, _ := strconv.Atoi(ps)
+	r := &restartable{t: t, port: port}
+	r.up()
+	t.Cleanup(r.down)
+	return r
+}
+
+func (r *restartable) up() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var err error
+	for range 50 { // the port may linger a moment after the previous cluster closed
+		r.c, err = kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(r.port))
+		if err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	require.NoError(r.t, err)
+}
+
+func (r *restartable) down() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.c != nil {
+		r.c.Close()
+		r.c = nil
+	}
+}
+
+func (r *restartable) brokers() []string { return []string{fmt.Sprintf("127.0.0.1:%d", r.port)} }
+
+// TestBrokerOutage: the broker goes away while webhooks keep coming. The receiver keeps
+// answering 200, the outbox backlog grows and nothing is marked published; when the broker
+// is back the backlog drains, each row published with its stable operation id.
+func TestBrokerOutage(t *testing.T) {
+	t.Parallel()
+	n1, n2 := size(300, 3000), size(1000, 20000)
+	b := newRestartable(t)
+	d := newDB(t, effectsDDL)
+	topic := "out-" + d.schema
+	createTopic(t, b.brokers(), topic, 3)
+	nd := newNode(t, d.schema, receiverFile(t, d.schema, topic), "receiver,relay", b.brokers(),
+		map[string]string{"FAULTS_STRIPE_SECRET": faultsStripeSecret})
+	p := nd.startReady()
+	url := "http://" + nd.httpAddr + "/webhooks/stripe"
+	before := make([]string, n1)
+	for i := range before {
+		before[i] = fmt.Sprintf("evt_bo_a_%06d", i)
+	}
+	var done atomic.Int64
+	deliverAll(t, url, before, 8, 0, &done, nil)
+	waitFor(t, time.Minute, "the first rows published", func() bool { return d.count(t, "outbox WHERE published_at IS NULL") == 0 })
+
+	start := time.Now()
+	b.down()
+	during := make([]string, n2)
+	for i := range during {
+		during[i] = fmt.Sprintf("evt_bo_b_%06d", i)
+	}
+	_, statuses := deliverAll(t, url, during, 8, 0, &done, nil)
+	require.Equal(t, map[int]int{200: n2}, statuses, "the receiver does not depend on the broker")
+	backlog := d.count(t, "outbox WHERE published_at IS NULL")
+	require.Equal(t, n2, backlog, "the backlog grows by every row written during the outage")
+	time.Sleep(3 * time.Second) // the relay retries against no broker meanwhile
+	require.Equal(t, n2, d.count(t, "outbox WHERE published_at IS NULL"), "nothing is marked published without a broker")
+	outage := time.Since(start)
+
+	b.up()
+	createTopic(t, b.brokers(), topic, 3)
+	waitFor(t, 2*time.Minute, "the backlog drains", func() bool { return d.count(t, "outbox WHERE published_at IS NULL") == 0 })
+	drained := time.Since(start) - outage
+	records, distinct := checkTopic(t, b.brokers(), topic, "stripe", during)
+	checkEffects(t, d, n1+n2)
+	require.False(t, p.exited())
+	require.Equal(t, 0, p.stop(t))
+	t.Logf("FIGURES broker-outage: before=%d during=%d backlog_max=%d outage=%s drained_in=%s records_after_return=%d distinct_operation_ids=%d lost=0 duplicated_effects=0",
+		n1, n2, backlog, outage.Round(100*time.Millisecond), drained.Round(100*time.Millisecond), records, distinct)
+}
