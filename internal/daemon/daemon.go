@@ -315,7 +315,11 @@ func (d *Daemon) startReceiver(start starter) (*part, string, error) {
 		rcv.Close()
 		return nil, "", fmt.Errorf("error listening on IDEMD_HTTP_ADDR %s: %w", d.cfg.HTTPAddr, err)
 	}
-	srv := &http.Server{Handler: rcv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	// The receiver's limits (slow headers, header size, read and write timeouts); the write
+	// timeout leaves room for the longest Prefer: wait after the apply timeout.
+	srv := receiver.NewServer("", rcv, &receiver.ServerConfig{
+		WriteTimeout: cmp.Or(cfg.ApplyTimeout, receiver.ApplyTimeoutDefault) + cmp.Or(cfg.MaxWait, receiver.MaxWaitDefault) + 5*time.Second,
+	})
 	p := start(&part{name: RoleReceiver, stop: func(ctx context.Context) error {
 		// Shutdown closes the listener, then waits for the requests in progress: each one
 		// is answered after its transaction, so nothing acknowledged is lost.
