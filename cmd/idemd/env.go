@@ -33,6 +33,8 @@ type Env struct {
 	KafkaCreateTopics bool          `env:"KAFKA_CREATE_TOPICS" envDefault:"false"`
 	PruneInterval     time.Duration `env:"PRUNE_INTERVAL" envDefault:"1m"`
 	OutboxRetention   time.Duration `env:"OUTBOX_RETENTION" envDefault:"24h"`
+	TLSCertFile       string        `env:"TLS_CERT_FILE"`
+	TLSKeyFile        string        `env:"TLS_KEY_FILE"`
 
 	// set records which variables were given, for dev's defaults.
 	set map[string]bool

@@ -74,6 +74,8 @@ func daemonConfig(e *Env, f *config.File, log *logrus.Entry, onReady func(string
 		Roles:           e.Roles,
 		Migrate:         e.Migrate,
 		HTTPAddr:        e.HTTPAddr,
+		TLSCertFile:     e.TLSCertFile,
+		TLSKeyFile:      e.TLSKeyFile,
 		AdminAddr:       e.AdminAddr,
 		ShutdownTimeout: e.ShutdownTimeout,
 		PruneInterval:   e.PruneInterval,

@@ -9,6 +9,7 @@ package daemon
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -73,6 +74,9 @@ type Config struct {
 	Migrate bool
 	// HTTPAddr is where the receiver listens. Defaults to ":8080".
 	HTTPAddr string
+	// TLSCertFile and TLSKeyFile, when both set, make the receiver serve HTTPS with that
+	// PEM certificate (chain) and key. Default to plain HTTP.
+	TLSCertFile, TLSKeyFile string
 	// AdminAddr is where /metrics, /healthz and /readyz are served. Defaults to ":9090".
 	AdminAddr string
 	// ShutdownTimeout bounds the drain after ctx ends. Defaults to 30 s.
@@ -96,6 +100,7 @@ type Daemon struct {
 	log   *logrus.Entry
 	admin *admin
 	pool  *pgxpool.Pool
+	tls   *tls.Config
 }
 
 // New checks cfg and prepares the connection pool; nothing connects until Run.
@@ -133,6 +138,10 @@ func New(cfg *Config) (*Daemon, error) {
 	if c.ShutdownTimeout < 0 {
 		errs = append(errs, errors.New("IDEMD_SHUTDOWN_TIMEOUT must be positive"))
 	}
+	tlsConf, err := receiverTLS(&c)
+	if err != nil {
+		errs = append(errs, err)
+	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
@@ -155,6 +164,7 @@ func New(cfg *Config) (*Daemon, error) {
 		log:   c.Logger.WithField("component", "daemon"),
 		admin: &admin{pool: pool, schema: c.Schema},
 		pool:  pool,
+		tls:   tlsConf,
 	}, nil
 }
 
@@ -315,6 +325,7 @@ func (d *Daemon) startReceiver(start starter) (*part, string, error) {
 		rcv.Close()
 		return nil, "", fmt.Errorf("error listening on IDEMD_HTTP_ADDR %s: %w", d.cfg.HTTPAddr, err)
 	}
+	ln = d.listenReceiver(ln)
 	// The receiver's limits (slow headers, header size, read and write timeouts); the write
 	// timeout leaves room for the longest Prefer: wait after the apply timeout.
 	srv := receiver.NewServer("", rcv, &receiver.ServerConfig{
