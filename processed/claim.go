@@ -257,9 +257,13 @@ func (s *Store) recordConflicts(ctx context.Context, tx pgx.Tx, claims []Claim, 
 	return nil
 }
 
-// AcquireTx locks a reservation made by a committed Claim{Reserve: true} for the effect
-// transaction tx. It fails with ErrLeaseLost when another claimer has taken the id over.
-// Holding the row lock until tx ends keeps anyone from taking it over meanwhile.
+// AcquireTx checks, in the effect transaction tx, that the reservation made by a committed
+// Claim{Reserve: true} is still this token's; it fails with ErrLeaseLost when another
+// claimer took the id over. It takes no lock, so that concurrent claimers are answered
+// InFlight (or Conflict) at once instead of waiting for the effect: ownership is enforced
+// again, atomically, by the completion (Completion.LeaseToken), which fails if the
+// reservation changed hands meanwhile. Whichever of the two writes the row first wins; the
+// other sees it.
 func (s *Store) AcquireTx(ctx context.Context, tx pgx.Tx, scope, id string, token uuid.UUID) error {
 	var ok bool
 	err := tx.QueryRow(ctx, s.sql.acquire, scope, id, token).Scan(&ok)

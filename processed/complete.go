@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/google/uuid"
+
 	"github.com/jackc/pgx/v5"
 )
 
@@ -15,6 +17,10 @@ type Completion struct {
 	State State
 	// Response, when set, is stored and returned to later duplicates.
 	Response *Response
+	// LeaseToken, for a reservation (Claim.Reserve), is the token its claim returned: the
+	// completion then succeeds only if the reservation was not taken over meanwhile, and
+	// fails with ErrLeaseLost otherwise.
+	LeaseToken uuid.UUID
 }
 
 // CompleteTx marks (scope, id) done with an optional response, on the default schema.
@@ -40,20 +46,29 @@ func (s *Store) CompleteBatchTx(ctx context.Context, tx pgx.Tx, done []Completio
 		statuses = make([]*int32, n)
 		headers  = make([]map[string]string, n)
 		bodies   = make([][]byte, n)
+		tokens   = make([]*uuid.UUID, n)
+		leased   bool
 	)
 	for i, d := range done {
 		if d.State != StateDone && d.State != StateDead {
 			return fmt.Errorf("processed: completion %d has state %q, want done or dead", i, d.State)
 		}
 		scopes[i], ids[i], states[i] = d.Scope, d.MessageID, string(d.State)
+		if d.LeaseToken != uuid.Nil {
+			tok := d.LeaseToken
+			tokens[i], leased = &tok, true
+		}
 		if d.Response != nil {
 			st := int32(d.Response.Status)
 			statuses[i], headers[i], bodies[i] = &st, d.Response.Headers, d.Response.Body
 		}
 	}
-	tag, err := tx.Exec(ctx, s.sql.complete, scopes, ids, states, statuses, headers, bodies)
+	tag, err := tx.Exec(ctx, s.sql.complete, scopes, ids, states, statuses, headers, bodies, tokens)
 	if err != nil {
 		return fmt.Errorf("error completing messages: %w", err)
+	}
+	if int(tag.RowsAffected()) != n && leased {
+		return fmt.Errorf("processed: completed %d of %d messages: %w", tag.RowsAffected(), n, ErrLeaseLost)
 	}
 	if int(tag.RowsAffected()) != n {
 		return fmt.Errorf("processed: completed %d of %d messages: a claim is missing from this transaction", tag.RowsAffected(), n)

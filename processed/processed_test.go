@@ -250,7 +250,43 @@ func TestReservationLease(t *testing.T) {
 
 	// The first owner crashed; after the lease another claimer takes over.
 	require.Eventually(t, func() bool { return reserve(fp).Outcome == processed.Claimed }, 5*time.Second, 50*time.Millisecond)
-	// The crashed owner comes back: its token no longer holds the reservation.
+	// The crashed owner comes back: its token no longer holds the reservation, and its
+	// completion (the commit point of its effect) fails too.
 	err := b.inTx(t, func(tx pgx.Tx) error { return b.store.AcquireTx(ctx, tx, "api", "k", first.LeaseToken) })
 	require.ErrorIs(t, err, processed.ErrLeaseLost)
+	err = b.inTx(t, func(tx pgx.Tx) error {
+		return b.store.CompleteBatchTx(ctx, tx, []processed.Completion{{Scope: "api", MessageID: "k", State: processed.StateDone, LeaseToken: first.LeaseToken}})
+	})
+	require.ErrorIs(t, err, processed.ErrLeaseLost)
+	require.Equal(t, 1, b.db.Count(t, "{schema}.processed_messages WHERE status = 'in_flight'"), "the new owner's reservation is untouched")
+}
+
+// TestReservationEffectDoesNotBlockClaimers: while a reservation's effect transaction runs,
+// a concurrent claimer is answered at once (in flight), not made to wait for it.
+func TestReservationEffectDoesNotBlockClaimers(t *testing.T) {
+	t.Parallel()
+	b := setup(t, pgtest.Options{}, processed.Config{})
+	ctx := context.Background()
+	var token [16]byte
+	require.NoError(t, b.inTx(t, func(tx pgx.Tx) error {
+		res, err := b.store.ClaimBatchTx(ctx, tx, []processed.Claim{{Scope: "api", MessageID: "k", Fingerprint: fp, Reserve: true}})
+		token = res[0].LeaseToken
+		return err
+	}))
+	effect, err := b.db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer effect.Rollback(ctx) //nolint:errcheck
+	require.NoError(t, b.store.AcquireTx(ctx, effect, "api", "k", token))
+
+	claimCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	require.NoError(t, b.inTx(t, func(tx pgx.Tx) error {
+		res, err := b.store.ClaimBatchTx(claimCtx, tx, []processed.Claim{{Scope: "api", MessageID: "k", Fingerprint: fp, Reserve: true}})
+		if err == nil {
+			require.Equal(t, processed.InFlight, res[0].Outcome)
+		}
+		return err
+	}))
+	require.NoError(t, b.store.CompleteBatchTx(ctx, effect, []processed.Completion{{Scope: "api", MessageID: "k", State: processed.StateDone, LeaseToken: token}}))
+	require.NoError(t, effect.Commit(ctx))
 }

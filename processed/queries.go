@@ -50,14 +50,14 @@ UPDATE ` + t + ` AS p SET
     status = c.status, completed_at = now(), lease_until = NULL, lease_token = NULL,
     response_status = c.response_status, response_headers = c.response_headers,
     response_body = c.response_body
-FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::jsonb[], $6::bytea[])
-     AS c(scope, message_id, status, response_status, response_headers, response_body)
-WHERE p.scope = c.scope AND p.message_id = c.message_id`,
+FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::jsonb[], $6::bytea[], $7::uuid[])
+     AS c(scope, message_id, status, response_status, response_headers, response_body, token)
+WHERE p.scope = c.scope AND p.message_id = c.message_id
+  AND (c.token IS NULL OR p.lease_token = c.token)`,
 
 		acquire: `
 SELECT true FROM ` + t + `
-WHERE scope = $1 AND message_id = $2 AND status = 'in_flight' AND lease_token = $3
-FOR UPDATE`,
+WHERE scope = $1 AND message_id = $2 AND status = 'in_flight' AND lease_token = $3`,
 
 		release: `DELETE FROM ` + t + ` WHERE scope = $1 AND message_id = $2 AND status = 'in_flight' AND lease_token = $3`,
 

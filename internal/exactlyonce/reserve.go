@@ -1,14 +1,12 @@
 package exactlyonce
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemd/idemd/processed"
 )
@@ -18,9 +16,9 @@ import (
 // claim. The flow is two transactions:
 //
 //  1. Reserve commits an in-flight record with a lease, on its own;
-//  2. ApplyReserved locks that reservation (processed.AcquireTx), runs the effect exactly as
+//  2. ApplyReserved checks that reservation (processed.AcquireTx), runs the effect exactly as
 //     Apply does (savepoints, MaxAttempts, DeadLetter) and completes the record in the same
-//     transaction. A transient failure releases the reservation so that a retry runs at
+//     transaction, on condition that the lease token still holds it. A transient failure releases the reservation so that a retry runs at
 //     once; a crash leaves it to expire, and the next claimer with the same payload takes it
 //     over after the lease.
 //
@@ -34,12 +32,6 @@ func (u *Unit) Reserve(ctx context.Context, m *Message) (uuid.UUID, error) {
 	m.Outcome, m.Response, m.Record, m.ConflictCount, m.Attempts, m.Cause = Pending, nil, nil, 0, 0, nil
 	var token uuid.UUID
 	err := pgx.BeginFunc(ctx, u.pool, func(tx pgx.Tx) error {
-		// The effect transaction holds the reservation's row lock (AcquireTx) until it
-		// commits, and a claim waits for that lock: bound the wait, and answer from a
-		// non-blocking read instead (below).
-		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+reserveLockWait+"'"); err != nil {
-			return err
-		}
 		res, err := u.cfg.Processed.ClaimBatchTx(ctx, tx, []processed.Claim{{
 			Scope: m.Scope, MessageID: m.ID, Fingerprint: m.Fingerprint, Retention: m.Retention, Reserve: true,
 		}})
@@ -63,43 +55,10 @@ func (u *Unit) Reserve(ctx context.Context, m *Message) (uuid.UUID, error) {
 		}
 		return nil
 	})
-	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "55P03" {
-		return uuid.Nil, u.peek(ctx, m)
-	}
 	if err != nil {
 		return uuid.Nil, fmt.Errorf("error reserving message %q: %w", m.ID, err)
 	}
 	return token, nil
-}
-
-// reserveLockWait bounds how long Reserve waits for a reservation's row lock.
-const reserveLockWait = "100ms"
-
-// peek answers a Reserve whose claim found the id locked by its effect transaction: plain
-// reads never wait for row locks. A different fingerprint is a conflict even in flight, and
-// is recorded like processed records conflicts.
-func (u *Unit) peek(ctx context.Context, m *Message) error {
-	schema := pgx.Identifier{u.cfg.Processed.Schema()}.Sanitize()
-	var fp []byte
-	err := u.pool.QueryRow(ctx, `SELECT fingerprint FROM `+schema+`.processed_messages WHERE scope = $1 AND message_id = $2`,
-		m.Scope, m.ID).Scan(&fp)
-	if errors.Is(err, pgx.ErrNoRows) || (err == nil && bytes.Equal(fp, m.Fingerprint)) {
-		m.Outcome = InFlight
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("error reading reservation of %q: %w", m.ID, err)
-	}
-	m.Outcome = Conflict
-	err = u.pool.QueryRow(ctx, `INSERT INTO `+schema+`.conflicts AS c (scope, message_id, stored_fingerprint, incoming_fingerprint)
-VALUES ($1, $2, $3, $4)
-ON CONFLICT (scope, message_id, incoming_fingerprint)
-DO UPDATE SET count = c.count + 1, last_seen_at = now()
-RETURNING c.count`, m.Scope, m.ID, fp, m.Fingerprint).Scan(&m.ConflictCount)
-	if err != nil {
-		return fmt.Errorf("error recording conflict of %q: %w", m.ID, err)
-	}
-	return nil
 }
 
 // ApplyReserved runs the effect of a message reserved with token, in one transaction that
@@ -147,7 +106,8 @@ func (u *Unit) applyReserved(ctx context.Context, m *Message, token uuid.UUID) (
 	if m.Outcome == DeadLettered {
 		state = processed.StateDead
 	}
-	c := processed.Completion{Scope: m.Scope, MessageID: m.ID, State: state}
+	// The token makes the completion fail if the lease was taken over while the effect ran.
+	c := processed.Completion{Scope: m.Scope, MessageID: m.ID, State: state, LeaseToken: token}
 	if m.StoreResponse {
 		c.Response = m.Response
 	}
