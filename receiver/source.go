@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -18,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemd/idemd/internal/exactlyonce"
+	"github.com/idemd/idemd/internal/jsonpointer"
 	"github.com/idemd/idemd/outbox"
 )
 
@@ -101,8 +101,10 @@ func compileSource(ctx context.Context, pool *pgxpool.Pool, s Source) (*source, 
 	if s.MessageID.JSON != "" && s.MessageID.Header != "" {
 		return nil, errors.New("message_id: set json or header, not both")
 	}
-	if s.MessageID.JSON != "" && !strings.HasPrefix(s.MessageID.JSON, "/") {
-		return nil, fmt.Errorf("message_id.json %q is not a JSON pointer", s.MessageID.JSON)
+	if s.MessageID.JSON != "" {
+		if err := jsonpointer.Validate(s.MessageID.JSON); err != nil {
+			return nil, fmt.Errorf("message_id.json: %w", err)
+		}
 	}
 	if c.msgID == (IDSpec{}) && !c.api {
 		switch c.scheme {
@@ -193,47 +195,19 @@ func (p *parsedBody) get() (any, bool) {
 		p.done = true
 		dec := json.NewDecoder(bytes.NewReader(p.raw))
 		dec.UseNumber()
-		p.ok = dec.Decode(&p.doc) == nil
+		// One JSON value and nothing after it: trailing bytes make the body not JSON.
+		p.ok = dec.Decode(&p.doc) == nil && !dec.More()
 	}
 	return p.doc, p.ok
 }
 
 // pointer resolves a JSON pointer (RFC 6901) in the body.
 func (p *parsedBody) pointer(ptr string) (any, bool) {
-	v, ok := p.get()
-	if !ok || !strings.HasPrefix(ptr, "/") {
+	doc, ok := p.get()
+	if !ok {
 		return nil, false
 	}
-	for _, tok := range strings.Split(ptr[1:], "/") {
-		tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
-		switch x := v.(type) {
-		case map[string]any:
-			if v, ok = x[tok]; !ok {
-				return nil, false
-			}
-		case []any:
-			i, err := strconv.Atoi(tok)
-			if err != nil || i < 0 || i >= len(x) {
-				return nil, false
-			}
-			v = x[i]
-		default:
-			return nil, false
-		}
-	}
-	return v, true
-}
-
-// scalar is a JSON value as an id or key: a string as is, a number as written.
-func scalar(v any) (string, bool) {
-	switch x := v.(type) {
-	case string:
-		return x, true
-	case json.Number:
-		return x.String(), true
-	default:
-		return "", false
-	}
+	return jsonpointer.Get(doc, ptr)
 }
 
 // lookup finds the id spec's value in the request.
@@ -246,7 +220,7 @@ func lookup(spec IDSpec, h http.Header, body *parsedBody) string {
 		return v
 	}
 	if v, ok := body.pointer(spec.JSON); ok {
-		s, _ := scalar(v)
+		s, _ := jsonpointer.Scalar(v)
 		return s
 	}
 	return ""
@@ -282,7 +256,7 @@ func (s *source) eventType(h http.Header, body *parsedBody) string {
 	if !ok {
 		return ""
 	}
-	t, _ := scalar(v)
+	t, _ := jsonpointer.Scalar(v)
 	return t
 }
 
