@@ -85,6 +85,36 @@ func (s *Store) Requeue(ctx context.Context, pool *pgxpool.Pool, id int64) error
 	return nil
 }
 
+// ErrPending: the delivery is still pending (queued or in flight); requeueing it could send
+// it twice.
+var ErrPending = errors.New("delivery: still pending")
+
+// RequeueTx is Requeue in the caller's transaction, for a delivery that is finished (dead or
+// delivered) only: a pending one is refused with ErrPending, since clearing its lease could
+// send it twice. The deliverers are woken when tx commits.
+func (s *Store) RequeueTx(ctx context.Context, tx pgx.Tx, id int64) error {
+	var state string
+	err := tx.QueryRow(ctx, `SELECT state FROM `+s.deliveries+` WHERE id = $1 FOR UPDATE`, id).Scan(&state)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("delivery %d: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("error requeueing delivery %d: %w", id, err)
+	}
+	if state == "pending" {
+		return fmt.Errorf("delivery %d: %w", id, ErrPending)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE `+s.deliveries+` SET state = 'pending', attempts = 0, next_attempt_at = now(),
+    created_at = now(), finished_at = NULL, lease_until = NULL, lease_token = NULL WHERE id = $1`, id); err != nil {
+		return fmt.Errorf("error requeueing delivery %d: %w", id, err)
+	}
+	// Delivered at commit, not before: a rolled-back requeue wakes nobody.
+	if _, err := tx.Exec(ctx, "SELECT pg_notify($1, '')", outbox.DeliveryChannel(s.schema)); err != nil {
+		return fmt.Errorf("error requeueing delivery %d: %w", id, err)
+	}
+	return nil
+}
+
 // PruneFinished deletes delivered and dead deliveries finished more than retention ago,
 // at most batchSize per statement, until none is left or ctx ends. Pending rows are never
 // touched.
