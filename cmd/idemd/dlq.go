@@ -7,10 +7,17 @@ import (
 	"fmt"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/sirupsen/logrus"
+
+	"github.com/idemd/idemd/consumer"
+	"github.com/idemd/idemd/delivery"
 	"github.com/idemd/idemd/internal/config"
 	"github.com/idemd/idemd/internal/daemon"
 	"github.com/idemd/idemd/internal/deadletter"
@@ -97,8 +104,11 @@ func truncate(s string, n int) string {
 }
 
 func (c *cli) dlqReplay(args []string) int {
-	fs := c.flags("dlq replay", "ID...", "Run dead letters again through their source, exactly once each: the effect and the\n"+
-		"letter's replayed mark commit together. Fix the cause (the effect SQL, the data) first.", true)
+	fs := c.flags("dlq replay", "ID...", "Run dead letters again, exactly once each, through the door that wrote them: a webhook\n"+
+		"through its source and a Kafka record through its subscription (the effect, the publish\n"+
+		"event with the original operation id, and the letter's replayed mark commit together; no\n"+
+		"broker is contacted), an HTTP delivery by requeueing it to its endpoint (same operation\n"+
+		"id). Fix the cause (the effect SQL, the data, the endpoint) first.", true)
 	pipelines := fs.String("pipelines", "", "pipelines file (overrides IDEMD_PIPELINES_FILE)")
 	if code, ok := c.parse(fs, args); !ok {
 		return code
@@ -135,26 +145,20 @@ func (c *cli) dlqReplay(args []string) int {
 		return c.fail("dlq replay", exitFailure, err)
 	}
 	defer pool.Close()
-	rcfg, err := daemon.ReceiverConfig(f)
+	r, err := newReplayer(pool, e, f, newLogger(e, c.stderr))
 	if err != nil {
 		return c.fail("dlq replay", exitUsage, err)
 	}
-	rcfg.Schema = e.DBSchema
-	rcfg.Logger = newLogger(e, c.stderr)
-	rcv, err := receiver.New(pool, rcfg)
-	if err != nil {
-		return c.fail("dlq replay", exitFailure, err)
-	}
-	defer rcv.Close()
+	defer r.close()
 	failed := 0
 	for _, id := range ids {
-		err := rcv.Replay(ctx, id)
+		what, err := r.replay(ctx, id)
 		switch {
 		case err == nil:
-			fmt.Fprintf(c.stdout, "%d: replayed\n", id)
-		case errors.Is(err, receiver.ErrUnknownSource):
+			fmt.Fprintf(c.stdout, "%d: %s\n", id, what)
+		case errors.Is(err, receiver.ErrAlreadyReplayed), errors.Is(err, consumer.ErrAlreadyReplayed):
 			failed++
-			fmt.Fprintf(c.stdout, "%d: not replayed: it belongs to a subscription; replay of subscription letters is not available in this build (republish the record from `idemd dlq list -json`)\n", id)
+			fmt.Fprintf(c.stdout, "%d: not replayed: it was replayed before; not run again\n", id)
 		default:
 			failed++
 			fmt.Fprintf(c.stdout, "%d: not replayed: %v\n", id, err)
@@ -164,4 +168,156 @@ func (c *cli) dlqReplay(args []string) int {
 		return exitFailure
 	}
 	return exitOK
+}
+
+// replayer sends each dead letter back through the door that wrote it. The doors are built
+// on first use, so that a letter of one kind needs nothing of the others (a pipelines file
+// without sources, a subscription whose SQL no longer prepares).
+type replayer struct {
+	pool      *pgxpool.Pool
+	letters   *deadletter.Store
+	delivery  *delivery.Store
+	log       *logrus.Entry
+	file      *config.File
+	schema    string
+	brokers   []string
+	sources   map[string]bool
+	subs      map[string]*consumer.Config
+	rcv       *receiver.Receiver
+	consumers map[string]*consumer.Consumer
+}
+
+func newReplayer(pool *pgxpool.Pool, e *Env, f *config.File, log *logrus.Entry) (*replayer, error) {
+	cfgs, err := daemon.ConsumerConfigs(f)
+	if err != nil {
+		return nil, err
+	}
+	r := &replayer{
+		pool: pool, letters: deadletter.New(e.DBSchema), delivery: delivery.NewStore(e.DBSchema), log: log,
+		file: f, schema: e.DBSchema, brokers: e.KafkaBrokers,
+		sources: map[string]bool{}, subs: map[string]*consumer.Config{}, consumers: map[string]*consumer.Consumer{},
+	}
+	for _, s := range f.Sources {
+		r.sources[s.Name] = true
+	}
+	for _, cfg := range cfgs {
+		r.subs[cfg.Name] = cfg
+	}
+	return r, nil
+}
+
+func (r *replayer) close() {
+	if r.rcv != nil {
+		r.rcv.Close()
+	}
+}
+
+// replay replays letter id and says what it did.
+func (r *replayer) replay(ctx context.Context, id int64) (string, error) {
+	l, err := r.peek(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	switch {
+	case strings.HasPrefix(l.Scope, "http:") || l.Metadata["door"] == "http_delivery":
+		return r.requeue(ctx, id)
+	case r.subs[l.Pipeline] != nil:
+		c, err := r.consumer(l.Pipeline)
+		if err != nil {
+			return "", err
+		}
+		if err := c.Replay(ctx, id); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("replayed through subscription %q", l.Pipeline), nil
+	case r.sources[l.Pipeline]:
+		if r.rcv == nil {
+			rcfg, err := daemon.ReceiverConfig(r.file)
+			if err != nil {
+				return "", err
+			}
+			rcfg.Schema, rcfg.Logger = r.schema, r.log
+			if r.rcv, err = receiver.New(r.pool, rcfg); err != nil {
+				return "", err
+			}
+		}
+		if err := r.rcv.Replay(ctx, id); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("replayed through source %q", l.Pipeline), nil
+	}
+	return "", fmt.Errorf("its pipeline %q is not in the pipelines file", l.Pipeline)
+}
+
+// peek reads a letter to route it; the door locks and checks it again.
+func (r *replayer) peek(ctx context.Context, id int64) (*deadletter.Letter, error) {
+	tx, err := r.pool.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("error reading dead letter %d: %w", id, err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	return r.letters.GetTx(ctx, tx, id)
+}
+
+// consumer builds a subscription's consumer for Replay, which never contacts Kafka: New
+// wants brokers in its config, and gets a placeholder when none are configured.
+func (r *replayer) consumer(name string) (*consumer.Consumer, error) {
+	if c := r.consumers[name]; c != nil {
+		return c, nil
+	}
+	cfg := *r.subs[name]
+	cfg.Schema, cfg.Logger, cfg.Brokers = r.schema, r.log, r.brokers
+	if len(cfg.Brokers) == 0 {
+		cfg.Brokers = []string{"replay-contacts-no-broker:9092"}
+	}
+	c, err := consumer.New(r.pool, &cfg)
+	if err != nil {
+		return nil, err
+	}
+	r.consumers[name] = c
+	return c, nil
+}
+
+// requeue replays an HTTP delivery's letter: the delivery is made pending again and the
+// letter marked replayed in one transaction, under the letter's lock, so that two replays
+// cannot requeue it twice.
+func (r *replayer) requeue(ctx context.Context, id int64) (string, error) {
+	var what string
+	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+		l, err := r.letters.GetTx(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		if l.ReplayedAt != nil {
+			return fmt.Errorf("dead letter %d: %w", id, receiver.ErrAlreadyReplayed)
+		}
+		did, ok := metaID(l.Metadata["delivery_id"])
+		if !ok {
+			return fmt.Errorf("dead letter %d names no delivery_id", id)
+		}
+		if err := r.delivery.RequeueTx(ctx, tx, did); err != nil {
+			if errors.Is(err, delivery.ErrNotFound) {
+				return fmt.Errorf("delivery %d no longer exists (pruned?); the payload is in `idemd dlq list -json`", did)
+			}
+			return err
+		}
+		what = fmt.Sprintf("delivery %d requeued to endpoint %q with the same operation id", did, strings.TrimPrefix(l.Scope, "http:"))
+		return r.letters.MarkReplayedTx(ctx, tx, id)
+	})
+	return what, err
+}
+
+// metaID reads an id from a letter's metadata (JSON: a float64 once decoded).
+func metaID(v any) (int64, bool) {
+	switch x := v.(type) {
+	case float64:
+		return int64(x), x > 0 && x == float64(int64(x))
+	case string:
+		n, err := strconv.ParseInt(x, 10, 64)
+		return n, err == nil && n > 0
+	case json.Number:
+		n, err := x.Int64()
+		return n, err == nil && n > 0
+	}
+	return 0, false
 }

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemd/idemd/internal/deadletter"
+	"github.com/idemd/idemd/internal/pgtest"
+	"github.com/idemd/idemd/migrations"
+	"github.com/idemd/idemd/outbox"
+)
+
+// TestDLQReplayEveryKind: `idemd dlq replay` sends each letter back through the door that
+// wrote it — a webhook through its source, a Kafka record through its subscription (with no
+// broker configured: replay reads nothing from Kafka), an HTTP delivery by requeueing it —
+// applies each once, and refuses a second replay.
+func TestDLQReplayEveryKind(t *testing.T) {
+	t.Parallel()
+	schema := testSchema(t)
+	pool := pgtest.Pool(t, 2)
+	ctx := context.Background()
+	require.NoError(t, migrations.Apply(ctx, pool, &migrations.Config{Schema: schema}))
+	_, err := pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE %[1]s.payments (event_id text PRIMARY KEY, amount bigint);
+CREATE TABLE %[1]s.ledger (event_id text PRIMARY KEY, amount bigint, topic text, off bigint)`, schema))
+	require.NoError(t, err)
+
+	file := filepath.Join(t.TempDir(), "idemd.yaml")
+	require.NoError(t, os.WriteFile(file, []byte(fmt.Sprintf(`sources:
+  - name: stripe
+    verify: {scheme: stripe, secrets_env: [DLQ_STRIPE_SECRET]}
+    effect:
+      sql: "INSERT INTO %[1]s.payments (event_id, amount) VALUES (@message_id, (@payload::jsonb ->> 'amount')::bigint)"
+subscriptions:
+  - name: ledger
+    topics: [payments]
+    effect: {sql: "INSERT INTO %[1]s.ledger (event_id, amount, topic, off) VALUES (@message_id, (@payload::jsonb ->> 'amount')::bigint, @topic, @offset)"}
+    publish: {topic: ledger.entries}
+`, schema)), 0o600))
+
+	// The letters, as each door writes them.
+	letters := deadletter.New(schema)
+	var webhook, record, sink, stranger, deliveryID int64
+	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		var err error
+		if webhook, err = letters.WriteTx(ctx, tx, &deadletter.Letter{
+			Pipeline: "stripe", Scope: "stripe", MessageID: "evt_1", Payload: []byte(`{"amount":7}`),
+			Headers:  map[string][]string{"Content-Type": {"application/json"}},
+			Metadata: map[string]any{"door": "http", "method": "POST", "path": "/webhooks/stripe", "tenant": ""},
+			Reason:   "boom", Attempts: 1,
+		}); err != nil {
+			return err
+		}
+		if record, err = letters.WriteTx(ctx, tx, &deadletter.Letter{
+			Pipeline: "ledger", Scope: "ledger", MessageID: "op_1", Payload: []byte(`{"amount":9}`),
+			Headers:  map[string][]string{"operation-id": {"op_1"}},
+			Metadata: map[string]any{"topic": "payments", "partition": 2, "offset": 41, "timestamp": "2026-01-02T03:04:05Z"},
+			Reason:   "boom", Attempts: 5,
+		}); err != nil {
+			return err
+		}
+		if err := tx.QueryRow(ctx, `INSERT INTO `+schema+`.http_deliveries
+    (endpoint, operation_id, pipeline, causation_id, payload, state, attempts, finished_at)
+VALUES ('ledger', $1, 'ledger', 'op_0', '{}', 'dead', 8, now()) RETURNING id`, uuid.New()).Scan(&deliveryID); err != nil {
+			return err
+		}
+		if sink, err = letters.WriteTx(ctx, tx, &deadletter.Letter{
+			Pipeline: "ledger", Scope: "http:ledger", MessageID: "x", Payload: []byte(`{}`),
+			Metadata: map[string]any{"door": "http_delivery", "endpoint": "ledger", "delivery_id": deliveryID},
+			Reason:   "500", Attempts: 8,
+		}); err != nil {
+			return err
+		}
+		stranger, err = letters.WriteTx(ctx, tx, &deadletter.Letter{Pipeline: "gone", Scope: "gone", MessageID: "y", Reason: "x"})
+		return err
+	}))
+
+	vars := map[string]string{
+		"IDEMD_DATABASE_URL":   pgtest.URL(),
+		"IDEMD_DB_SCHEMA":      schema,
+		"IDEMD_PIPELINES_FILE": file,
+		"DLQ_STRIPE_SECRET":    "whsec_dlq",
+	}
+	ids := []string{fmt.Sprint(webhook), fmt.Sprint(record), fmt.Sprint(sink), fmt.Sprint(stranger)}
+	code, out, _ := runIdemd(t, vars, append([]string{"dlq", "replay"}, ids...)...)
+	require.Equal(t, exitFailure, code, "one letter could not be replayed")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	require.Len(t, lines, 4, out)
+	require.Equal(t, fmt.Sprintf(`%d: replayed through source "stripe"`, webhook), lines[0])
+	require.Equal(t, fmt.Sprintf(`%d: replayed through subscription "ledger"`, record), lines[1])
+	require.Equal(t, fmt.Sprintf(`%d: delivery %d requeued to endpoint "ledger" with the same operation id`, sink, deliveryID), lines[2])
+	require.Contains(t, lines[3], fmt.Sprintf(`%d: not replayed: its pipeline "gone" is not in the pipelines file`, stranger))
+
+	count := func(from string, args ...any) int {
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+schema+"."+from, args...).Scan(&n))
+		return n
+	}
+	check := func() {
+		require.Equal(t, 1, count("payments WHERE event_id = 'evt_1' AND amount = 7"))
+		require.Equal(t, 1, count("ledger WHERE event_id = 'op_1' AND amount = 9 AND topic = 'payments' AND off = 41"))
+		require.Equal(t, 1, count("outbox WHERE causation_id = 'op_1' AND operation_id = $1", outbox.OperationID("ledger", "op_1", 0)))
+		require.Equal(t, 1, count("http_deliveries WHERE id = $1 AND state = 'pending' AND attempts = 0", deliveryID))
+		require.Equal(t, 3, count("dead_letters WHERE replayed_at IS NOT NULL"))
+	}
+	check()
+
+	// Again: each is refused and nothing is applied twice.
+	code, out, _ = runIdemd(t, vars, append([]string{"dlq", "replay"}, ids[:3]...)...)
+	require.Equal(t, exitFailure, code)
+	for _, id := range ids[:3] {
+		require.Contains(t, out, id+": not replayed: it was replayed before; not run again")
+	}
+	check()
+}
