@@ -106,6 +106,22 @@ func write(buf *bytes.Buffer, v any) {
 }
 
 func writeString(buf *bytes.Buffer, s string) {
+	// Fast path, same bytes as the encoder's: printable ASCII without '"' or '\\' is
+	// written as it is, quoted.
+	plain := true
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
+			plain = false
+			break
+		}
+	}
+	if plain {
+		buf.Grow(len(s) + 2)
+		buf.WriteByte('"')
+		buf.WriteString(s)
+		buf.WriteByte('"')
+		return
+	}
 	enc := json.NewEncoder(buf)
 	enc.SetEscapeHTML(false)
 	_ = enc.Encode(s)
