@@ -9,12 +9,14 @@ package outbox
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"hash/fnv"
 	"strconv"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // SchemaDefault is the schema of the outbox table unless configured otherwise.
@@ -152,14 +154,16 @@ func (s *Store) Queue(batch *pgx.Batch, events ...Event) error {
 
 func (s *Store) queue(batch *pgx.Batch, events []Event) {
 	n := len(events)
+	// Operation ids as pgtype.UUID and headers as JSON text encode without reflection or
+	// a driver.Valuer round trip per element; the stored values are the same.
 	var (
-		ops        = make([]uuid.UUID, 0, n)
+		ops        = make([]pgtype.UUID, 0, n)
 		pipelines  = make([]string, 0, n)
 		causations = make([]string, 0, n)
 		topics     = make([]string, 0, n)
 		keys       = make([][]byte, 0, n)
 		payloads   = make([][]byte, 0, n)
-		headers    = make([]map[string]string, 0, n)
+		headers    = make([]string, 0, n)
 		deliveries deliveryColumns
 	)
 	for i, e := range events {
@@ -181,10 +185,15 @@ func (s *Store) queue(batch *pgx.Batch, events []Event) {
 		if e.Topic == "" {
 			continue // HTTP only: the relay must never see it
 		}
-		ops = append(ops, op)
+		ops = append(ops, pgtype.UUID{Bytes: op, Valid: true})
 		pipelines, causations, topics = append(pipelines, e.Pipeline), append(causations, e.CausationID), append(topics, e.Topic)
 		keys, payloads = append(keys, e.Key), append(payloads, payload)
-		headers = append(headers, hdrs)
+		h := "{}"
+		if len(hdrs) > 0 {
+			b, _ := json.Marshal(hdrs) // a map[string]string always marshals
+			h = string(b)
+		}
+		headers = append(headers, h)
 	}
 	if len(ops) > 0 {
 		batch.Queue(s.insert, ops, pipelines, causations, topics, keys, payloads, headers)
