@@ -108,8 +108,11 @@ type Config struct {
 
 // Publish writes an outbox event for each applied message: the message's value, on Topic.
 type Publish struct {
-	// Topic receives the events. Required.
+	// Topic receives the events. Required unless Endpoint is set.
 	Topic string `yaml:"topic" json:"topic"`
+	// Endpoint names an outbound HTTP endpoint (delivery.Endpoint.Name) that receives the
+	// events by POST, beside or instead of Topic. Defaults to none.
+	Endpoint string `yaml:"endpoint,omitempty" json:"endpoint,omitempty"`
 	// Key says where the record key comes from. Defaults to no key.
 	Key *Field `yaml:"key,omitempty" json:"key,omitempty"`
 }
@@ -197,8 +200,8 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Consumer, error) {
 		}
 	}
 	if c.Publish != nil {
-		if c.Publish.Topic == "" {
-			return nil, fmt.Errorf("consumer %s: Publish.Topic is required", c.Name)
+		if c.Publish.Topic == "" && c.Publish.Endpoint == "" {
+			return nil, fmt.Errorf("consumer %s: Publish.Topic or Publish.Endpoint is required", c.Name)
 		}
 		if c.Publish.Key != nil {
 			if err := c.Publish.Key.validate(); err != nil {

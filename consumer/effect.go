@@ -221,6 +221,7 @@ func (c *Consumer) args(r *record) []any {
 func (c *Consumer) publishEvent(r *record) outbox.Event {
 	ev := outbox.Event{
 		Topic:       c.cfg.Publish.Topic,
+		Endpoint:    c.cfg.Publish.Endpoint,
 		Payload:     r.msg.Value,
 		Pipeline:    c.cfg.Name,
 		CausationID: r.msg.ID,

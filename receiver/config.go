@@ -147,8 +147,11 @@ type Effect struct {
 
 // Publish writes one outbox event per new message.
 type Publish struct {
-	// Topic is the Kafka topic. Required.
+	// Topic is the Kafka topic. Required unless Endpoint is set.
 	Topic string
+	// Endpoint names an outbound HTTP endpoint (delivery.Endpoint.Name) that receives the
+	// event by POST, beside or instead of Topic. Defaults to none.
+	Endpoint string
 	// Key locates the record key: a JSON pointer into the body, or a header. Defaults to no
 	// key.
 	Key IDSpec

@@ -144,8 +144,8 @@ func compileSource(ctx context.Context, pool *pgxpool.Pool, s Source) (*source, 
 		}
 	}
 	if p := c.publish; p != nil {
-		if p.Topic == "" {
-			return nil, errors.New("publish.topic is required")
+		if p.Topic == "" && p.Endpoint == "" {
+			return nil, errors.New("publish: a topic or an HTTP endpoint is required")
 		}
 		switch p.Body {
 		case "", "payload":
@@ -352,7 +352,7 @@ func (r *Receiver) runEffect(ctx context.Context, tx pgx.Tx, c *call) ([]byte, e
 			ctype = "application/octet-stream"
 		}
 		ev := outbox.Event{
-			Topic: p.Topic, Payload: payload, Pipeline: c.src.name, CausationID: c.req.MessageID,
+			Topic: p.Topic, Endpoint: p.Endpoint, Payload: payload, Pipeline: c.src.name, CausationID: c.req.MessageID,
 			Headers: map[string]string{outbox.HeaderContentType: ctype},
 		}
 		if c.eventType != "" {

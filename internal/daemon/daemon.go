@@ -234,6 +234,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 		if err := d.startRelay(start); err != nil {
 			return errors.Join(err, stopAll())
 		}
+		if err := d.startDeliverer(start); err != nil {
+			return errors.Join(err, stopAll())
+		}
 	}
 	if d.cfg.has(RolePruner) {
 		d.startPruner(start)

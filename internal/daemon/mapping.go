@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/idemd/idemd/consumer"
+	"github.com/idemd/idemd/delivery"
 	"github.com/idemd/idemd/internal/config"
 	"github.com/idemd/idemd/receiver"
 )
@@ -39,16 +40,14 @@ func ReceiverConfig(f *config.File) (*receiver.Config, error) {
 			src.Idempotency = &receiver.Idempotency{Required: s.Idempotency.Required, Retention: s.Idempotency.Retention.Duration}
 		}
 		if p := s.Publish; p != nil {
+			pub := &receiver.Publish{Topic: p.Topic, Body: p.Body}
 			if p.HTTP != nil {
-				errs = append(errs, s.Errorf("publish.http", "the outbound HTTP sink is not available in this build; publish to a topic"))
+				pub.Endpoint = s.Name // the endpoint DeliveryEndpoints names after the pipeline
 			}
-			if p.Topic != "" {
-				pub := &receiver.Publish{Topic: p.Topic, Body: p.Body}
-				if p.Key != nil {
-					pub.Key = receiver.IDSpec{JSON: p.Key.JSON, Header: p.Key.Header}
-				}
-				src.Publish = pub
+			if p.Key != nil {
+				pub.Key = receiver.IDSpec{JSON: p.Key.JSON, Header: p.Key.Header}
 			}
+			src.Publish = pub
 		}
 		cfg.Sources = append(cfg.Sources, src)
 	}
@@ -84,17 +83,35 @@ func ConsumerConfigs(f *config.File) ([]*consumer.Config, error) {
 			c.DeadLetter = consumer.DeadLetter{Topic: s.DeadLetter.Topic, MaxAttempts: s.DeadLetter.MaxAttempts}
 		}
 		if p := s.Publish; p != nil {
-			if p.HTTP != nil {
-				errs = append(errs, s.Errorf("publish.http", "the outbound HTTP sink is not available in this build; publish to a topic"))
-			}
 			if p.Body == "effect" {
 				errs = append(errs, s.Errorf("publish.body", "subscriptions publish the consumed payload; body effect is for sources"))
 			}
-			if p.Topic != "" {
-				c.Publish = &consumer.Publish{Topic: p.Topic, Key: field(p.Key)}
+			c.Publish = &consumer.Publish{Topic: p.Topic, Key: field(p.Key)}
+			if p.HTTP != nil {
+				c.Publish.Endpoint = s.Name
 			}
 		}
 		out = append(out, c)
 	}
 	return out, errors.Join(errs...)
+}
+
+// DeliveryEndpoints collects the outbound HTTP endpoints of the pipelines file
+// (publish.http), one per pipeline, named after it: the receiver and the consumers name the
+// same endpoint in the events they enqueue.
+func DeliveryEndpoints(f *config.File) []delivery.Endpoint {
+	var out []delivery.Endpoint
+	add := func(name string, p *config.Publish) {
+		if p == nil || p.HTTP == nil {
+			return
+		}
+		out = append(out, delivery.Endpoint{Name: name, URL: p.HTTP.URL, Secret: p.HTTP.Secret, Timeout: p.HTTP.Timeout.Duration})
+	}
+	for _, s := range f.Sources {
+		add(s.Name, s.Publish)
+	}
+	for _, s := range f.Subscriptions {
+		add(s.Name, s.Publish)
+	}
+	return out
 }

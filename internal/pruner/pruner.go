@@ -1,5 +1,5 @@
 // Package pruner is the daemon's pruner role: it deletes expired dedup records, old
-// conflicts and published outbox rows in bounded batches, so that no statement holds many
+// conflicts, published outbox rows and finished HTTP deliveries in bounded batches, so that no statement holds many
 // locks or runs long. Guarantee: a dedup record is deleted only after its retention passed
 // (until then its id stays a duplicate), and an outbox row only after it was published.
 package pruner
@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/sirupsen/logrus"
 
+	"github.com/idemd/idemd/delivery"
 	"github.com/idemd/idemd/internal/metrics"
 	"github.com/idemd/idemd/outbox"
 	"github.com/idemd/idemd/processed"
@@ -30,8 +31,8 @@ type Config struct {
 	Schema string
 	// Interval is the pause between two pruning rounds. Defaults to 1 minute.
 	Interval time.Duration
-	// OutboxRetention is how long published outbox rows are kept (for inspection and
-	// replays). Defaults to 24 hours.
+	// OutboxRetention is how long published outbox rows, and finished (delivered or dead)
+	// HTTP deliveries, are kept for inspection and replays. Defaults to 24 hours.
 	OutboxRetention time.Duration
 	// BatchSize bounds each DELETE. Defaults to 1000.
 	BatchSize int
@@ -45,6 +46,7 @@ type Pruner struct {
 	cfg       Config
 	processed *processed.Store
 	outbox    *outbox.Store
+	delivery  *delivery.Store
 	log       *logrus.Entry
 }
 
@@ -66,8 +68,9 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Pruner, error) {
 	}
 	return &Pruner{
 		pool: pool, cfg: c, processed: ps,
-		outbox: outbox.New(&outbox.Config{Schema: c.Schema}),
-		log:    c.Logger.WithField("component", "pruner"),
+		outbox:   outbox.New(&outbox.Config{Schema: c.Schema}),
+		delivery: delivery.NewStore(c.Schema),
+		log:      c.Logger.WithField("component", "pruner"),
 	}, nil
 }
 
@@ -83,8 +86,9 @@ func (p *Pruner) Run(ctx context.Context) error {
 	}
 }
 
-// Once runs one pruning round and returns how many dedup records and outbox rows it
-// deleted. Errors are logged, not returned: the next round tries again.
+// Once runs one pruning round and returns how many dedup records and outbox rows (HTTP
+// deliveries included) it deleted. Errors are logged, not returned: the next round tries
+// again.
 func (p *Pruner) Once(ctx context.Context) (records, rows int64) {
 	records, err := p.processed.Prune(ctx, p.pool, p.cfg.BatchSize)
 	metrics.Pruned.WithLabelValues("processed_messages").Add(float64(records))
@@ -96,6 +100,12 @@ func (p *Pruner) Once(ctx context.Context) (records, rows int64) {
 	if err != nil && ctx.Err() == nil {
 		p.log.WithError(err).Warn("error pruning published outbox rows; retrying next round")
 	}
+	deliveries, err := p.delivery.PruneFinished(ctx, p.pool, p.cfg.OutboxRetention, p.cfg.BatchSize)
+	metrics.Pruned.WithLabelValues("http_deliveries").Add(float64(deliveries))
+	if err != nil && ctx.Err() == nil {
+		p.log.WithError(err).Warn("error pruning finished HTTP deliveries; retrying next round")
+	}
+	rows += deliveries
 	if records+rows > 0 {
 		p.log.WithField("records", records).WithField("outbox_rows", rows).Info("pruned expired rows")
 	}

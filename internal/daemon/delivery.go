@@ -1,0 +1,42 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/idemd/idemd/delivery"
+)
+
+// startDeliverer runs the outbound HTTP sink (publish.http) as part of the relay role: both
+// move committed outbox events out of the database, one to Kafka, the other by POST. It
+// starts nothing when no pipeline publishes by HTTP.
+func (d *Daemon) startDeliverer(start starter) error {
+	endpoints := DeliveryEndpoints(d.cfg.Pipelines)
+	if len(endpoints) == 0 {
+		return nil
+	}
+	dl, err := delivery.NewDeliverer(d.pool, &delivery.Config{
+		Schema:    d.cfg.Schema,
+		Endpoints: endpoints,
+		Logger:    d.cfg.Logger.WithField("component", "delivery"),
+	})
+	if err != nil {
+		return fmt.Errorf("error starting the HTTP deliverer: %w", err)
+	}
+	dctx, cancel := context.WithCancel(context.Background())
+	p := &part{name: RoleRelay + " http"}
+	p.stop = func(ctx context.Context) error {
+		// Attempts in flight end with ctx; their rows' leases run out and they are retried,
+		// with the same Idempotency-Key, by the next deliverer.
+		cancel()
+		select {
+		case <-p.done:
+			return nil
+		case <-ctx.Done():
+			return errors.New("the HTTP deliverer did not stop in time")
+		}
+	}
+	start(p, func(context.Context) error { return dl.Run(dctx) })
+	return nil
+}
