@@ -10,6 +10,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"sort"
 	"strings"
@@ -344,7 +345,7 @@ func ParseDuration(s string) (time.Duration, error) {
 		}
 	}
 	d, err := time.ParseDuration(s)
-	if err != nil || d < 0 {
+	if err != nil || d < 0 || d > math.MaxInt64-days {
 		return 0, bad
 	}
 	return days + d, nil
