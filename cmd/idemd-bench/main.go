@@ -58,7 +58,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("idemd-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o options
-	fs.IntVar(&o.messages, "messages", 50000, "messages pre-produced for the batched consumer and the batched limit (20% of them duplicates for the consumer)")
+	fs.IntVar(&o.messages, "messages", 100000, "messages pre-produced for the batched consumer and the batched limit (20% of them duplicates for the consumer)")
 	fs.IntVar(&o.messagesOne, "messages-one", 4000, "messages for the one-transaction-per-message consumer and limit")
 	fs.IntVar(&o.partitions, "partitions", 4, "partitions of the consumer and relay topics; also the limit's concurrent workers")
 	fs.IntVar(&o.batch, "batch", 500, "consumer BatchSize (records of one partition per transaction)")
