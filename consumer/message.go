@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/segmentio/kafka-go"
 
@@ -99,7 +100,8 @@ func (r *record) json() (any, bool) {
 		r.parsed = true
 		dec := json.NewDecoder(bytes.NewReader(r.msg.Value))
 		dec.UseNumber()
-		if err := dec.Decode(&r.doc); err == nil && !dec.More() {
+		// Invalid UTF-8 would decode as U+FFFD: two different ids could read as one.
+		if err := dec.Decode(&r.doc); err == nil && !dec.More() && utf8.Valid(r.msg.Value) {
 			r.isJSON = true
 		} else {
 			r.doc = nil

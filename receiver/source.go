@@ -145,7 +145,7 @@ func compileSource(ctx context.Context, pool *pgxpool.Pool, s Source) (*source, 
 	}
 	if p := c.publish; p != nil {
 		if p.Topic == "" && p.Endpoint == "" {
-			return nil, errors.New("publish: a topic or an HTTP endpoint is required")
+			return nil, errors.New("publish.topic is required unless the event goes to an HTTP endpoint (publish.http)")
 		}
 		switch p.Body {
 		case "", "payload":
@@ -195,8 +195,9 @@ func (p *parsedBody) get() (any, bool) {
 		p.done = true
 		dec := json.NewDecoder(bytes.NewReader(p.raw))
 		dec.UseNumber()
-		// One JSON value and nothing after it: trailing bytes make the body not JSON.
-		p.ok = dec.Decode(&p.doc) == nil && !dec.More()
+		// One JSON value of valid UTF-8 and nothing after it. encoding/json would turn
+		// invalid UTF-8 into U+FFFD, so two different ids could read as one.
+		p.ok = utf8.Valid(p.raw) && dec.Decode(&p.doc) == nil && !dec.More()
 	}
 	return p.doc, p.ok
 }

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"sort"
 	"strings"
+	"unicode/utf8"
 )
 
 // Canonical returns the canonical form of a JSON document: object keys sorted, no
@@ -17,6 +18,10 @@ import (
 // such as "/pending_webhooks" or "/data/previous_attributes") are removed. ok is false when
 // body is not a single JSON value; then the caller should use the raw bytes.
 func Canonical(body []byte, ignore ...string) (out []byte, ok bool) {
+	// Invalid UTF-8 would be decoded as U+FFFD: two different bodies, one fingerprint.
+	if !utf8.Valid(body) {
+		return nil, false
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
 	var v any

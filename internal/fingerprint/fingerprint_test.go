@@ -54,3 +54,10 @@ func FuzzCanonical(f *testing.F) {
 		}
 	})
 }
+
+func TestInvalidUTF8IsNotJSON(t *testing.T) {
+	t.Parallel()
+	_, ok := Canonical([]byte("{\"id\":\"evt_\xff\"}"))
+	require.False(t, ok, "invalid UTF-8 is fingerprinted as raw bytes")
+	require.NotEqual(t, Body([]byte("{\"id\":\"evt_\xff\"}")), Body([]byte("{\"id\":\"evt_\xfe\"}")))
+}
