@@ -3,7 +3,7 @@
 GO ?= go
 FUZZTIME ?= 5s
 
-.PHONY: test vet unit fuzz-short fuzz bench
+.PHONY: test vet unit fuzz-short fuzz bench faults
 
 test: vet unit fuzz-short
 
@@ -22,3 +22,8 @@ fuzz:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 3x ./...
+
+# The fault suite with its long sizes (100,000 messages, 10+ SIGKILLs per crash loop); the
+# short sizes run in `unit`. Figures are the FIGURES lines of the output (RELIABILITY.md).
+faults:
+	IDEMD_FAULTS=long $(GO) test -count=1 -timeout 90m -v ./internal/faults
