@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -247,10 +248,11 @@ func passHeaders(r *record) map[string]string {
 	}
 	if _, ok := h[outbox.HeaderContentType]; !ok {
 		// json.Valid rather than r.json(): knowing that the value is JSON does not need
-		// the decoded document, which costs an allocation per node.
+		// the decoded document, which costs an allocation per node. Invalid UTF-8 is not
+		// JSON, as in r.json().
 		isJSON := r.isJSON
 		if !r.parsed {
-			isJSON = json.Valid(r.msg.Value)
+			isJSON = json.Valid(r.msg.Value) && utf8.Valid(r.msg.Value)
 		}
 		if isJSON {
 			h[outbox.HeaderContentType] = "application/json"
