@@ -118,6 +118,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Receiver, error) {
 		Logger:    r.log,
 		OnRetry:   func(error) { metrics.Retries.WithLabelValues("http").Inc() },
 	}
+	ecfg.Flush = r.flush
 	if hook := c.BeforeCommit; hook != nil {
 		ecfg.BeforeCommit = func(msgs []*exactlyonce.Message) {
 			ids := make([]string, len(msgs))
@@ -260,6 +261,13 @@ func (r *Receiver) webhookMessage(c *call) *exactlyonce.Message {
 		MaxAttempts: c.src.maxAttempts,
 		Value:       c,
 		Effect: func(ctx context.Context, tx pgx.Tx, m *exactlyonce.Message) (*processed.Response, error) {
+			if p := c.pending; p != nil && !m.Careful && c.src.queueable() {
+				if p.tx != tx { // a new try: what is queued belongs to a rolled-back one
+					p.tx, p.batch, p.events = tx, pgx.Batch{}, nil
+				}
+				r.queueEffect(p, c)
+				return nil, nil
+			}
 			_, err := r.runEffect(ctx, tx, c)
 			return nil, err
 		},
@@ -391,8 +399,10 @@ func (r *Receiver) applyBatch(batch []*item) {
 	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.ApplyTimeout)
 	defer cancel()
 	msgs := make([]*exactlyonce.Message, len(batch))
+	shared := &pending{}
 	for i, it := range batch {
 		msgs[i] = it.msg
+		it.msg.Value.(*call).pending = shared
 	}
 	start := time.Now()
 	err := r.unit.Apply(ctx, msgs)

@@ -280,6 +280,57 @@ type call struct {
 	eventType string
 	// scope is the dedup scope (pipeline, tenant); it also keys the operation ids.
 	scope string
+	// pending, for a webhook in a group-committed batch, collects the statements of the
+	// batch's effects so that they reach PostgreSQL in one round trip (see queueEffect).
+	pending *pending
+}
+
+// pending holds the effect statements and outbox events queued by one try of a batch; the
+// unit's Flush hook sends them in one round trip, in the batch's transaction.
+type pending struct {
+	tx     pgx.Tx
+	batch  pgx.Batch
+	events []outbox.Event
+}
+
+// queueable reports whether a webhook's effect can be queued rather than run: its result is
+// not needed (a webhook answers "processed", and its event carries the payload) and it is
+// SQL (a Go effect runs when it is called).
+func (s *source) queueable() bool {
+	return s.fn == nil && (s.publish == nil || s.publish.Body != "effect")
+}
+
+// queueEffect queues c's effect statement and outbox event on p instead of running them.
+// Their errors surface at Flush: a permanent one makes the unit run the batch again with a
+// savepoint around each effect, which then runs directly (m.Careful).
+func (r *Receiver) queueEffect(p *pending, c *call) {
+	if c.src.sql != "" {
+		p.batch.Queue(c.src.sql, r.sqlArgs(c))
+	}
+	if c.src.publish != nil {
+		p.events = append(p.events, r.publishEvent(c, nil))
+	}
+}
+
+// flush is the unit's Flush hook: it sends what the current try queued.
+func (r *Receiver) flush(ctx context.Context, tx pgx.Tx, msgs []*exactlyonce.Message) error {
+	c, ok := msgs[0].Value.(*call)
+	if !ok || c.pending == nil || c.pending.tx != tx {
+		return nil // nothing queued in this try (a careful re-run, or an API message)
+	}
+	p := c.pending
+	if len(p.events) > 0 {
+		if err := r.outbox.Queue(&p.batch, p.events...); err != nil {
+			return exactlyonce.Permanent(err)
+		}
+	}
+	if p.batch.Len() == 0 {
+		return nil
+	}
+	if err := tx.SendBatch(ctx, &p.batch).Close(); err != nil {
+		return fmt.Errorf("error running the batch's effects: %w", err)
+	}
+	return nil
 }
 
 // runEffect runs the source's effect and publish in tx and returns the effect's result as
@@ -288,26 +339,7 @@ func (r *Receiver) runEffect(ctx context.Context, tx pgx.Tx, c *call) ([]byte, e
 	var result []byte
 	switch {
 	case c.src.sql != "":
-		hdrs := make(map[string]string, len(c.req.Header))
-		for k, v := range c.req.Header {
-			if len(v) > 0 {
-				hdrs[k] = v[0]
-			}
-		}
-		hj, _ := json.Marshal(hdrs)
-		var key, tenant any
-		if c.req.Key != "" {
-			key = c.req.Key
-		}
-		if c.req.Tenant != "" {
-			tenant = c.req.Tenant
-		}
-		args := pgx.NamedArgs{
-			"message_id": c.req.MessageID, "payload": string(c.req.Body), "headers": string(hj),
-			"source": c.src.name, "tenant": tenant, "key": key, "topic": nil, "partition": nil,
-			"offset": nil, "received_at": c.req.ReceivedAt,
-		}
-		rows, err := tx.Query(ctx, c.src.sql, args)
+		rows, err := tx.Query(ctx, c.src.sql, r.sqlArgs(c))
 		if err != nil {
 			return nil, err
 		}
@@ -342,38 +374,67 @@ func (r *Receiver) runEffect(ctx context.Context, tx pgx.Tx, c *call) ([]byte, e
 			}
 		}
 	}
-	if p := c.src.publish; p != nil {
-		payload, ctype := c.req.Body, "application/json"
-		if p.Body == "effect" {
-			payload = result
-			if payload == nil {
-				payload = []byte("null")
-			}
-		} else if _, ok := c.body.get(); !ok {
-			ctype = "application/octet-stream"
-		}
-		ev := outbox.Event{
-			Topic: p.Topic, Endpoint: p.Endpoint, Payload: payload, Pipeline: c.src.name, CausationID: c.req.MessageID,
-			Headers: map[string]string{outbox.HeaderContentType: ctype},
-		}
-		if c.eventType != "" {
-			ev.Headers[outbox.HeaderEventType] = c.eventType
-		}
-		if p.Key != (IDSpec{}) {
-			if k := lookup(p.Key, c.req.Header, c.body); k != "" {
-				ev.Key = []byte(k)
-			}
-		}
-		if c.scope != c.src.name {
-			// Tenants share key spaces: the operation id must differ per tenant, or a
-			// downstream consumer would drop tenant B's event as tenant A's duplicate.
-			ev.OperationID = outbox.OperationID(c.scope, c.req.MessageID, 0)
-		}
-		if err := r.outbox.EnqueueTx(ctx, tx, ev); err != nil {
+	if c.src.publish != nil {
+		if err := r.outbox.EnqueueTx(ctx, tx, r.publishEvent(c, result)); err != nil {
 			return nil, err
 		}
 	}
 	return result, nil
+}
+
+// sqlArgs are the named arguments of c's SQL effect (SPEC 2.3).
+func (r *Receiver) sqlArgs(c *call) pgx.NamedArgs {
+	hdrs := make(map[string]string, len(c.req.Header))
+	for k, v := range c.req.Header {
+		if len(v) > 0 {
+			hdrs[k] = v[0]
+		}
+	}
+	hj, _ := json.Marshal(hdrs)
+	var key, tenant any
+	if c.req.Key != "" {
+		key = c.req.Key
+	}
+	if c.req.Tenant != "" {
+		tenant = c.req.Tenant
+	}
+	return pgx.NamedArgs{
+		"message_id": c.req.MessageID, "payload": string(c.req.Body), "headers": string(hj),
+		"source": c.src.name, "tenant": tenant, "key": key, "topic": nil, "partition": nil,
+		"offset": nil, "received_at": c.req.ReceivedAt,
+	}
+}
+
+// publishEvent is c's outbox event; result is the effect's JSON for Body "effect".
+func (r *Receiver) publishEvent(c *call, result []byte) outbox.Event {
+	p := c.src.publish
+	payload, ctype := c.req.Body, "application/json"
+	if p.Body == "effect" {
+		payload = result
+		if payload == nil {
+			payload = []byte("null")
+		}
+	} else if _, ok := c.body.get(); !ok {
+		ctype = "application/octet-stream"
+	}
+	ev := outbox.Event{
+		Topic: p.Topic, Endpoint: p.Endpoint, Payload: payload, Pipeline: c.src.name, CausationID: c.req.MessageID,
+		Headers: map[string]string{outbox.HeaderContentType: ctype},
+	}
+	if c.eventType != "" {
+		ev.Headers[outbox.HeaderEventType] = c.eventType
+	}
+	if p.Key != (IDSpec{}) {
+		if k := lookup(p.Key, c.req.Header, c.body); k != "" {
+			ev.Key = []byte(k)
+		}
+	}
+	// Set explicitly: queued events of a whole batch are enqueued in one call, where the
+	// default would number them by position. Tenants share key spaces, so the id includes
+	// the scope (pipeline and tenant), or a downstream consumer would drop tenant B's event
+	// as tenant A's duplicate; for webhooks the scope is the pipeline.
+	ev.OperationID = outbox.OperationID(c.scope, c.req.MessageID, 0)
+	return ev
 }
 
 // autoKey names an API request sent without an Idempotency-Key where none is required: it

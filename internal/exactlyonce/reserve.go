@@ -83,7 +83,9 @@ func (u *Unit) ApplyReserved(ctx context.Context, m *Message, token uuid.UUID) e
 }
 
 func (u *Unit) applyReserved(ctx context.Context, m *Message, token uuid.UUID) (err error) {
-	m.Outcome, m.Response, m.Attempts, m.Cause = Pending, nil, 0, nil
+	// One message in its own savepoint: effects run their statements at once (nothing
+	// flushes a queue here).
+	m.Outcome, m.Response, m.Attempts, m.Cause, m.Careful = Pending, nil, 0, nil, true
 	tx, err := u.pool.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("error beginning transaction: %w", err)

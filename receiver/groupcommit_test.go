@@ -1,0 +1,54 @@
+package receiver
+
+import (
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemd/idemd/internal/pgtest"
+)
+
+// TestGroupCommitPoisonDoesNotFailNeighbours: concurrent webhooks share transactions (group
+// commit, their effects sent in one round trip); one of them violates a constraint. Its
+// neighbours are applied and answered 200, it alone is dead-lettered (202), and every event
+// of an applied webhook is in the outbox with its own operation id.
+func TestGroupCommitPoisonDoesNotFailNeighbours(t *testing.T) {
+	t.Parallel()
+	const n = 40
+	b := setup(t, 8, func(db *pgtest.DB) Config {
+		return Config{Sources: []Source{stripeSource(db)}, Linger: 20 * time.Millisecond, Workers: 1}
+	})
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		codes = map[int]int{}
+	)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			amount := 100 + i
+			if i == n/2 {
+				amount = -1 // CHECK (amount >= 0)
+			}
+			r := b.stripe(t, stripeEvent(fmt.Sprintf("evt_gc_%d", i), amount, ""))
+			mu.Lock()
+			codes[r.status]++
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	require.Equal(t, map[int]int{http.StatusOK: n - 1, http.StatusAccepted: 1}, codes)
+	require.Equal(t, n-1, b.effects(t))
+	require.Equal(t, n-1, b.db.Count(t, "{schema}.outbox"))
+	require.Equal(t, n-1, b.db.Count(t, "(SELECT DISTINCT operation_id FROM {schema}.outbox) ids"))
+	require.Equal(t, 1, b.db.Count(t, "{schema}.dead_letters WHERE message_id = $1", fmt.Sprintf("evt_gc_%d", n/2)))
+	require.Equal(t, n, b.db.Count(t, "{schema}.processed_messages"))
+	// Rows written by one transaction share its xmin: fewer transactions than requests
+	// means requests really were grouped.
+	require.Less(t, b.db.Count(t, "(SELECT DISTINCT xmin::text FROM {schema}.processed_messages) txs"), n)
+}
