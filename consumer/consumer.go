@@ -449,12 +449,18 @@ func (c *Consumer) process(ctx context.Context, batch []*record) error {
 			DeadLetter:  c.deadLetter,
 			Value:       r,
 		}
-		if id, ok := r.id(c.cfg.MessageID); ok {
+		id, ok := r.id(c.cfg.MessageID)
+		switch {
+		case ok && processed.ValidID(id):
 			r.msg.ID, m.ID = id, id
-		} else {
+		default:
 			// Deduplicated by position, so that a redelivery is not dead-lettered twice.
 			m.ID = "kafka-position:" + r.msg.Topic + "/" + strconv.Itoa(r.msg.Partition) + "/" + strconv.FormatInt(r.msg.Offset, 10)
 			m.Effect, m.MaxAttempts = noID, 1
+			if ok {
+				// Too long, not UTF-8, control characters: not storable as an id.
+				m.Effect = malformedID
+			}
 		}
 		msgs[i] = m
 	}

@@ -267,6 +267,15 @@ func noID(context.Context, pgx.Tx, *exactlyonce.Message) (*processed.Response, e
 	return nil, Permanent(ErrNoMessageID)
 }
 
+// ErrMalformedMessageID is the reason a record whose message id is not 1-255 bytes of UTF-8
+// text without control characters is dead-lettered.
+var ErrMalformedMessageID = errors.New("malformed message id: want 1-255 bytes of UTF-8 text without control characters")
+
+// malformedID is noID for an id that cannot be claimed (processed.ValidID).
+func malformedID(context.Context, pgx.Tx, *exactlyonce.Message) (*processed.Response, error) {
+	return nil, Permanent(ErrMalformedMessageID)
+}
+
 // Dead-letter record headers, beside content-type and event-type.
 const (
 	HeaderDeadLetterReason = "idemd-dead-letter-reason"

@@ -77,6 +77,9 @@ func (c *Consumer) claimFound(ctx context.Context, tx pgx.Tx, r *record) error {
 	if !ok {
 		return fmt.Errorf("the pipeline still finds no message id in the record: %w", ErrNoMessageID)
 	}
+	if !processed.ValidID(id) {
+		return fmt.Errorf("the record's message id cannot be claimed: %w", ErrMalformedMessageID)
+	}
 	res, err := c.unit.Processed().ClaimBatchTx(ctx, tx, []processed.Claim{{
 		Scope: c.cfg.Name, MessageID: id, Fingerprint: fingerprint.Body(r.msg.Value), Retention: c.cfg.Retention,
 	}})

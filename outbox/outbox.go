@@ -17,6 +17,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/idemd/idemd/internal/pgtext"
 )
 
 // SchemaDefault is the schema of the outbox table unless configured otherwise.
@@ -175,10 +177,7 @@ func (s *Store) queue(batch *pgx.Batch, events []Event) {
 		if payload == nil {
 			payload = []byte{}
 		}
-		hdrs := e.Headers
-		if hdrs == nil {
-			hdrs = map[string]string{}
-		}
+		hdrs := storableHeaders(e.Headers)
 		if e.Endpoint != "" {
 			deliveries.add(e, op, payload, hdrs)
 		}
@@ -233,4 +232,23 @@ func (e Event) validate() error {
 		return fmt.Errorf("causation id (or an explicit operation id) is required")
 	}
 	return nil
+}
+
+// storableHeaders returns h, or a copy with its keys and values made storable in jsonb
+// (pgtext.Clean) when a sender put NUL or invalid UTF-8 in them: an event that cannot be
+// written would fail its whole transaction again on every retry.
+func storableHeaders(h map[string]string) map[string]string {
+	if h == nil {
+		return map[string]string{}
+	}
+	for k, v := range h {
+		if pgtext.Clean(k) != k || pgtext.Clean(v) != v {
+			clean := make(map[string]string, len(h))
+			for k, v := range h {
+				clean[pgtext.Clean(k)] = pgtext.Clean(v)
+			}
+			return clean
+		}
+	}
+	return h
 }

@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -138,4 +139,23 @@ func Scope(pipeline, tenant string) string {
 		return pipeline
 	}
 	return pipeline + "\x1f" + tenant
+}
+
+// MaxIDLength is the longest message id (or idempotency key) idemd claims, in bytes.
+const MaxIDLength = 255
+
+// ValidID reports whether id can be claimed: 1 to MaxIDLength bytes of UTF-8 text without
+// control characters. The doors check it before claiming: the HTTP receiver answers 400, the
+// Kafka consumer dead-letters the record; an id that PostgreSQL could not store or index
+// never reaches a claim, where it would fail a whole batch.
+func ValidID(id string) bool {
+	if len(id) == 0 || len(id) > MaxIDLength || !utf8.ValidString(id) {
+		return false
+	}
+	for _, r := range id {
+		if r < 0x20 || r == 0x7f {
+			return false
+		}
+	}
+	return true
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/idemd/idemd/internal/exactlyonce"
 	"github.com/idemd/idemd/internal/jsonpointer"
 	"github.com/idemd/idemd/outbox"
+	"github.com/idemd/idemd/processed"
 )
 
 // source is a compiled Source.
@@ -228,17 +229,7 @@ func lookup(spec IDSpec, h http.Header, body *parsedBody) string {
 }
 
 // validID: 1–255 bytes of valid UTF-8 without control characters.
-func validID(s string) bool {
-	if len(s) == 0 || len(s) > 255 || !utf8.ValidString(s) {
-		return false
-	}
-	for _, r := range s {
-		if r < 0x20 || r == 0x7f {
-			return false
-		}
-	}
-	return true
-}
+func validID(s string) bool { return processed.ValidID(s) }
 
 // eventType is the provider's event type, where known.
 func (s *source) eventType(h http.Header, body *parsedBody) string {

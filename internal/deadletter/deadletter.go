@@ -14,6 +14,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemd/idemd/internal/pgtext"
 )
 
 // ErrNotFound: no dead letter has that id.
@@ -49,12 +51,22 @@ func New(schema string) *Store {
 
 // WriteTx records l in tx and returns its id.
 func (s *Store) WriteTx(ctx context.Context, tx pgx.Tx, l *Letter) (int64, error) {
-	headers, metadata := l.Headers, l.Metadata
-	if headers == nil {
-		headers = map[string][]string{}
+	// Headers, ids and reasons come from senders: make them storable as text and jsonb,
+	// or the letter could not be written and its message would block its partition.
+	headers := make(map[string][]string, len(l.Headers))
+	for k, vs := range l.Headers {
+		clean := make([]string, len(vs))
+		for i, v := range vs {
+			clean[i] = pgtext.Clean(v)
+		}
+		headers[pgtext.Clean(k)] = clean
 	}
-	if metadata == nil {
-		metadata = map[string]any{}
+	metadata := make(map[string]any, len(l.Metadata))
+	for k, v := range l.Metadata {
+		if s, ok := v.(string); ok {
+			v = pgtext.Clean(s)
+		}
+		metadata[pgtext.Clean(k)] = v
 	}
 	payload := l.Payload
 	if payload == nil {
@@ -62,12 +74,13 @@ func (s *Store) WriteTx(ctx context.Context, tx pgx.Tx, l *Letter) (int64, error
 	}
 	var msgID *string
 	if l.MessageID != "" {
-		msgID = &l.MessageID
+		id := pgtext.Clean(l.MessageID)
+		msgID = &id
 	}
 	var id int64
 	err := tx.QueryRow(ctx, `INSERT INTO `+s.table+` (pipeline, scope, message_id, payload, headers, metadata, reason, attempts)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id`,
-		l.Pipeline, l.Scope, msgID, payload, headers, metadata, l.Reason, l.Attempts).Scan(&id)
+		l.Pipeline, l.Scope, msgID, payload, headers, metadata, pgtext.Clean(l.Reason), l.Attempts).Scan(&id)
 	if err != nil {
 		return 0, fmt.Errorf("error writing dead letter: %w", err)
 	}

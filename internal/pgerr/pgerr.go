@@ -23,7 +23,8 @@ const (
 	// admin shutdown, lack of resources.
 	Transient
 	// Permanent errors come back every time for the same input: bad data (class 22),
-	// constraint violations (class 23), syntax or undefined objects (class 42).
+	// constraint violations (class 23), syntax or undefined objects (class 42), limits
+	// exceeded by the input (class 54).
 	Permanent
 )
 
@@ -86,6 +87,8 @@ func classifyCode(code string) Class {
 	case code == "57014": // query_canceled (statement_timeout): load, not the message
 		return Transient
 	case strings.HasPrefix(code, "22"), strings.HasPrefix(code, "23"), strings.HasPrefix(code, "42"):
+		return Permanent
+	case strings.HasPrefix(code, "54"): // program limit exceeded (an index row too large…): the input's size
 		return Permanent
 	case strings.HasPrefix(code, "P0"): // raised by PL/pgSQL: the user's own rule
 		return Permanent

@@ -18,7 +18,7 @@ func TestClassify(t *testing.T) {
 	}{
 		{"40001", Transient}, {"40P01", Transient}, {"57P01", Transient}, {"53300", Transient},
 		{"53200", Transient}, {"08006", Transient},
-		{"22P02", Permanent}, {"23505", Permanent}, {"23503", Permanent}, {"42P01", Permanent}, {"42601", Permanent},
+		{"22P02", Permanent}, {"54000", Permanent}, {"23505", Permanent}, {"23503", Permanent}, {"42P01", Permanent}, {"42601", Permanent},
 		{"XX000", Unknown},
 	}
 	for _, c := range cases {
