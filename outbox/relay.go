@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"math/rand/v2"
 	"sync/atomic"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/idemd/idemd/internal/metrics"
+	"github.com/idemd/idemd/internal/retry"
 )
 
 // Defaults of RelayConfig.
@@ -226,7 +226,7 @@ func (r *Relay) lead(ctx context.Context) error {
 		case err != nil:
 			failures++
 			metrics.OutboxPublishErrors.WithLabelValues().Inc()
-			wait := backoff(r.cfg.BackoffMin, r.cfg.BackoffMax, failures)
+			wait := retry.Backoff(r.cfg.BackoffMin, r.cfg.BackoffMax, failures)
 			r.log.WithError(err).WithField("retry_in", wait.String()).Warn("error publishing outbox batch; rows are kept and retried")
 			// Still the leader? A dead lock connection means someone else may lead now.
 			if err := conn.Ping(ctx); err != nil {
@@ -344,12 +344,4 @@ func relayLockKey(schema string) int64 {
 	h := fnv.New64a()
 	h.Write([]byte("idemd.relay:" + schema))
 	return int64(h.Sum64())
-}
-
-func backoff(lo, hi time.Duration, failures int) time.Duration {
-	d := lo << min(failures-1, 20)
-	if d <= 0 || d > hi {
-		d = hi
-	}
-	return d/2 + rand.N(d/2+1)
 }

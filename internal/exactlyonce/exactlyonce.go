@@ -19,7 +19,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -27,6 +26,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/idemd/idemd/internal/pgerr"
+	"github.com/idemd/idemd/internal/retry"
 	"github.com/idemd/idemd/processed"
 )
 
@@ -228,12 +228,7 @@ func retryable(err error) bool {
 }
 
 func (u *Unit) backoff(attempt int) time.Duration {
-	d := u.cfg.BackoffMin << min(attempt, 20)
-	if d <= 0 || d > u.cfg.BackoffMax {
-		d = u.cfg.BackoffMax
-	}
-	// Full jitter in [d/2, d): retries of many workers do not march in step.
-	return d/2 + rand.N(d/2+1)
+	return retry.Backoff(u.cfg.BackoffMin, u.cfg.BackoffMax, attempt+1)
 }
 
 func (u *Unit) try(ctx context.Context, msgs []*Message, careful bool) (err error) {

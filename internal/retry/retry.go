@@ -1,6 +1,7 @@
-// Package retry holds the retry arithmetic shared by idemd's outbound HTTP paths (the
-// delivery sink and the idemclient package): capped exponential backoff with full jitter,
-// Retry-After parsing, and which HTTP statuses are worth another attempt.
+// Package retry holds the retry arithmetic shared by idemd's retry loops (the unit of work's
+// transient retries, the relay's broker outages, the delivery sink and the idemclient
+// package): capped exponential backoff with full jitter, Retry-After parsing, and which HTTP
+// statuses are worth another attempt.
 package retry
 
 import (
