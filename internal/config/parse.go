@@ -53,7 +53,8 @@ func (w *where) lineOf(field string) int {
 func (w *where) fieldAt(line int) string {
 	best := ""
 	for f, l := range w.lines {
-		if l == line && len(f) > len(best) {
+		// Ties are broken by name: map order must not change the message between runs.
+		if l == line && (len(f) > len(best) || (len(f) == len(best) && f < best)) {
 			best = f
 		}
 	}
