@@ -17,24 +17,25 @@ import (
 // Env is idemd's whole environment (prefix IDEMD_). It is the only place that reads it;
 // secrets named by the pipelines file are looked up separately, by name.
 type Env struct {
-	DatabaseURL       string        `env:"DATABASE_URL"`
-	KafkaBrokers      []string      `env:"KAFKA_BROKERS" envSeparator:","`
-	PipelinesFile     string        `env:"PIPELINES_FILE" envDefault:"idemd.yaml"`
-	HTTPAddr          string        `env:"HTTP_ADDR" envDefault:":8080"`
-	AdminAddr         string        `env:"ADMIN_ADDR" envDefault:":9090"`
-	LogLevel          string        `env:"LOG_LEVEL" envDefault:"info"`
-	LogFormat         string        `env:"LOG_FORMAT" envDefault:"json"`
-	ShutdownTimeout   time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"30s"`
-	DBSchema          string        `env:"DB_SCHEMA" envDefault:"idemd"`
-	DBMaxConns        int32         `env:"DB_MAX_CONNS" envDefault:"20"`
-	DBSearchPath      string        `env:"DB_SEARCH_PATH"`
-	Roles             []string      `env:"ROLES" envSeparator:"," envDefault:"receiver,consumer,relay,pruner"`
-	Migrate           bool          `env:"MIGRATE" envDefault:"true"`
-	KafkaCreateTopics bool          `env:"KAFKA_CREATE_TOPICS" envDefault:"false"`
-	PruneInterval     time.Duration `env:"PRUNE_INTERVAL" envDefault:"1m"`
-	OutboxRetention   time.Duration `env:"OUTBOX_RETENTION" envDefault:"24h"`
-	TLSCertFile       string        `env:"TLS_CERT_FILE"`
-	TLSKeyFile        string        `env:"TLS_KEY_FILE"`
+	DatabaseURL         string        `env:"DATABASE_URL"`
+	KafkaBrokers        []string      `env:"KAFKA_BROKERS" envSeparator:","`
+	PipelinesFile       string        `env:"PIPELINES_FILE" envDefault:"idemd.yaml"`
+	HTTPAddr            string        `env:"HTTP_ADDR" envDefault:":8080"`
+	AdminAddr           string        `env:"ADMIN_ADDR" envDefault:":9090"`
+	LogLevel            string        `env:"LOG_LEVEL" envDefault:"info"`
+	LogFormat           string        `env:"LOG_FORMAT" envDefault:"json"`
+	ShutdownTimeout     time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"30s"`
+	DBSchema            string        `env:"DB_SCHEMA" envDefault:"idemd"`
+	DBMaxConns          int32         `env:"DB_MAX_CONNS" envDefault:"20"`
+	DBSearchPath        string        `env:"DB_SEARCH_PATH"`
+	Roles               []string      `env:"ROLES" envSeparator:"," envDefault:"receiver,consumer,relay,pruner"`
+	Migrate             bool          `env:"MIGRATE" envDefault:"true"`
+	KafkaCreateTopics   bool          `env:"KAFKA_CREATE_TOPICS" envDefault:"false"`
+	PruneInterval       time.Duration `env:"PRUNE_INTERVAL" envDefault:"1m"`
+	OutboxRetention     time.Duration `env:"OUTBOX_RETENTION" envDefault:"24h"`
+	KafkaSessionTimeout time.Duration `env:"KAFKA_SESSION_TIMEOUT" envDefault:"30s"`
+	TLSCertFile         string        `env:"TLS_CERT_FILE"`
+	TLSKeyFile          string        `env:"TLS_KEY_FILE"`
 
 	// set records which variables were given, for dev's defaults.
 	set map[string]bool
@@ -81,6 +82,10 @@ func loadEnv(e environment) (*Env, error) {
 	}
 	if cfg.DBMaxConns < 2 {
 		errs = append(errs, errors.New("IDEMD_DB_MAX_CONNS must be at least 2"))
+	}
+	if cfg.KafkaSessionTimeout < 6*time.Second {
+		// Brokers refuse shorter sessions by default (group.min.session.timeout.ms).
+		errs = append(errs, errors.New("IDEMD_KAFKA_SESSION_TIMEOUT must be at least 6s"))
 	}
 	if cfg.PruneInterval <= 0 || cfg.OutboxRetention <= 0 {
 		errs = append(errs, errors.New("IDEMD_PRUNE_INTERVAL and IDEMD_OUTBOX_RETENTION must be positive"))

@@ -86,6 +86,10 @@ type Config struct {
 	PruneInterval time.Duration
 	// OutboxRetention is how long published outbox rows are kept. Defaults to 24 h.
 	OutboxRetention time.Duration
+	// KafkaSessionTimeout is the consumer groups' session and rebalance timeout: how long
+	// a dead member keeps its partitions before the group moves them. Defaults to the
+	// consumer's (30 s).
+	KafkaSessionTimeout time.Duration
 	// Logger is the base entry; each part adds its component. Defaults to logrus's
 	// standard logger.
 	Logger *logrus.Entry
@@ -359,6 +363,7 @@ func (d *Daemon) startConsumers(start starter) error {
 		cfg.Brokers = d.cfg.Brokers
 		cfg.Schema = d.cfg.Schema
 		cfg.Logger = d.cfg.Logger
+		cfg.SessionTimeout, cfg.RebalanceTimeout = d.cfg.KafkaSessionTimeout, d.cfg.KafkaSessionTimeout
 		// The consumer drains inside the daemon's bound, leaving time for the relay.
 		cfg.ShutdownTimeout = max(d.cfg.ShutdownTimeout/3, time.Second)
 		c, err := consumer.New(d.pool, cfg)
