@@ -18,6 +18,7 @@ import (
 	"github.com/idemd/idemd/delivery"
 	"github.com/idemd/idemd/internal/kafkatest"
 	"github.com/idemd/idemd/internal/pgtest"
+	"github.com/idemd/idemd/internal/proctest"
 )
 
 // TestHTTPSinkEndToEnd: a source with publish.http (and no topic). A signed webhook in, the
@@ -58,14 +59,14 @@ func TestHTTPSinkEndToEnd(t *testing.T) {
     effect: {sql: "INSERT INTO %s.payments (event_id) VALUES (@message_id)"}
     publish: {http: {url: %q, secret_env: E2E_SINK_SECRET, timeout: 5s}}
 `, schema, sink.URL+"/hooks")), 0o600))
-	httpAddr, adminAddr := freeAddr(t), freeAddr(t)
+	httpAddr, adminAddr := proctest.FreeAddr(t), proctest.FreeAddr(t)
 	p := startIdemd(t, map[string]string{
 		"IDEMD_DATABASE_URL": pgtest.URL(), "IDEMD_KAFKA_BROKERS": strings.Join(kafkatest.Brokers(t), ","),
 		"IDEMD_PIPELINES_FILE": file, "IDEMD_DB_SCHEMA": schema, "IDEMD_DB_MAX_CONNS": "6",
 		"IDEMD_HTTP_ADDR": httpAddr, "IDEMD_ADMIN_ADDR": adminAddr, "IDEMD_SHUTDOWN_TIMEOUT": "10s",
 		"E2E_STRIPE_SECRET": stripeSecret, "E2E_SINK_SECRET": sinkSecret,
 	}, "serve")
-	p.waitReady(t, adminAddr)
+	waitReady(t, p, adminAddr)
 
 	send := func() int {
 		body := `{"id":"evt_sink_1","object":"event","type":"charge.succeeded","data":{"object":{"id":"ch_1"}}}`
@@ -90,7 +91,7 @@ func TestHTTPSinkEndToEnd(t *testing.T) {
 		require.True(t, delivery.Verify(key, a.id, a.ts, []byte(a.body), a.sig), "the signature verifies")
 		require.Contains(t, a.body, "evt_sink_1")
 	}
-	code, _ := p.stop(t, 10*time.Second)
+	code, _ := stopIdemd(t, p, 10*time.Second)
 	require.Equal(t, 0, code)
-	require.NotContains(t, p.stderr.String(), sinkSecret)
+	require.NotContains(t, p.Stderr(), sinkSecret)
 }

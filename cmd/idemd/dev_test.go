@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemd/idemd/internal/pgtest"
+	"github.com/idemd/idemd/internal/proctest"
 )
 
 // TestDevBecomesReady: `idemd dev` with nothing but PostgreSQL — no broker, no pipelines
@@ -17,7 +18,7 @@ import (
 func TestDevBecomesReady(t *testing.T) {
 	t.Parallel()
 	schema := testSchema(t)
-	httpAddr, adminAddr := freeAddr(t), freeAddr(t)
+	httpAddr, adminAddr := proctest.FreeAddr(t), proctest.FreeAddr(t)
 	p := startIdemd(t, map[string]string{
 		"IDEMD_DATABASE_URL": pgtest.URL(),
 		"IDEMD_DB_SCHEMA":    schema,
@@ -25,14 +26,14 @@ func TestDevBecomesReady(t *testing.T) {
 		"IDEMD_HTTP_ADDR":    httpAddr,
 		"IDEMD_ADMIN_ADDR":   adminAddr,
 	}, "dev")
-	p.waitReady(t, adminAddr)
+	waitReady(t, p, adminAddr)
 
-	require.Contains(t, p.stdout.String(), "DEVELOPMENT ONLY")
-	require.Contains(t, p.stdout.String(), "IN-MEMORY")
-	require.Len(t, linesWith(p.stderr.String(), "level=warning msg=\"DEVELOPMENT ONLY"), 1)
+	require.Contains(t, p.Stdout(), "DEVELOPMENT ONLY")
+	require.Contains(t, p.Stdout(), "IN-MEMORY")
+	require.Len(t, linesWith(p.Stderr(), "level=warning msg=\"DEVELOPMENT ONLY"), 1)
 
-	curls := linesWith(p.stdout.String(), "curl ")
-	require.Len(t, curls, 2, p.stdout.String())
+	curls := linesWith(p.Stdout(), "curl ")
+	require.Len(t, curls, 2, p.Stdout())
 	if _, err := exec.LookPath("curl"); err == nil {
 		for _, c := range curls {
 			c = strings.TrimPrefix(c, "#   ")
@@ -57,6 +58,6 @@ func TestDevBecomesReady(t *testing.T) {
 		require.Equal(t, 1, n)
 	}
 
-	code, _ := p.stop(t, 30*time.Second)
+	code, _ := stopIdemd(t, p, 30*time.Second)
 	require.Equal(t, 0, code)
 }

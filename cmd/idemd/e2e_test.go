@@ -16,6 +16,7 @@ import (
 
 	"github.com/idemd/idemd/internal/kafkatest"
 	"github.com/idemd/idemd/internal/pgtest"
+	"github.com/idemd/idemd/internal/proctest"
 	"github.com/idemd/idemd/outbox"
 )
 
@@ -23,7 +24,7 @@ const stripeSecret = "whsec_e2e_test_secret"
 
 // stack is a serve process on its own schema, topics and ports.
 type stack struct {
-	p         *proc
+	p         *proctest.Proc
 	pool      *pgxpool.Pool
 	schema    string
 	topic     string
@@ -37,7 +38,7 @@ type stack struct {
 func serveStack(t *testing.T, shutdownTimeout time.Duration) *stack {
 	t.Helper()
 	s := &stack{schema: testSchema(t), topic: kafkatest.Name(t, "payments"), timeout: shutdownTimeout}
-	s.httpAddr, s.adminAddr = freeAddr(t), freeAddr(t)
+	s.httpAddr, s.adminAddr = proctest.FreeAddr(t), proctest.FreeAddr(t)
 	s.pool = pgtest.Pool(t, 4)
 	ctx := context.Background()
 	_, err := s.pool.Exec(ctx, fmt.Sprintf(`CREATE SCHEMA %[1]s;
@@ -72,7 +73,7 @@ subscriptions:
 		"IDEMD_LOG_LEVEL":        "info",
 		"E2E_STRIPE_SECRET":      stripeSecret,
 	}, "serve")
-	s.p.waitReady(t, s.adminAddr)
+	waitReady(t, s.p, s.adminAddr)
 	return s
 }
 
@@ -141,8 +142,8 @@ func TestEndToEnd(t *testing.T) {
 	require.Contains(t, string(metrics), `idemd_messages_processed_total{pipeline="stripe"} 1`)
 	require.Contains(t, string(metrics), `idemd_messages_duplicate_total{pipeline="stripe"} 1`)
 
-	code, took := s.p.stop(t, s.timeout)
+	code, took := stopIdemd(t, s.p, s.timeout)
 	require.Equal(t, 0, code)
 	require.Less(t, took, s.timeout)
-	require.NotContains(t, s.p.stderr.String(), stripeSecret, "no secret in the logs")
+	require.NotContains(t, s.p.Stderr(), stripeSecret, "no secret in the logs")
 }

@@ -64,7 +64,7 @@ func TestShutdownUnderLoad(t *testing.T) {
 		t.Fatal("the load did not get going")
 	}
 
-	code, took := s.p.stop(t, timeout)
+	code, took := stopIdemd(t, s.p, timeout)
 	close(stop)
 	wg.Wait()
 	require.Equal(t, 0, code, "clean exit")

@@ -1,0 +1,217 @@
+// Package proctest runs the idemd binary as a subprocess of a test, the way an operator
+// runs it. It guarantees that:
+//
+//   - cmd/idemd is built at most once per test binary, into a temporary directory that Main
+//     removes when the tests are done;
+//   - a process sees only PATH, HOME and the variables the test gives it: none of the test's
+//     own IDEMD_ environment leaks in;
+//   - its stdout and stderr are captured and may be read while it runs;
+//   - a process still running when its test ends is killed (SIGKILL) at cleanup.
+package proctest
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Package is the import path of the command Binary builds.
+const Package = "github.com/idemd/idemd/cmd/idemd"
+
+var (
+	buildOnce sync.Once
+	binDir    string
+	binary    string
+	buildErr  error
+)
+
+// Main runs the tests of m and then removes the binary Binary built. Call it from
+// TestMain: func TestMain(m *testing.M) { proctest.Main(m) }.
+func Main(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// Binary returns the path of the idemd binary, building it on first use.
+func Binary(tb testing.TB) string {
+	tb.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "idemd-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binDir, binary = dir, filepath.Join(dir, "idemd")
+		out, err := exec.Command("go", "build", "-o", binary, Package).CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		tb.Fatalf("proctest: %v", buildErr)
+	}
+	return binary
+}
+
+// Proc is one running (or exited) idemd process.
+type Proc struct {
+	cmd            *exec.Cmd
+	stdout, stderr buffer
+	done           chan struct{}
+	err            error
+}
+
+// Start runs idemd with args; its environment is PATH, HOME and env. It returns at once.
+// The process is killed at cleanup if it is still running.
+func Start(tb testing.TB, env map[string]string, args ...string) *Proc {
+	tb.Helper()
+	cmd := exec.Command(Binary(tb), args...)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	p := &Proc{cmd: cmd, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = &p.stdout, &p.stderr
+	if err := cmd.Start(); err != nil {
+		tb.Fatalf("proctest: starting idemd: %v", err)
+	}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	tb.Cleanup(func() {
+		if !p.Exited() {
+			_ = cmd.Process.Kill()
+			<-p.done
+		}
+	})
+	return p
+}
+
+// Stdout is what the process wrote to stdout so far.
+func (p *Proc) Stdout() string { return p.stdout.String() }
+
+// Stderr is what the process wrote to stderr so far.
+func (p *Proc) Stderr() string { return p.stderr.String() }
+
+// Done is closed when the process has exited.
+func (p *Proc) Done() <-chan struct{} { return p.done }
+
+// Exited reports whether the process has exited.
+func (p *Proc) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Err is the error of the process's Wait once it has exited (nil for exit code 0), and nil
+// while it runs.
+func (p *Proc) Err() error {
+	if !p.Exited() {
+		return nil
+	}
+	return p.err
+}
+
+// ExitCode waits for the process to exit and returns its exit code (-1 if a signal ended
+// it).
+func (p *Proc) ExitCode() int {
+	<-p.done
+	return p.cmd.ProcessState.ExitCode()
+}
+
+// Signal sends sig to the process.
+func (p *Proc) Signal(sig os.Signal) error { return p.cmd.Process.Signal(sig) }
+
+// Wait waits up to timeout for the process to exit and reports whether it did.
+func (p *Proc) Wait(timeout time.Duration) bool {
+	select {
+	case <-p.done:
+		return true
+	case <-time.After(timeout):
+		return false
+	}
+}
+
+// Stop sends SIGTERM (if the process is still there) and waits up to timeout for it to
+// exit; it returns the exit code, or fails the test.
+func (p *Proc) Stop(tb testing.TB, timeout time.Duration) int {
+	tb.Helper()
+	_ = p.Signal(syscall.SIGTERM)
+	if !p.Wait(timeout) {
+		tb.Fatalf("idemd did not exit after SIGTERM")
+	}
+	return p.ExitCode()
+}
+
+// Kill sends SIGKILL (no drain, no offset commit, no relay flush) and waits for the exit.
+func (p *Proc) Kill(tb testing.TB) {
+	tb.Helper()
+	_ = p.Signal(syscall.SIGKILL)
+	if !p.Wait(10 * time.Second) {
+		tb.Fatalf("idemd did not die of SIGKILL")
+	}
+}
+
+// WaitReady polls http://adminAddr/readyz (a subprocess gives no other signal) until it
+// answers 200. It returns an error if the process exits first or timeout passes.
+func (p *Proc) WaitReady(adminAddr string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if p.Exited() {
+			return fmt.Errorf("exited before it was ready (%v)", p.err)
+		}
+		resp, err := http.Get("http://" + adminAddr + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	return fmt.Errorf("did not become ready")
+}
+
+// FreeAddr returns a loopback address with a port free right now.
+func FreeAddr(tb testing.TB) string {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatalf("proctest: %v", err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// buffer is a bytes.Buffer safe for a writer and readers at once.
+type buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *buffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *buffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
