@@ -113,20 +113,36 @@ func Topic(tb testing.TB, partitions int) string {
 	return topic
 }
 
-// CreateTopic creates the named topic and waits until its metadata is visible.
+// CreateTopic creates the named topic on the shared broker and waits until its metadata is
+// visible.
 func CreateTopic(tb testing.TB, topic string, partitions int) {
+	tb.Helper()
+	CreateTopicOn(tb, Brokers(tb), topic, partitions)
+}
+
+// CreateTopicOn is CreateTopic on the cluster at brokers (a test's own broker). A request
+// that fails on the way (after a broker came back, pooled connections to the old one fail
+// once) is retried for up to 30 seconds; an error the broker answers is not.
+func CreateTopicOn(tb testing.TB, brokers []string, topic string, partitions int) {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cl := &kafka.Client{Addr: kafka.TCP(Brokers(tb)...)}
-	resp, err := cl.CreateTopics(ctx, &kafka.CreateTopicsRequest{
-		Topics: []kafka.TopicConfig{{Topic: topic, NumPartitions: partitions, ReplicationFactor: 1}},
-	})
-	if err != nil {
-		tb.Fatalf("kafkatest: creating topic %s: %v", topic, err)
-	}
-	if err := resp.Errors[topic]; err != nil {
-		tb.Fatalf("kafkatest: creating topic %s: %v", topic, err)
+	cl := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second}
+	for {
+		resp, err := cl.CreateTopics(ctx, &kafka.CreateTopicsRequest{
+			Topics: []kafka.TopicConfig{{Topic: topic, NumPartitions: partitions, ReplicationFactor: 1}},
+		})
+		if err == nil {
+			if err := resp.Errors[topic]; err != nil {
+				tb.Fatalf("kafkatest: creating topic %s: %v", topic, err)
+			}
+			break
+		}
+		select {
+		case <-ctx.Done():
+			tb.Fatalf("kafkatest: creating topic %s: %v", topic, err)
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 	for {
 		md, err := cl.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
@@ -147,13 +163,34 @@ func Group(tb testing.TB) string {
 	return Name(tb, "g")
 }
 
-// ReadAll reads every record of topic from the beginning, without a group, until it has
-// read want records or the timeout passes; it returns what it read.
+// ReadAll reads every record of topic on the shared broker from the beginning, without a
+// group, until it has read want records or the timeout passes; it returns what it read.
 func ReadAll(tb testing.TB, topic string, want int, timeout time.Duration) []kafka.Message {
+	tb.Helper()
+	return ReadAllFrom(tb, Brokers(tb), topic, want, timeout)
+}
+
+// ReadAllFrom is ReadAll on the cluster at brokers (a test's own broker).
+func ReadAllFrom(tb testing.TB, brokers []string, topic string, want int, timeout time.Duration) []kafka.Message {
+	tb.Helper()
+	return readAll(tb, brokers, topic, want, timeout, 0)
+}
+
+// ReadAtLeastFrom is ReadAllFrom that does not stop at want: once want records are in, it
+// reads each partition on until nothing arrives for quiet, so copies beyond want
+// (republished records) are returned too.
+func ReadAtLeastFrom(tb testing.TB, brokers []string, topic string, want int, timeout, quiet time.Duration) []kafka.Message {
+	tb.Helper()
+	return readAll(tb, brokers, topic, want, timeout, quiet)
+}
+
+// readAll reads topic until want records are in (then, with quiet > 0, until each partition
+// was quiet that long) or timeout passes.
+func readAll(tb testing.TB, brokers []string, topic string, want int, timeout, quiet time.Duration) []kafka.Message {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	cl := &kafka.Client{Addr: kafka.TCP(Brokers(tb)...)}
+	cl := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second}
 	md, err := cl.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
 	if err != nil || len(md.Topics) != 1 {
 		tb.Fatalf("kafkatest: metadata of %s: %v", topic, err)
@@ -168,7 +205,7 @@ func ReadAll(tb testing.TB, topic string, want int, timeout time.Duration) []kaf
 		go func(partition int) {
 			defer wg.Done()
 			r := kafka.NewReader(kafka.ReaderConfig{
-				Brokers: Brokers(tb), Topic: topic, Partition: partition,
+				Brokers: brokers, Topic: topic, Partition: partition,
 				MinBytes: 1, MaxBytes: 10 << 20, MaxWait: 50 * time.Millisecond,
 			})
 			defer r.Close()
@@ -176,14 +213,18 @@ func ReadAll(tb testing.TB, topic string, want int, timeout time.Duration) []kaf
 				mu.Lock()
 				done := len(out) >= want
 				mu.Unlock()
-				if done {
+				if done && quiet <= 0 {
 					return
 				}
-				fctx, fcancel := context.WithTimeout(ctx, 200*time.Millisecond)
+				wait := 200 * time.Millisecond
+				if done {
+					wait = quiet
+				}
+				fctx, fcancel := context.WithTimeout(ctx, wait)
 				m, err := r.ReadMessage(fctx)
 				fcancel()
 				if err != nil {
-					if ctx.Err() != nil {
+					if done || ctx.Err() != nil {
 						return
 					}
 					continue
