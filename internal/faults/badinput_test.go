@@ -382,8 +382,8 @@ func TestBadInputCatalogue(t *testing.T) {
 
 	// The SQL-looking id did nothing but be stored as data.
 	require.Equal(t, 1, d.int(t, "SELECT count(*) FROM {s}.effects WHERE message_id = 'evt_''); DROP TABLE effects; --'"))
-	require.False(t, p.exited())
-	require.Equal(t, 0, p.stop(t))
+	require.False(t, p.Exited())
+	require.Equal(t, 0, p.Stop(t, stopTimeout))
 	leaks := scanSecrets(nd.allLogs()+responses.String(), biSecrets())
 	require.Empty(t, leaks, "secrets, tokens or signatures in logs or responses")
 	t.Logf("FIGURES bad-input: cases=%d (+1 slowloris) log_bytes_scanned=%d secrets_scanned=%d leaks=0",

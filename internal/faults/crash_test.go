@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/idemd/idemd/internal/kafkatest"
 	"github.com/idemd/idemd/outbox"
 )
 
@@ -86,10 +87,10 @@ func subscriptionFile(t *testing.T, schema, in, out, group string) string {
 // stable id of its message; it returns the records read and the distinct operation ids.
 func checkTopic(t *testing.T, brokers []string, topic, pipeline string, ids []string) (records, distinct int) {
 	t.Helper()
-	recs := readAll(t, brokers, topic, len(ids), 60*time.Second)
+	recs := kafkatest.ReadAtLeastFrom(t, brokers, topic, len(ids), 60*time.Second, 300*time.Millisecond)
 	ops := map[string]string{}
 	for _, r := range recs {
-		op, cause := header(r, outbox.HeaderOperationID), header(r, outbox.HeaderCausationID)
+		op, cause := kafkatest.Header(r, outbox.HeaderOperationID), kafkatest.Header(r, outbox.HeaderCausationID)
 		if prev, ok := ops[op]; ok {
 			require.Equal(t, prev, cause, "one operation id, one message")
 		}
@@ -114,8 +115,8 @@ func TestConsumerCrashLoop(t *testing.T) {
 	brokers := broker.ListenAddrs()
 	d := newDB(t, effectsDDL)
 	in, out := "in-"+d.schema, "out-"+d.schema
-	createTopic(t, brokers, in, 6)
-	createTopic(t, brokers, out, 6)
+	kafkatest.CreateTopicOn(t, brokers, in, 6)
+	kafkatest.CreateTopicOn(t, brokers, out, 6)
 	msgs, ids := messages(n, "c")
 
 	// The records arrive in kills+1 waves; each wave's consumer is killed at a random
@@ -133,7 +134,7 @@ func TestConsumerCrashLoop(t *testing.T) {
 		}
 		waitFor(t, 5*time.Minute, fmt.Sprintf("progress before kill %d", i+1), func() bool { return d.count(t, "effects") > before })
 		time.Sleep(time.Duration(rand.IntN(100)) * time.Millisecond)
-		p.kill(t)
+		p.Kill(t)
 		t.Logf("kill %d at %d of %d effects", i+1, d.count(t, "effects"), len(ids))
 		p = nd.startReady()
 	}
@@ -144,7 +145,7 @@ func TestConsumerCrashLoop(t *testing.T) {
 	require.Equal(t, len(ids), d.count(t, "outbox"), "one outbox row per unique id")
 	require.Equal(t, len(ids), d.count(t, "processed_messages"))
 	records, distinct := checkTopic(t, brokers, out, "crash", ids)
-	require.Equal(t, 0, p.stop(t))
+	require.Equal(t, 0, p.Stop(t, stopTimeout))
 	t.Logf("FIGURES consumer-crash-loop: messages=%d unique=%d duplicates=%d partitions=6 kills=%d effects=%d lost=0 duplicated=0 outbox=%d unpublished=0 records=%d distinct_operation_ids=%d republished=%d took=%s",
 		n, len(ids), n-len(ids), kills, rows, d.count(t, "outbox"), records, distinct, records-distinct, time.Since(start).Round(time.Second))
 }
@@ -269,14 +270,14 @@ func TestReceiverCrashLoop(t *testing.T) {
 	}()
 	for i, at := range thresholds(kills, n, 0.05, 0.9) {
 		waitFor(t, 3*time.Minute, fmt.Sprintf("%d ids answered before kill %d", at, i+1), func() bool { return done.Load() >= int64(at) })
-		p.kill(t)
+		p.Kill(t)
 		p = nd.start() // not waiting: senders meet refused connections and retry
 	}
 	r := <-res
 	nd.waitReady(p)
 	rows, _ := checkEffects(t, d, n)
 	require.Equal(t, n, d.count(t, "processed_messages"))
-	require.Equal(t, 0, p.stop(t))
+	require.Equal(t, 0, p.Stop(t, stopTimeout))
 	t.Logf("FIGURES receiver-crash-loop: ids=%d duplicate_deliveries=%d kills=%d attempts=%d statuses=%v effects=%d lost=0 duplicated=0 took=%s",
 		n, n/5, kills, r.attempts, r.statuses, rows, time.Since(start).Round(time.Second))
 }
@@ -293,20 +294,20 @@ func TestRelayKilledBetweenPublishAndMark(t *testing.T) {
 	var armed atomic.Pointer[proc]
 	broker.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
 		if p := armed.Swap(nil); p != nil {
-			_ = p.cmd.Process.Signal(syscall.SIGKILL)
+			_ = p.Signal(syscall.SIGKILL)
 		}
 		return nil, nil, false
 	})
 	d := newDB(t, "")
 	topic := "relay-" + d.schema
-	createTopic(t, brokers, topic, 6)
+	kafkatest.CreateTopicOn(t, brokers, topic, 6)
 	file := writeFile(t, "sources:\n  - name: unused\n    verify: {scheme: stripe, secrets_env: [FAULTS_STRIPE_SECRET]}\n")
 	nd := newNode(t, d.schema, file, "relay", brokers, map[string]string{"FAULTS_STRIPE_SECRET": faultsStripeSecret})
 
 	// Migrate through the binary, then write the backlog as a library user would.
 	nd.vars["IDEMD_ROLES"] = "receiver"
 	p := nd.startReady()
-	require.Equal(t, 0, p.stop(t))
+	require.Equal(t, 0, p.Stop(t, stopTimeout))
 	nd.vars["IDEMD_ROLES"] = "relay"
 	ids := make([]string, n)
 	store := outbox.New(&outbox.Config{Schema: d.schema})
@@ -335,25 +336,25 @@ func TestRelayKilledBetweenPublishAndMark(t *testing.T) {
 		// records: they are published, and their rows can never be marked by this process.
 		armed.Store(p)
 		select {
-		case <-p.done:
+		case <-p.Done():
 		case <-time.After(time.Minute):
 			t.Fatalf("no produce request after kill %d was armed", i+1)
 		}
-		p.kill(t)
+		p.Kill(t)
 		last = published()
 		t.Logf("kill %d with %d of %d rows marked", i+1, last, n)
 		p = nd.start()
 	}
 	waitFor(t, 3*time.Minute, "every outbox row published", func() bool { return published() == n })
 
-	recs := readAll(t, brokers, topic, n, 60*time.Second)
+	recs := kafkatest.ReadAtLeastFrom(t, brokers, topic, n, 60*time.Second, 300*time.Millisecond)
 	byCause := map[string]map[string]int{}
 	for _, r := range recs {
-		c := header(r, outbox.HeaderCausationID)
+		c := kafkatest.Header(r, outbox.HeaderCausationID)
 		if byCause[c] == nil {
 			byCause[c] = map[string]int{}
 		}
-		byCause[c][header(r, outbox.HeaderOperationID)]++
+		byCause[c][kafkatest.Header(r, outbox.HeaderOperationID)]++
 	}
 	republished := 0
 	for i, id := range ids {
@@ -365,7 +366,7 @@ func TestRelayKilledBetweenPublishAndMark(t *testing.T) {
 	}
 	require.Len(t, byCause, n, "no row lost")
 	require.GreaterOrEqual(t, republished, kills, "every kill left published, unmarked records that were published again")
-	require.Equal(t, 0, p.stop(t))
+	require.Equal(t, 0, p.Stop(t, stopTimeout))
 	t.Logf("FIGURES relay-kill: rows=%d kills=%d records=%d distinct_operation_ids=%d republished=%d lost=0 took=%s",
 		n, kills, len(recs), len(byCause), republished, time.Since(start).Round(time.Second))
 }
@@ -380,8 +381,8 @@ func TestConsumerGroupMemberKilled(t *testing.T) {
 	brokers := broker.ListenAddrs()
 	d := newDB(t, effectsDDL)
 	in, out := "in-"+d.schema, "out-"+d.schema
-	createTopic(t, brokers, in, 6)
-	createTopic(t, brokers, out, 6)
+	kafkatest.CreateTopicOn(t, brokers, in, 6)
+	kafkatest.CreateTopicOn(t, brokers, out, 6)
 	file := subscriptionFile(t, d.schema, in, out, "g-"+d.schema)
 	var nodes []*node
 	var procs []*proc
@@ -428,7 +429,7 @@ WHERE applied_by = $1 ORDER BY 1`, d.schema), nodes[victim].name)
 		parts = append(parts, p)
 	}
 	require.NoError(t, rows.Err())
-	procs[victim].kill(t)
+	procs[victim].Kill(t)
 	killedAt := time.Now()
 	t.Logf("killed %s after %d effects; it had partitions %v", nodes[victim].name, best, parts)
 	<-produced
@@ -448,7 +449,7 @@ WHERE applied_by = $1 ORDER BY 1`, d.schema), nodes[victim].name)
 	records, distinct := checkTopic(t, brokers, out, "crash", ids)
 	for i, nd := range nodes {
 		if i != victim {
-			require.Equal(t, 0, procs[i].stop(t), nd.name)
+			require.Equal(t, 0, procs[i].Stop(t, stopTimeout), nd.name)
 		}
 	}
 	t.Logf("FIGURES group-kill: messages=%d unique=%d members=3 killed=1 victim_effects=%d victim_partitions=%v partitions_moved=%d effects=%d lost=0 duplicated=0 records=%d distinct_operation_ids=%d took=%s",

@@ -8,16 +8,13 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -29,6 +26,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/idemd/idemd/internal/pgtest"
+	"github.com/idemd/idemd/internal/proctest"
 )
 
 // long reports whether the long sizes were asked for (IDEMD_FAULTS=long, `make faults`).
@@ -42,88 +40,13 @@ func size(short, long_ int) int {
 	return short
 }
 
-var (
-	buildOnce sync.Once
-	binary    string
-	buildErr  error
-)
-
-// idemdBinary builds cmd/idemd once per test binary, into a temporary directory.
-func idemdBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "idemd-faults-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binary = filepath.Join(dir, "idemd")
-		out, err := exec.Command("go", "build", "-o", binary, "github.com/idemd/idemd/cmd/idemd").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	require.NoError(t, buildErr)
-	return binary
-}
-
-// syncBuffer is a bytes.Buffer safe for a writer and readers at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+func TestMain(m *testing.M) { proctest.Main(m) }
 
 // proc is one running idemd process.
-type proc struct {
-	cmd    *exec.Cmd
-	stderr *syncBuffer
-	done   chan struct{}
-	err    error
-}
+type proc = proctest.Proc
 
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// kill sends SIGKILL: no drain, no offset commit, no relay flush.
-func (p *proc) kill(t *testing.T) {
-	t.Helper()
-	_ = p.cmd.Process.Signal(syscall.SIGKILL)
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("idemd did not die of SIGKILL")
-	}
-}
-
-// stop sends SIGTERM and waits for the drain.
-func (p *proc) stop(t *testing.T) int {
-	t.Helper()
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(60 * time.Second):
-		t.Fatalf("idemd did not exit after SIGTERM")
-	}
-	return p.cmd.ProcessState.ExitCode()
-}
+// stopTimeout is how long a process may drain after SIGTERM.
+const stopTimeout = 60 * time.Second
 
 // node is the configuration of one idemd process, started (and restarted) on the same
 // addresses and connection name.
@@ -133,8 +56,8 @@ type node struct {
 	httpAddr  string
 	adminAddr string
 	vars      map[string]string
-	// logs keeps the stderr of every run of this node, for the secret scan.
-	logs []*syncBuffer
+	// runs keeps every run of this node, for the secret scan of their stderr.
+	runs []*proc
 	cur  *proc
 	mu   sync.Mutex
 }
@@ -144,7 +67,7 @@ func newNode(t *testing.T, schema, pipelines, roles string, brokers []string, ex
 	t.Helper()
 	var b [4]byte
 	_, _ = rand.Read(b[:])
-	n := &node{t: t, name: "idemd-faults-" + hex.EncodeToString(b[:]), httpAddr: freeAddr(t), adminAddr: freeAddr(t)}
+	n := &node{t: t, name: "idemd-faults-" + hex.EncodeToString(b[:]), httpAddr: proctest.FreeAddr(t), adminAddr: proctest.FreeAddr(t)}
 	n.vars = map[string]string{
 		"IDEMD_DATABASE_URL":     withAppName(pgtest.URL(), n.name),
 		"IDEMD_PIPELINES_FILE":   pipelines,
@@ -168,12 +91,9 @@ func newNode(t *testing.T, schema, pipelines, roles string, brokers []string, ex
 		n.mu.Lock()
 		p := n.cur
 		n.mu.Unlock()
-		if p != nil && !p.exited() {
-			_ = p.cmd.Process.Kill()
-			<-p.done
-		}
+		// proctest killed a run still going before this cleanup (registered later, runs first).
 		if t.Failed() && p != nil {
-			out := p.stderr.String()
+			out := p.Stderr()
 			if len(out) > 8000 {
 				out = "…" + out[len(out)-8000:]
 			}
@@ -199,22 +119,10 @@ func withAppName(u, name string) string {
 // start runs the node (again) and returns at once.
 func (n *node) start() *proc {
 	n.t.Helper()
-	cmd := exec.Command(idemdBinary(n.t), "serve")
-	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
-	for k, v := range n.vars {
-		env = append(env, k+"="+v)
-	}
-	cmd.Env = env
-	p := &proc{cmd: cmd, stderr: &syncBuffer{}, done: make(chan struct{})}
-	cmd.Stderr = p.stderr
-	require.NoError(n.t, cmd.Start())
-	go func() {
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
+	p := proctest.Start(n.t, n.vars, "serve")
 	n.mu.Lock()
 	n.cur = p
-	n.logs = append(n.logs, p.stderr)
+	n.runs = append(n.runs, p)
 	n.mu.Unlock()
 	return p
 }
@@ -230,21 +138,9 @@ func (n *node) startReady() *proc {
 // waitReady polls /readyz: a subprocess gives no other signal.
 func (n *node) waitReady(p *proc) {
 	n.t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		if p.exited() {
-			n.t.Fatalf("%s exited before it was ready (%v):\n%s", n.name, p.err, p.stderr.String())
-		}
-		resp, err := http.Get("http://" + n.adminAddr + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		time.Sleep(25 * time.Millisecond)
+	if err := p.WaitReady(n.adminAddr, 60*time.Second); err != nil {
+		n.t.Fatalf("%s %v:\n%s", n.name, err, p.Stderr())
 	}
-	n.t.Fatalf("%s did not become ready", n.name)
 }
 
 // allLogs is the stderr of every run of the node.
@@ -252,19 +148,10 @@ func (n *node) allLogs() string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	var sb strings.Builder
-	for _, l := range n.logs {
-		sb.WriteString(l.String())
+	for _, p := range n.runs {
+		sb.WriteString(p.Stderr())
 	}
 	return sb.String()
-}
-
-// freeAddr returns a loopback address with a port free right now.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // db is one test's schema: idemd's tables (migrated by the first process) and the effect
@@ -359,41 +246,6 @@ func newBroker(t *testing.T, opts ...kfake.Opt) *kfake.Cluster {
 	return c
 }
 
-// createTopic creates topic with partitions and waits for its metadata.
-func createTopic(t *testing.T, brokers []string, topic string, partitions int) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cl := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second}
-	// Retried: after a broker came back, the shared transport's pooled connections to the
-	// old one fail once.
-	for {
-		resp, err := cl.CreateTopics(ctx, &kafka.CreateTopicsRequest{
-			Topics: []kafka.TopicConfig{{Topic: topic, NumPartitions: partitions, ReplicationFactor: 1}},
-		})
-		if err == nil {
-			require.NoError(t, resp.Errors[topic])
-			break
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("creating topic %s: %v", topic, err)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-	for {
-		md, err := cl.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
-		if err == nil && len(md.Topics) == 1 && md.Topics[0].Error == nil && len(md.Topics[0].Partitions) == partitions {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("topic %s did not appear: %v", topic, err)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-}
-
 // produce writes msgs to topic (hash-partitioned by key), waiting for every ack.
 func produce(t *testing.T, brokers []string, topic string, msgs []kafka.Message) {
 	t.Helper()
@@ -407,76 +259,6 @@ func produce(t *testing.T, brokers []string, topic string, msgs []kafka.Message)
 	for i := 0; i < len(msgs); i += 5000 {
 		require.NoError(t, w.WriteMessages(ctx, msgs[i:min(i+5000, len(msgs))]...))
 	}
-}
-
-// readAll reads topic from the beginning of every partition until it has want records or
-// nothing arrived for quiet (after want was reached or the deadline passed).
-func readAll(t *testing.T, brokers []string, topic string, want int, timeout time.Duration) []kafka.Message {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	cl := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second}
-	md, err := cl.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
-	require.NoError(t, err)
-	require.Len(t, md.Topics, 1)
-	var (
-		mu  sync.Mutex
-		out []kafka.Message
-		wg  sync.WaitGroup
-	)
-	for _, p := range md.Topics[0].Partitions {
-		wg.Add(1)
-		go func(partition int) {
-			defer wg.Done()
-			r := kafka.NewReader(kafka.ReaderConfig{
-				Brokers: brokers, Topic: topic, Partition: partition,
-				MinBytes: 1, MaxBytes: 10 << 20, MaxWait: 50 * time.Millisecond,
-			})
-			defer r.Close()
-			for {
-				mu.Lock()
-				done := len(out) >= want
-				mu.Unlock()
-				if done {
-					// Keep reading briefly: extra copies (republished records) count too.
-					fctx, fcancel := context.WithTimeout(ctx, 300*time.Millisecond)
-					m, err := r.ReadMessage(fctx)
-					fcancel()
-					if err != nil {
-						return
-					}
-					mu.Lock()
-					out = append(out, m)
-					mu.Unlock()
-					continue
-				}
-				fctx, fcancel := context.WithTimeout(ctx, 200*time.Millisecond)
-				m, err := r.ReadMessage(fctx)
-				fcancel()
-				if err != nil {
-					if ctx.Err() != nil {
-						return
-					}
-					continue
-				}
-				mu.Lock()
-				out = append(out, m)
-				mu.Unlock()
-			}
-		}(p.ID)
-	}
-	wg.Wait()
-	return out
-}
-
-// header returns the value of the record header named key.
-func header(m kafka.Message, key string) string {
-	for _, h := range m.Headers {
-		if h.Key == key {
-			return string(h.Value)
-		}
-	}
-	return ""
 }
 
 // --- HTTP -------------------------------------------------------------------------------

@@ -16,7 +16,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/idemd/idemd/internal/kafkatest"
 	"github.com/idemd/idemd/internal/pgtest"
+	"github.com/idemd/idemd/internal/proctest"
 )
 
 // outageDDL: the webhook source's effect table and the subscription's.
@@ -113,7 +115,7 @@ func TestPostgresOutage(t *testing.T) {
 	brokers := broker.ListenAddrs()
 	d := newDB(t, outageDDL)
 	mid := "mid-" + d.schema
-	createTopic(t, brokers, mid, 6)
+	kafkatest.CreateTopicOn(t, brokers, mid, 6)
 	file := writeFile(t, fmt.Sprintf(`sources:
   - name: stripe
     verify: {scheme: stripe, secrets_env: [FAULTS_STRIPE_SECRET]}
@@ -192,13 +194,13 @@ subscriptions:
 		}
 		proxy.setDown(false)
 		inOutage.Store(false)
-		require.False(t, p.exited(), "idemd survives the outage without a restart (%v)", p.err)
+		require.False(t, p.Exited(), "idemd survives the outage without a restart (%v)", p.Err())
 	}
 	statuses := <-res
 	waitFor(t, 3*time.Minute, "every ledger row and every outbox row published", func() bool {
 		return d.count(t, "ledger") >= n && d.count(t, "outbox WHERE published_at IS NULL") == 0
 	})
-	require.False(t, p.exited(), "idemd was never restarted")
+	require.False(t, p.Exited(), "idemd was never restarted")
 	nd.waitReady(p)
 	rows, _ := checkEffects(t, d, n)
 	require.Equal(t, n, d.int(t, "SELECT count(DISTINCT message_id) FROM {s}.ledger"), "the consumer resumed: every id reached the ledger")
@@ -206,7 +208,7 @@ subscriptions:
 	require.Positive(t, duringOutage503.Load(), "the receiver answered 503 during the outage")
 	require.Empty(t, badRetryAfter, "every 503 carries Retry-After in seconds")
 	require.Equal(t, unavailable.Load(), withRA.Load(), "every 503 carries Retry-After")
-	require.Equal(t, 0, p.stop(t))
+	require.Equal(t, 0, p.Stop(t, stopTimeout))
 	t.Logf("FIGURES postgres-outage: ids=%d outages=%d(7s each) cut_rounds=%d backends_terminated=%d 503_with_retry_after=%d statuses=%v effects=%d ledger=%d lost=0 duplicated=0 restarts=0 took=%s",
 		n, outages, 5*outages, cutTotal+terminated, withRA.Load(), statuses, rows, d.count(t, "ledger"), time.Since(start).Round(time.Second))
 }
@@ -222,7 +224,7 @@ type restartable struct {
 
 func newRestartable(t *testing.T) *restartable {
 	t.Helper()
-	addr := freeAddr(t)
+	addr := proctest.FreeAddr(t)
 	_, ps, _ := net.SplitHostPort(addr)
 	port, _ := strconv.Atoi(ps)
 	r := &restartable{t: t, port: port}
@@ -265,7 +267,7 @@ func TestBrokerOutage(t *testing.T) {
 	b := newRestartable(t)
 	d := newDB(t, effectsDDL)
 	topic := "out-" + d.schema
-	createTopic(t, b.brokers(), topic, 3)
+	kafkatest.CreateTopicOn(t, b.brokers(), topic, 3)
 	nd := newNode(t, d.schema, receiverFile(t, d.schema, topic), "receiver,relay", b.brokers(),
 		map[string]string{"FAULTS_STRIPE_SECRET": faultsStripeSecret})
 	p := nd.startReady()
@@ -293,13 +295,13 @@ func TestBrokerOutage(t *testing.T) {
 	outage := time.Since(start)
 
 	b.up()
-	createTopic(t, b.brokers(), topic, 3)
+	kafkatest.CreateTopicOn(t, b.brokers(), topic, 3)
 	waitFor(t, 2*time.Minute, "the backlog drains", func() bool { return d.count(t, "outbox WHERE published_at IS NULL") == 0 })
 	drained := time.Since(start) - outage
 	records, distinct := checkTopic(t, b.brokers(), topic, "stripe", during)
 	checkEffects(t, d, n1+n2)
-	require.False(t, p.exited())
-	require.Equal(t, 0, p.stop(t))
+	require.False(t, p.Exited())
+	require.Equal(t, 0, p.Stop(t, stopTimeout))
 	t.Logf("FIGURES broker-outage: before=%d during=%d backlog_max=%d outage=%s drained_in=%s records_after_return=%d distinct_operation_ids=%d lost=0 duplicated_effects=0",
 		n1, n2, backlog, outage.Round(100*time.Millisecond), drained.Round(100*time.Millisecond), records, distinct)
 }

@@ -10,6 +10,8 @@ import (
 
 	"github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemd/idemd/internal/kafkatest"
 )
 
 func randomHex(n int) string {
@@ -44,8 +46,8 @@ func TestConsumerHostileIDs(t *testing.T) {
 			brokers := broker.ListenAddrs()
 			d := newDB(t, effectsDDL)
 			in, out := "in-"+d.schema, "out-"+d.schema
-			createTopic(t, brokers, in, 1)
-			createTopic(t, brokers, out, 1)
+			kafkatest.CreateTopicOn(t, brokers, in, 1)
+			kafkatest.CreateTopicOn(t, brokers, out, 1)
 			msgs := []kafka.Message{{Key: []byte("k"), Value: []byte(`{"id":"h"}`)}}
 			if c.id != nil {
 				msgs[0].Headers = []kafka.Header{{Key: "message-id", Value: c.id}}
@@ -60,13 +62,13 @@ func TestConsumerHostileIDs(t *testing.T) {
 			nd := newNode(t, d.schema, subscriptionFile(t, d.schema, in, out, "g-"+d.schema), "consumer,relay", brokers, nil)
 			p := nd.startReady()
 			waitFor(t, 30*time.Second, "the valid records after the hostile one", func() bool {
-				return p.exited() || d.count(t, "effects WHERE message_id LIKE 'ok-%'") >= valid
+				return p.Exited() || d.count(t, "effects WHERE message_id LIKE 'ok-%'") >= valid
 			})
-			require.False(t, p.exited(), "the daemon keeps running")
+			require.False(t, p.Exited(), "the daemon keeps running")
 			require.Equal(t, valid, d.count(t, "effects WHERE message_id LIKE 'ok-%'"))
 			applied, dead := d.count(t, "effects WHERE message_id NOT LIKE 'ok-%'"), d.count(t, "dead_letters")
 			require.Equal(t, 1, applied+dead, "the hostile record once, as data or as a dead letter")
-			require.Equal(t, 0, p.stop(t))
+			require.Equal(t, 0, p.Stop(t, stopTimeout))
 			t.Logf("FIGURES consumer-hostile-id %s: applied_as_data=%d dead_lettered=%d valid_after=%d", c.name, applied, dead, valid)
 		})
 	}

@@ -74,7 +74,7 @@ func TestTenantIsolation(t *testing.T) {
 
 	require.Equal(t, 1, d.count(t, "orders WHERE tenant = 'tenant-a'"))
 	require.Equal(t, 1, d.count(t, "orders WHERE tenant = 'tenant-b'"))
-	require.Equal(t, 0, p.stop(t))
+	require.Equal(t, 0, p.Stop(t, stopTimeout))
 	require.Empty(t, scanSecrets(nd.allLogs()+bodyA+bodyB+bodyB2, biSecrets()))
 }
 
@@ -92,13 +92,13 @@ func TestUnverifiedSourceRefused(t *testing.T) {
 	refused := newNode(t, d.schema, writeFile(t, fmt.Sprintf(src, d.schema)), "receiver", nil, nil)
 	p := refused.start()
 	select {
-	case <-p.done:
+	case <-p.Done():
 	case <-time.After(30 * time.Second):
 		t.Fatal("idemd started with an unverified source")
 	}
-	require.Equal(t, 2, p.cmd.ProcessState.ExitCode())
-	require.Contains(t, p.stderr.String(), "allow_unverified")
-	require.Contains(t, p.stderr.String(), `"open"`)
+	require.Equal(t, 2, p.ExitCode())
+	require.Contains(t, p.Stderr(), "allow_unverified")
+	require.Contains(t, p.Stderr(), `"open"`)
 
 	allowed := newNode(t, d.schema, writeFile(t, fmt.Sprintf(strings.Replace(src, "    verify:", "    allow_unverified: true\n    verify:", 1), d.schema)), "receiver", nil, nil)
 	p = allowed.startReady()
@@ -106,7 +106,7 @@ func TestUnverifiedSourceRefused(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, 200, resp.StatusCode)
-	require.Equal(t, 0, p.stop(t))
+	require.Equal(t, 0, p.Stop(t, stopTimeout))
 }
 
 // selfSigned writes a self-signed certificate for 127.0.0.1 and its key; it returns the
@@ -168,7 +168,7 @@ func TestTLS(t *testing.T) {
 	// A client that does not trust the certificate refuses it.
 	_, err = http.Post("https://"+nd.httpAddr+"/webhooks/stripe", "application/json", bytes.NewReader(body))
 	require.Error(t, err)
-	require.Equal(t, 0, p.stop(t))
+	require.Equal(t, 0, p.Stop(t, stopTimeout))
 	require.Equal(t, 1, d.count(t, "effects"))
 
 	for name, vars := range map[string]map[string]string{
@@ -178,13 +178,13 @@ func TestTLS(t *testing.T) {
 		bad := badInputNode(t, d, vars)
 		bp := bad.start()
 		select {
-		case <-bp.done:
+		case <-bp.Done():
 		case <-time.After(30 * time.Second):
 			t.Fatalf("%s: idemd started", name)
 		}
-		require.Equal(t, 2, bp.cmd.ProcessState.ExitCode(), name)
-		require.Contains(t, bp.stderr.String(), "IDEMD_TLS_", name)
-		require.NotContains(t, bp.stderr.String(), "PRIVATE KEY", name)
+		require.Equal(t, 2, bp.ExitCode(), name)
+		require.Contains(t, bp.Stderr(), "IDEMD_TLS_", name)
+		require.NotContains(t, bp.Stderr(), "PRIVATE KEY", name)
 	}
 }
 
