@@ -17,7 +17,6 @@ import (
 
 	"github.com/idemd/idemd/consumer"
 	"github.com/idemd/idemd/internal/pgtest"
-	"github.com/idemd/idemd/migrations"
 )
 
 // A subscription whose effect is SQL, as in the pipelines file. The record with id evt_2 is
@@ -82,28 +81,12 @@ func Example_goHandler() {
 
 // exampleDatabase creates a migrated schema with a ledger table and drops it at cleanup.
 func exampleDatabase(ctx context.Context) (*pgxpool.Pool, string, func()) {
-	cfg, err := pgxpool.ParseConfig(pgtest.URL())
-	if err != nil {
-		panic(err)
-	}
-	cfg.MaxConns = 4
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		panic(err)
-	}
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	schema := "example_consumer_" + hex.EncodeToString(b[:])
-	if err := migrations.Apply(ctx, pool, &migrations.Config{Schema: schema}); err != nil {
-		panic(err)
-	}
+	pool, schema, cleanup := pgtest.ExampleDB("consumer")
 	if _, err := pool.Exec(ctx, `CREATE TABLE `+schema+`.ledger (event_id text PRIMARY KEY, body jsonb)`); err != nil {
+		cleanup()
 		panic(err)
 	}
-	return pool, schema, func() {
-		_, _ = pool.Exec(context.Background(), `DROP SCHEMA `+schema+` CASCADE`)
-		pool.Close()
-	}
+	return pool, schema, cleanup
 }
 
 // exampleBroker returns TEST_KAFKA_BROKERS or an in-process broker, and a new topic on it.

@@ -7,16 +7,11 @@ import (
 	"log"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strconv"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/idemd/idemd/delivery"
 	"github.com/idemd/idemd/internal/pgtest"
-	"github.com/idemd/idemd/migrations"
 	"github.com/idemd/idemd/outbox"
 )
 
@@ -25,16 +20,8 @@ import (
 // the signature with delivery.Verify (or any Standard Webhooks library).
 func ExampleDeliverer() {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, pgtest.URL())
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer pool.Close()
-	schema := fmt.Sprintf("example_delivery_%d", os.Getpid())
-	if err := migrations.Apply(ctx, pool, &migrations.Config{Schema: schema}); err != nil {
-		log.Fatal(err)
-	}
-	defer pool.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE") //nolint:errcheck
+	pool, schema, cleanup := pgtest.ExampleDB("delivery")
+	defer cleanup()
 
 	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 	received := make(chan string, 1)

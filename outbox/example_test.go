@@ -4,13 +4,10 @@ import (
 	"context"
 	"fmt"
 	"log"
-	"os"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemd/idemd/internal/pgtest"
-	"github.com/idemd/idemd/migrations"
 	"github.com/idemd/idemd/outbox"
 )
 
@@ -18,16 +15,8 @@ import (
 // only if the order does, and its operation id is the same however often this runs.
 func ExampleStore_EnqueueTx() {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, pgtest.URL())
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer pool.Close()
-	schema := fmt.Sprintf("example_outbox_%d", os.Getpid())
-	if err := migrations.Apply(ctx, pool, &migrations.Config{Schema: schema}); err != nil {
-		log.Fatal(err)
-	}
-	defer pool.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE") //nolint:errcheck
+	pool, schema, cleanup := pgtest.ExampleDB("outbox")
+	defer cleanup()
 	store := outbox.New(&outbox.Config{Schema: schema})
 
 	tx, err := pool.Begin(ctx)

@@ -5,14 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log"
-	"os"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemd/idemd/internal/fingerprint"
 	"github.com/idemd/idemd/internal/pgtest"
-	"github.com/idemd/idemd/migrations"
 	"github.com/idemd/idemd/processed"
 )
 
@@ -20,8 +15,8 @@ import (
 // claim and the effect commit in one transaction.
 func Example() {
 	ctx := context.Background()
-	pool, schema := exampleDB(ctx)
-	defer cleanup(ctx, pool, schema)
+	pool, schema, cleanup := pgtest.ExampleDB("processed")
+	defer cleanup()
 	store, _ := processed.New(&processed.Config{Schema: schema})
 	_, _ = pool.Exec(ctx, "CREATE TABLE "+schema+".payments (event_id text PRIMARY KEY, amount bigint)")
 
@@ -61,22 +56,4 @@ func Example() {
 	// duplicate of the delivery of evt_1
 	// conflict: same id, different payload
 	// payments: 1
-}
-
-// exampleDB connects to TEST_DATABASE_URL (or the local server) and migrates a fresh schema.
-func exampleDB(ctx context.Context) (*pgxpool.Pool, string) {
-	pool, err := pgxpool.New(ctx, pgtest.URL())
-	if err != nil {
-		log.Fatal(err)
-	}
-	schema := fmt.Sprintf("example_processed_%d", os.Getpid())
-	if err := migrations.Apply(ctx, pool, &migrations.Config{Schema: schema}); err != nil {
-		log.Fatal(err)
-	}
-	return pool, schema
-}
-
-func cleanup(ctx context.Context, pool *pgxpool.Pool, schema string) {
-	_, _ = pool.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
-	pool.Close()
 }

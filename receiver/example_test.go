@@ -10,33 +10,21 @@ import (
 	"log"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemd/idemd/internal/pgtest"
-	"github.com/idemd/idemd/migrations"
 	"github.com/idemd/idemd/receiver"
 )
 
 // Serve Stripe webhooks with a Go effect: the signature is verified, the effect runs once
 // per event id in the dedup transaction, and a redelivery is answered 200 "duplicate".
 func Example() {
-	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, pgtest.URL())
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer pool.Close()
-	schema := fmt.Sprintf("example_receiver_%d", os.Getpid())
-	if err := migrations.Apply(ctx, pool, &migrations.Config{Schema: schema}); err != nil {
-		log.Fatal(err)
-	}
-	defer pool.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE") //nolint:errcheck
+	pool, schema, cleanup := pgtest.ExampleDB("receiver")
+	defer cleanup()
 
 	const secret = "whsec_example"
 	applied := 0

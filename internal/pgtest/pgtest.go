@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -93,6 +94,37 @@ func Pool(tb testing.TB, maxConns int32) *pgxpool.Pool {
 	}
 	tb.Cleanup(pool.Close)
 	return pool
+}
+
+// ExampleDB is New for runnable examples, which have no testing.TB: it connects to URL()
+// with a small pool, migrates a fresh schema named example_<name>_<random> and returns the
+// pool, the schema and a cleanup that drops the schema and closes the pool. It panics, with
+// a message saying what failed, if the database cannot be reached or migrated.
+func ExampleDB(name string) (pool *pgxpool.Pool, schema string, cleanup func()) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cfg, err := pgxpool.ParseConfig(URL())
+	if err != nil {
+		panic(fmt.Sprintf("pgtest: parsing TEST_DATABASE_URL: %v", err))
+	}
+	cfg.MaxConns = 4
+	pool, err = pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		panic(fmt.Sprintf("pgtest: connecting: %v", err))
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	schema = "example_" + name + "_" + hex.EncodeToString(b[:])
+	if err := migrations.Apply(ctx, pool, &migrations.Config{Schema: schema}); err != nil {
+		pool.Close()
+		panic(fmt.Sprintf("pgtest: migrating schema %s on PostgreSQL at %s: %v", schema, redact(URL()), err))
+	}
+	return pool, schema, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, _ = pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+		pool.Close()
+	}
 }
 
 // SchemaName returns a schema name unique to this test and run.
