@@ -23,8 +23,8 @@ import (
 	"time"
 )
 
-// Package is the import path of the command Binary builds.
-const Package = "github.com/idemd/idemd/cmd/idemd"
+// idemdPkg is the import path of the command Binary builds.
+const idemdPkg = "github.com/idemd/idemd/cmd/idemd"
 
 var (
 	buildOnce sync.Once
@@ -53,7 +53,7 @@ func Binary(tb testing.TB) string {
 			return
 		}
 		binDir, binary = dir, filepath.Join(dir, "idemd")
-		out, err := exec.Command("go", "build", "-o", binary, Package).CombinedOutput()
+		out, err := exec.Command("go", "build", "-o", binary, idemdPkg).CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
 		}
