@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log"
 
-	"github.com/idemd/idemd/internal/fingerprint"
 	"github.com/idemd/idemd/internal/pgtest"
 	"github.com/idemd/idemd/processed"
 )
@@ -15,9 +14,11 @@ import (
 // claim and the effect commit in one transaction.
 func Example() {
 	ctx := context.Background()
+	// The tables: migrations.Apply creates them (idemd migrate does the same). This example
+	// uses a throwaway schema of the test database.
 	pool, schema, cleanup := pgtest.ExampleDB("processed")
 	defer cleanup()
-	store, _ := processed.New(&processed.Config{Schema: schema})
+	store, _ := processed.New(&processed.Config{Schema: schema}) // processed.ClaimTx uses schema "idemd"
 	_, _ = pool.Exec(ctx, "CREATE TABLE "+schema+".payments (event_id text PRIMARY KEY, amount bigint)")
 
 	apply := func(eventID string, body []byte) string {
@@ -27,7 +28,7 @@ func Example() {
 		}
 		defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
 
-		rec, err := store.ClaimTx(ctx, tx, "stripe", eventID, fingerprint.Body(body))
+		rec, err := store.ClaimTx(ctx, tx, "stripe", eventID, processed.Fingerprint(body))
 		switch {
 		case errors.Is(err, processed.ErrDuplicate):
 			return "duplicate of the delivery of " + rec.MessageID

@@ -24,6 +24,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/idemd/idemd/internal/fingerprint"
 )
 
 // Defaults of Config.
@@ -158,4 +160,13 @@ func ValidID(id string) bool {
 		}
 	}
 	return true
+}
+
+// Fingerprint is the fingerprint idemd's doors compare for a message body: SHA-256 of its
+// canonical JSON (object keys sorted, no insignificant whitespace, numbers as written), minus
+// the fields named by ignore (JSON pointers such as "/pending_webhooks", which a provider
+// changes between retries); the raw bytes when the body is not JSON. Two deliveries of the
+// same document fingerprint alike whatever their key order or spacing.
+func Fingerprint(body []byte, ignore ...string) []byte {
+	return fingerprint.Body(body, ignore...)
 }
