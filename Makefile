@@ -1,7 +1,7 @@
 # The whole test suite: vet, every test against real PostgreSQL and a real Kafka-protocol
 # broker, then a short run of every fuzz target. CI runs exactly `make test`.
 GO ?= go
-FUZZTIME ?= 5s
+FUZZTIME ?= 20000x
 
 .PHONY: test vet unit fuzz-short fuzz bench faults
 
@@ -16,7 +16,7 @@ unit:
 fuzz-short:
 	FUZZTIME=$(FUZZTIME) ./scripts/fuzz.sh
 
-# Longer local fuzzing: make fuzz FUZZTIME=5m
+# Longer local fuzzing: make fuzz FUZZTIME=5m (a duration) or FUZZTIME=1000000x (executions)
 fuzz:
 	FUZZTIME=$(FUZZTIME) ./scripts/fuzz.sh
 
