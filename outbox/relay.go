@@ -30,6 +30,23 @@ const (
 	RelayStatsIntervalDefault = 5 * time.Second
 )
 
+// relayRoundBytes bounds the estimated size of one round's records. Kafka refuses a record
+// batch above the broker's message.max.bytes (1048588 by default) for good, so a round of
+// BatchSize large rows bound for one partition would fail on every retry and stall the
+// outbox; and a round the writer had to split into several batches per partition could land
+// a later batch while an earlier one failed, reordering a key. One round below this bound
+// makes one batch per partition that the default broker accepts.
+const relayRoundBytes = 1_000_000
+
+// recordSize over-estimates the encoded size of m in a record batch.
+func recordSize(m *kafka.Message) int {
+	n := 32 + len(m.Key) + len(m.Value)
+	for _, h := range m.Headers {
+		n += 16 + len(h.Key) + len(h.Value)
+	}
+	return n
+}
+
 // Writer is what the relay needs of a Kafka producer; *kafka.Writer has it.
 type Writer interface {
 	WriteMessages(ctx context.Context, msgs ...kafka.Message) error
@@ -216,7 +233,7 @@ func (r *Relay) lead(ctx context.Context) error {
 			r.refreshStats(ctx)
 			lastStats = time.Now()
 		}
-		n, err := r.publishBatch(ctx)
+		_, more, err := r.publishBatch(ctx)
 		var hookErr hookError
 		switch {
 		case errors.As(err, &hookErr):
@@ -240,7 +257,7 @@ func (r *Relay) lead(ctx context.Context) error {
 			continue
 		}
 		failures = 0
-		if n == r.cfg.BatchSize {
+		if more {
 			// More may be waiting; check the lock is still ours, then go on.
 			if err := conn.Ping(ctx); err != nil {
 				return fmt.Errorf("relay lock connection lost: %w", err)
@@ -257,15 +274,17 @@ func (r *Relay) lead(ctx context.Context) error {
 	}
 }
 
-// publishBatch publishes up to BatchSize unpublished rows in id order and marks them.
-func (r *Relay) publishBatch(ctx context.Context) (int, error) {
+// publishBatch publishes up to BatchSize unpublished rows in id order, within
+// relayRoundBytes, and marks them. more reports that rows may be left.
+func (r *Relay) publishBatch(ctx context.Context) (n int, more bool, err error) {
 	rows, err := r.pool.Query(ctx, r.selectSQL, r.cfg.BatchSize)
 	if err != nil {
-		return 0, fmt.Errorf("error reading outbox: %w", err)
+		return 0, false, fmt.Errorf("error reading outbox: %w", err)
 	}
 	var (
-		ids  []int64
-		msgs []kafka.Message
+		ids   []int64
+		msgs  []kafka.Message
+		bytes int
 	)
 	for rows.Next() {
 		var (
@@ -277,35 +296,42 @@ func (r *Relay) publishBatch(ctx context.Context) (int, error) {
 		)
 		if err := rows.Scan(&id, &op, &pipeline, &causation, &topic, &key, &payload, &headers); err != nil {
 			rows.Close()
-			return 0, fmt.Errorf("error reading outbox: %w", err)
+			return 0, false, fmt.Errorf("error reading outbox: %w", err)
 		}
-		ids = append(ids, id)
-		msgs = append(msgs, kafka.Message{Topic: topic, Key: key, Value: payload, Headers: recordHeaders(op, causation, pipeline, headers)})
+		m := kafka.Message{Topic: topic, Key: key, Value: payload, Headers: recordHeaders(op, causation, pipeline, headers)}
+		if bytes += recordSize(&m); bytes > relayRoundBytes && len(msgs) > 0 {
+			// The rest waits for the next round, which starts at once.
+			rows.Close()
+			more = true
+			break
+		}
+		ids, msgs = append(ids, id), append(msgs, m)
 	}
 	if err := rows.Err(); err != nil {
-		return 0, fmt.Errorf("error reading outbox: %w", err)
+		return 0, false, fmt.Errorf("error reading outbox: %w", err)
 	}
 	if len(msgs) == 0 {
-		return 0, nil
+		return 0, false, nil
 	}
+	more = more || len(msgs) == r.cfg.BatchSize
 	if err := r.writer.WriteMessages(ctx, msgs...); err != nil {
-		return 0, fmt.Errorf("error publishing %d outbox rows to Kafka: %w", len(msgs), err)
+		return 0, false, fmt.Errorf("error publishing %d outbox rows to Kafka: %w", len(msgs), err)
 	}
 	if r.cfg.AfterPublish != nil {
 		if err := r.cfg.AfterPublish(ids); err != nil {
-			return 0, hookError{err}
+			return 0, false, hookError{err}
 		}
 	}
 	// Kafka has them: mark them even if ctx is ending, or they would be sent twice.
 	if _, err := r.pool.Exec(context.WithoutCancel(ctx), r.markSQL, ids); err != nil {
-		return 0, fmt.Errorf("error marking %d outbox rows published: %w", len(ids), err)
+		return 0, false, fmt.Errorf("error marking %d outbox rows published: %w", len(ids), err)
 	}
 	r.published.Add(int64(len(ids)))
 	for _, m := range msgs {
 		metrics.OutboxPublished.WithLabelValues(m.Topic).Inc()
 	}
 	r.log.WithField("count", len(ids)).Debug("published outbox rows")
-	return len(ids), nil
+	return len(ids), more, nil
 }
 
 func (r *Relay) refreshStats(ctx context.Context) {

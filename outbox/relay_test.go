@@ -330,3 +330,24 @@ func TestPrunePublished(t *testing.T) {
 	require.EqualValues(t, 20, n)
 	require.Equal(t, 5, b.db.Count(t, "{schema}.outbox"), "unpublished rows are never pruned")
 }
+
+// TestRelayBacklogOfLargeRows: a backlog whose round would exceed the broker's largest
+// record batch (message.max.bytes, 1 MB by default) is published in smaller rounds, in
+// order, instead of being refused by Kafka on every retry.
+func TestRelayBacklogOfLargeRows(t *testing.T) {
+	b := setupRelay(t, 1, pgtest.Options{})
+	payload := `{"x":"` + strings.Repeat("a", 4000) + `"}`
+	events := make([]outbox.Event, 600) // 2.4 MB, one partition
+	for i := range events {
+		events[i] = outbox.Event{Topic: b.topic, Key: []byte("k"), Payload: []byte(payload),
+			Pipeline: "p", CausationID: strconv.Itoa(i)}
+	}
+	b.enqueue(t, events...)
+	b.startRelay(t, outbox.RelayConfig{})
+	b.waitDrained(t, 15*time.Second)
+	got := kafkatest.ReadAll(t, b.topic, len(events), 15*time.Second)
+	require.Len(t, got, len(events))
+	for i, m := range got {
+		require.Equal(t, strconv.Itoa(i), kafkatest.Header(m, outbox.HeaderCausationID))
+	}
+}
