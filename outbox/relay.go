@@ -246,7 +246,7 @@ func (r *Relay) lead(ctx context.Context) error {
 			wait := retry.Backoff(r.cfg.BackoffMin, r.cfg.BackoffMax, failures)
 			r.log.WithError(err).WithField("retry_in", wait.String()).Warn("error publishing outbox batch; rows are kept and retried")
 			// Still the leader? A dead lock connection means someone else may lead now.
-			if err := conn.Ping(ctx); err != nil {
+			if err := pingLock(ctx, conn); err != nil {
 				return fmt.Errorf("relay lock connection lost: %w", err)
 			}
 			select {
@@ -259,7 +259,7 @@ func (r *Relay) lead(ctx context.Context) error {
 		failures = 0
 		if more {
 			// More may be waiting; check the lock is still ours, then go on.
-			if err := conn.Ping(ctx); err != nil {
+			if err := pingLock(ctx, conn); err != nil {
 				return fmt.Errorf("relay lock connection lost: %w", err)
 			}
 			continue
@@ -370,4 +370,12 @@ func relayLockKey(schema string) int64 {
 	h := fnv.New64a()
 	h.Write([]byte("idemd.relay:" + schema))
 	return int64(h.Sum64())
+}
+
+// pingLock checks that the lock connection, and so the leadership, is still there. Bounded:
+// a half-open connection must not keep an old leader publishing while TCP gives up.
+func pingLock(ctx context.Context, conn *pgx.Conn) error {
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return conn.Ping(pctx)
 }

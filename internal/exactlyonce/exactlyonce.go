@@ -177,6 +177,11 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Unit, error) {
 // Processed returns the store the unit claims in.
 func (u *Unit) Processed() *processed.Store { return u.cfg.Processed }
 
+// effectTx begins every effect transaction with deferred constraints checked at once: a
+// violation then fails its own statement, inside its message's savepoint, instead of the
+// COMMIT of the whole batch, where no message could be blamed for it. Same round trip.
+var effectTx = pgx.TxOptions{BeginQuery: "BEGIN; SET CONSTRAINTS ALL IMMEDIATE"}
+
 // errCareful asks Apply to run the batch again with a savepoint around each effect.
 var errCareful = errors.New("a permanent failure needs savepoints")
 
@@ -236,7 +241,7 @@ func (u *Unit) try(ctx context.Context, msgs []*Message, careful bool) (err erro
 		m.Outcome, m.Response, m.Record, m.ConflictCount, m.Attempts, m.Cause = Pending, nil, nil, 0, 0, nil
 		m.Careful = careful
 	}
-	tx, err := u.pool.Begin(ctx)
+	tx, err := u.pool.BeginTx(ctx, effectTx)
 	if err != nil {
 		return fmt.Errorf("error beginning transaction: %w", err)
 	}

@@ -129,3 +129,33 @@ func TestApplyStopsWithContext(t *testing.T) {
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.Zero(t, b.db.Count(t, "{schema}.processed_messages"), "nothing is marked for a message that never succeeded")
 }
+
+// TestDeferredConstraintBlamesItsMessage: an effect table with a deferred constraint. The
+// violation is checked at the statement (SET CONSTRAINTS ALL IMMEDIATE), inside the poison
+// message's savepoint, so its neighbours commit and it alone is dead-lettered; without it
+// the violation would surface at COMMIT, where no message can be blamed.
+func TestDeferredConstraintBlamesItsMessage(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.db.Exec(t, b.db.Q("CREATE TABLE {schema}.deferred (k text, CONSTRAINT deferred_k UNIQUE (k) DEFERRABLE INITIALLY DEFERRED)"))
+	b.db.Exec(t, b.db.Q("INSERT INTO {schema}.deferred VALUES ('taken')"))
+	insert := func(k string) exactlyonce.Effect {
+		return func(ctx context.Context, tx pgx.Tx, m *exactlyonce.Message) (*processed.Response, error) {
+			_, err := tx.Exec(ctx, b.db.Q("INSERT INTO {schema}.deferred VALUES ($1)"), k)
+			return nil, err
+		}
+	}
+	var dead atomic.Int32
+	poison := msg("poison", insert("taken"))
+	poison.DeadLetter = func(ctx context.Context, tx pgx.Tx, m *exactlyonce.Message, cause error) (*processed.Response, error) {
+		dead.Add(1)
+		return nil, nil
+	}
+	batch := []*exactlyonce.Message{msg("a", insert("a")), poison, msg("b", insert("b"))}
+	require.NoError(t, b.unit.Apply(context.Background(), batch))
+	require.Equal(t, exactlyonce.Applied, batch[0].Outcome)
+	require.Equal(t, exactlyonce.DeadLettered, poison.Outcome)
+	require.Equal(t, exactlyonce.Applied, batch[2].Outcome)
+	require.EqualValues(t, 1, dead.Load())
+	require.Equal(t, 3, b.db.Count(t, "{schema}.deferred"))
+}

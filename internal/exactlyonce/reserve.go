@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -73,7 +74,8 @@ func (u *Unit) ApplyReserved(ctx context.Context, m *Message, token uuid.UUID) e
 	}
 	// Nothing of the effect committed: give the id back so that the sender's retry runs now
 	// rather than after the lease. Its own failure only delays that retry until the lease.
-	relCtx := context.WithoutCancel(ctx)
+	relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
 	if rerr := pgx.BeginFunc(relCtx, u.pool, func(tx pgx.Tx) error {
 		return u.cfg.Processed.ReleaseTx(relCtx, tx, m.Scope, m.ID, token)
 	}); rerr != nil {
@@ -86,7 +88,7 @@ func (u *Unit) applyReserved(ctx context.Context, m *Message, token uuid.UUID) (
 	// One message in its own savepoint: effects run their statements at once (nothing
 	// flushes a queue here).
 	m.Outcome, m.Response, m.Attempts, m.Cause, m.Careful = Pending, nil, 0, nil, true
-	tx, err := u.pool.Begin(ctx)
+	tx, err := u.pool.BeginTx(ctx, effectTx)
 	if err != nil {
 		return fmt.Errorf("error beginning transaction: %w", err)
 	}
