@@ -15,6 +15,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/sirupsen/logrus"
 
+	"github.com/idemd/idemd/internal/deadletter"
 	"github.com/idemd/idemd/internal/metrics"
 	"github.com/idemd/idemd/internal/retry"
 )
@@ -101,6 +102,8 @@ type Relay struct {
 	channel   string
 	selectSQL string
 	markSQL   string
+	deleteSQL string
+	letters   *deadletter.Store
 	statsSQL  string
 	published atomic.Int64
 	leader    atomic.Bool
@@ -159,8 +162,10 @@ func NewRelay(pool *pgxpool.Pool, cfg *RelayConfig) (*Relay, error) {
 		channel: Channel(c.Schema),
 		selectSQL: `SELECT id, operation_id, pipeline, causation_id, topic, key, payload, headers
 FROM ` + table + ` WHERE published_at IS NULL ORDER BY id LIMIT $1`,
-		markSQL:  `UPDATE ` + table + ` SET published_at = now() WHERE id = ANY($1)`,
-		statsSQL: `SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0) FROM ` + table + ` WHERE published_at IS NULL`,
+		markSQL:   `UPDATE ` + table + ` SET published_at = now() WHERE id = ANY($1)`,
+		deleteSQL: `DELETE FROM ` + table + ` WHERE id = $1 AND published_at IS NULL`,
+		letters:   deadletter.New(c.Schema),
+		statsSQL:  `SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0) FROM ` + table + ` WHERE published_at IS NULL`,
 	}, nil
 }
 
@@ -315,6 +320,12 @@ func (r *Relay) publishBatch(ctx context.Context) (n int, more bool, err error) 
 	}
 	more = more || len(msgs) == r.cfg.BatchSize
 	if err := r.writer.WriteMessages(ctx, msgs...); err != nil {
+		if tooLarge(err) {
+			// Kafka will never take some record of this round, and every round starts at
+			// the lowest unpublished id: left there it would stop the whole outbox. Find it
+			// by publishing the round one record at a time, in order.
+			return r.publishOneByOne(ctx, ids, msgs)
+		}
 		return 0, false, fmt.Errorf("error publishing %d outbox rows to Kafka: %w", len(msgs), err)
 	}
 	if r.cfg.AfterPublish != nil {
@@ -378,4 +389,90 @@ func pingLock(ctx context.Context, conn *pgx.Conn) error {
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	return conn.Ping(pctx)
+}
+
+// tooLarge reports whether the broker refused a record as larger than it accepts.
+func tooLarge(err error) bool {
+	var we kafka.WriteErrors
+	if errors.As(err, &we) {
+		for _, e := range we {
+			if e != nil && !errors.Is(e, kafka.MessageSizeTooLarge) {
+				return false
+			}
+		}
+		return we.Count() > 0
+	}
+	return errors.Is(err, kafka.MessageSizeTooLarge)
+}
+
+// publishOneByOne publishes a round whose batch the broker refused as too large one record at
+// a time, in id order, marking each as it goes and dead-lettering the ones refused alone.
+// Records of the round that reached Kafka with the refused batch are published again, with
+// the same operation id.
+func (r *Relay) publishOneByOne(ctx context.Context, ids []int64, msgs []kafka.Message) (int, bool, error) {
+	published := 0
+	for i := range msgs {
+		err := r.writer.WriteMessages(ctx, msgs[i])
+		switch {
+		case err != nil && tooLarge(err):
+			if _, _, err := r.deadLetterTooLarge(ctx, ids[i], msgs[i], err); err != nil {
+				return published, false, err
+			}
+			continue
+		case err != nil:
+			return published, false, fmt.Errorf("error publishing outbox row %d to Kafka: %w", ids[i], err)
+		}
+		if r.cfg.AfterPublish != nil {
+			if err := r.cfg.AfterPublish(ids[i : i+1]); err != nil {
+				return published, false, hookError{err}
+			}
+		}
+		if _, err := r.pool.Exec(context.WithoutCancel(ctx), r.markSQL, ids[i:i+1]); err != nil {
+			return published, false, fmt.Errorf("error marking outbox row %d published: %w", ids[i], err)
+		}
+		published++
+		r.published.Add(1)
+		metrics.OutboxPublished.WithLabelValues(msgs[i].Topic).Inc()
+	}
+	return published, true, nil
+}
+
+// deadLetterTooLarge moves an outbox row the broker refuses as too large into dead_letters,
+// in one transaction, so that the rows after it are published. The letter keeps the payload
+// and headers; `idemd dlq list` shows it, and the reason says what to change (the topic's
+// max.message.bytes, or the producer's payload).
+func (r *Relay) deadLetterTooLarge(ctx context.Context, id int64, m kafka.Message, cause error) (int, bool, error) {
+	headers := make(map[string][]string, len(m.Headers))
+	var causation, pipeline, op string
+	for _, h := range m.Headers {
+		headers[h.Key] = append(headers[h.Key], string(h.Value))
+		switch h.Key {
+		case HeaderCausationID:
+			causation = string(h.Value)
+		case HeaderPipeline:
+			pipeline = string(h.Value)
+		case HeaderOperationID:
+			op = string(h.Value)
+		}
+	}
+	letter := &deadletter.Letter{
+		Pipeline: pipeline, Scope: "kafka:" + m.Topic, MessageID: causation, Payload: m.Value, Headers: headers,
+		Metadata: map[string]any{"door": "relay", "topic": m.Topic, "key": string(m.Key), "operation_id": op, "outbox_id": id},
+		Reason:   fmt.Sprintf("the broker refuses the record as too large (%d bytes of value): %v", len(m.Value), cause),
+		Attempts: 1,
+	}
+	err := pgx.BeginFunc(context.WithoutCancel(ctx), r.pool, func(tx pgx.Tx) error {
+		if _, err := r.letters.WriteTx(ctx, tx, letter); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, r.deleteSQL, id)
+		return err
+	})
+	if err != nil {
+		return 0, false, fmt.Errorf("error dead-lettering outbox row %d, too large for Kafka: %w", id, err)
+	}
+	metrics.DeadLettered.WithLabelValues(pipeline).Inc()
+	r.log.WithField("topic", m.Topic).WithField("operation_id", op).WithField("bytes", len(m.Value)).
+		Error("outbox row too large for the broker: moved to dead_letters so that the outbox goes on")
+	return 0, true, nil
 }

@@ -351,3 +351,35 @@ func TestRelayBacklogOfLargeRows(t *testing.T) {
 		require.Equal(t, strconv.Itoa(i), kafkatest.Header(m, outbox.HeaderCausationID))
 	}
 }
+
+// TestRelayDeadLettersARecordTooLargeForTheBroker: a row Kafka will never accept does not stop
+// the outbox: it is moved to dead_letters and the rows after it are published, in order.
+func TestRelayDeadLettersARecordTooLargeForTheBroker(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	b := &relayBundle{db: db, store: outbox.New(&outbox.Config{Schema: db.Schema}), topic: kafkatest.Name(t, "small")}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl := &kafka.Client{Addr: kafka.TCP(kafkatest.Brokers(t)...)}
+	resp, err := cl.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{
+		Topic: b.topic, NumPartitions: 1, ReplicationFactor: 1,
+		ConfigEntries: []kafka.ConfigEntry{{ConfigName: "max.message.bytes", ConfigValue: "20000"}},
+	}}})
+	require.NoError(t, err)
+	require.NoError(t, resp.Errors[b.topic])
+
+	events := b.events(3, "size")
+	events[1].Payload = make([]byte, 50000) // over the topic's limit
+	b.enqueue(t, events...)
+	b.startRelay(t, outbox.RelayConfig{})
+	require.Eventually(t, func() bool {
+		return b.db.Count(t, "{schema}.outbox WHERE published_at IS NULL") == 0
+	}, 30*time.Second, 20*time.Millisecond, "the rows after the oversize one are published")
+
+	require.Equal(t, 2, b.db.Count(t, "{schema}.outbox"))
+	require.Equal(t, 1, b.db.Count(t, "{schema}.dead_letters WHERE scope = $1 AND message_id = 'size-1'", "kafka:"+b.topic))
+	records := kafkatest.ReadAll(t, b.topic, 2, 10*time.Second)
+	require.Len(t, records, 2)
+	require.Equal(t, "size-0", string(records[0].Value))
+	require.Equal(t, "size-2", string(records[1].Value))
+}

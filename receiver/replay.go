@@ -33,6 +33,11 @@ func (r *Receiver) Replay(ctx context.Context, letterID int64) error {
 			return fmt.Errorf("dead letter %d: %w", letterID, ErrAlreadyReplayed)
 		}
 		src := r.byName[l.Pipeline]
+		// Letters of the outbound paths (relay, HTTP sink) carry their source's pipeline
+		// name too: running the source's effect for them would apply it twice.
+		if door, _ := l.Metadata["door"].(string); door != "" && door != "http" {
+			src = nil
+		}
 		if src == nil {
 			return fmt.Errorf("dead letter %d (pipeline %q): %w", letterID, l.Pipeline, ErrUnknownSource)
 		}

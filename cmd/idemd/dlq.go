@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/sirupsen/logrus"
@@ -21,6 +22,7 @@ import (
 	"github.com/idemd/idemd/internal/config"
 	"github.com/idemd/idemd/internal/daemon"
 	"github.com/idemd/idemd/internal/deadletter"
+	"github.com/idemd/idemd/outbox"
 	"github.com/idemd/idemd/receiver"
 )
 
@@ -221,6 +223,8 @@ func (r *replayer) replay(ctx context.Context, id int64) (string, error) {
 	switch {
 	case strings.HasPrefix(l.Scope, "http:") || l.Metadata["door"] == "http_delivery":
 		return r.requeue(ctx, id)
+	case strings.HasPrefix(l.Scope, "kafka:") || l.Metadata["door"] == "relay":
+		return r.republish(ctx, id)
 	case r.subs[l.Pipeline] != nil:
 		c, err := r.consumer(l.Pipeline)
 		if err != nil {
@@ -302,6 +306,48 @@ func (r *replayer) requeue(ctx context.Context, id int64) (string, error) {
 			return err
 		}
 		what = fmt.Sprintf("delivery %d requeued to endpoint %q with the same operation id", did, strings.TrimPrefix(l.Scope, "http:"))
+		return r.letters.MarkReplayedTx(ctx, tx, id)
+	})
+	return what, err
+}
+
+// republish replays an outbox event the broker refused as too large (once the topic's
+// max.message.bytes allows it): the event goes back to the outbox with its operation id, and
+// the letter is marked replayed, in one transaction under the letter's lock.
+func (r *replayer) republish(ctx context.Context, id int64) (string, error) {
+	var what string
+	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+		l, err := r.letters.GetTx(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		if l.ReplayedAt != nil {
+			return fmt.Errorf("dead letter %d: %w", id, receiver.ErrAlreadyReplayed)
+		}
+		topic, _ := l.Metadata["topic"].(string)
+		opText, _ := l.Metadata["operation_id"].(string)
+		op, err := uuid.Parse(opText)
+		if topic == "" || err != nil {
+			return fmt.Errorf("dead letter %d names no topic or operation id", id)
+		}
+		ev := outbox.Event{Topic: topic, Payload: l.Payload, Pipeline: l.Pipeline, CausationID: l.MessageID, OperationID: op,
+			Headers: map[string]string{}}
+		if k, _ := l.Metadata["key"].(string); k != "" {
+			ev.Key = []byte(k)
+		}
+		for k, v := range l.Headers {
+			switch k {
+			case outbox.HeaderOperationID, outbox.HeaderCausationID, outbox.HeaderPipeline:
+			default: // the relay sets those three again
+				if len(v) > 0 {
+					ev.Headers[k] = v[0]
+				}
+			}
+		}
+		if err := outbox.New(&outbox.Config{Schema: r.schema}).EnqueueTx(ctx, tx, ev); err != nil {
+			return err
+		}
+		what = fmt.Sprintf("event requeued to topic %q with the same operation id %s", topic, op)
 		return r.letters.MarkReplayedTx(ctx, tx, id)
 	})
 	return what, err

@@ -47,7 +47,8 @@ subscriptions:
 
 	// The letters, as each door writes them.
 	letters := deadletter.New(schema)
-	var webhook, record, sink, stranger, deliveryID int64
+	var webhook, record, sink, stranger, tooLarge, deliveryID int64
+	tooLargeOp := outbox.OperationID("stripe", "evt_big", 0)
 	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		var err error
 		if webhook, err = letters.WriteTx(ctx, tx, &deadletter.Letter{
@@ -78,6 +79,16 @@ VALUES ('ledger', $1, 'ledger', 'op_0', '{}', 'dead', 8, now()) RETURNING id`, u
 		}); err != nil {
 			return err
 		}
+		// An event the relay moved out of the outbox because the broker refused it as too
+		// large: pipeline "stripe" is a source, but this letter must not re-run its effect.
+		if tooLarge, err = letters.WriteTx(ctx, tx, &deadletter.Letter{
+			Pipeline: "stripe", Scope: "kafka:payments", MessageID: "evt_big", Payload: []byte(`{"big":true}`),
+			Headers:  map[string][]string{"operation-id": {tooLargeOp.String()}, "content-type": {"application/json"}},
+			Metadata: map[string]any{"door": "relay", "topic": "payments", "key": "pi_9", "operation_id": tooLargeOp.String(), "outbox_id": 3},
+			Reason:   "too large", Attempts: 1,
+		}); err != nil {
+			return err
+		}
 		stranger, err = letters.WriteTx(ctx, tx, &deadletter.Letter{Pipeline: "gone", Scope: "gone", MessageID: "y", Reason: "x"})
 		return err
 	}))
@@ -88,15 +99,16 @@ VALUES ('ledger', $1, 'ledger', 'op_0', '{}', 'dead', 8, now()) RETURNING id`, u
 		"IDEMD_PIPELINES_FILE": file,
 		"DLQ_STRIPE_SECRET":    "whsec_dlq",
 	}
-	ids := []string{fmt.Sprint(webhook), fmt.Sprint(record), fmt.Sprint(sink), fmt.Sprint(stranger)}
+	ids := []string{fmt.Sprint(webhook), fmt.Sprint(record), fmt.Sprint(sink), fmt.Sprint(tooLarge), fmt.Sprint(stranger)}
 	code, out, _ := runIdemd(t, vars, append([]string{"dlq", "replay"}, ids...)...)
 	require.Equal(t, exitFailure, code, "one letter could not be replayed")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	require.Len(t, lines, 4, out)
+	require.Len(t, lines, 5, out)
 	require.Equal(t, fmt.Sprintf(`%d: replayed through source "stripe"`, webhook), lines[0])
 	require.Equal(t, fmt.Sprintf(`%d: replayed through subscription "ledger"`, record), lines[1])
 	require.Equal(t, fmt.Sprintf(`%d: delivery %d requeued to endpoint "ledger" with the same operation id`, sink, deliveryID), lines[2])
-	require.Contains(t, lines[3], fmt.Sprintf(`%d: not replayed: its pipeline "gone" is not in the pipelines file`, stranger))
+	require.Equal(t, fmt.Sprintf(`%d: event requeued to topic "payments" with the same operation id %s`, tooLarge, tooLargeOp), lines[3])
+	require.Contains(t, lines[4], fmt.Sprintf(`%d: not replayed: its pipeline "gone" is not in the pipelines file`, stranger))
 
 	count := func(from string, args ...any) int {
 		var n int
@@ -108,14 +120,16 @@ VALUES ('ledger', $1, 'ledger', 'op_0', '{}', 'dead', 8, now()) RETURNING id`, u
 		require.Equal(t, 1, count("ledger WHERE event_id = 'op_1' AND amount = 9 AND topic = 'payments' AND off = 41"))
 		require.Equal(t, 1, count("outbox WHERE causation_id = 'op_1' AND operation_id = $1", outbox.OperationID("ledger", "op_1", 0)))
 		require.Equal(t, 1, count("http_deliveries WHERE id = $1 AND state = 'pending' AND attempts = 0", deliveryID))
-		require.Equal(t, 3, count("dead_letters WHERE replayed_at IS NOT NULL"))
+		require.Equal(t, 1, count("outbox WHERE operation_id = $1 AND topic = 'payments' AND key = 'pi_9' AND headers ->> 'content-type' = 'application/json'", tooLargeOp))
+		require.Equal(t, 0, count("payments WHERE event_id = 'evt_big'"), "the source's effect is not run again")
+		require.Equal(t, 4, count("dead_letters WHERE replayed_at IS NOT NULL"))
 	}
 	check()
 
 	// Again: each is refused and nothing is applied twice.
-	code, out, _ = runIdemd(t, vars, append([]string{"dlq", "replay"}, ids[:3]...)...)
+	code, out, _ = runIdemd(t, vars, append([]string{"dlq", "replay"}, ids[:4]...)...)
 	require.Equal(t, exitFailure, code)
-	for _, id := range ids[:3] {
+	for _, id := range ids[:4] {
 		require.Contains(t, out, id+": not replayed: it was replayed before; not run again")
 	}
 	check()
