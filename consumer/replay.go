@@ -17,7 +17,7 @@ import (
 )
 
 // ErrAlreadyReplayed: the dead letter was replayed before; its effect is not run again.
-var ErrAlreadyReplayed = errors.New("dead letter already replayed")
+var ErrAlreadyReplayed = deadletter.ErrAlreadyReplayed
 
 // ErrUnknownPipeline: the dead letter was not written by this subscription (another
 // pipeline's, or an HTTP delivery's).
@@ -37,16 +37,9 @@ var ErrUnknownPipeline = errors.New("dead letter does not belong to this subscri
 // replayed only when the pipeline's MessageID now finds one in it; that id is then claimed
 // like a consumed record's, so a record already applied under it is not applied again.
 func (c *Consumer) Replay(ctx context.Context, letterID int64) error {
-	return pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
-		l, err := c.dead.GetTx(ctx, tx, letterID)
-		if err != nil {
-			return err
-		}
+	return c.dead.Replay(ctx, c.pool, letterID, func(ctx context.Context, tx pgx.Tx, l *deadletter.Letter) error {
 		if l.Pipeline != c.cfg.Name || l.Scope != c.cfg.Name {
 			return fmt.Errorf("dead letter %d (pipeline %q, scope %q): %w", letterID, l.Pipeline, l.Scope, ErrUnknownPipeline)
-		}
-		if l.ReplayedAt != nil {
-			return fmt.Errorf("dead letter %d: %w", letterID, ErrAlreadyReplayed)
 		}
 		r := replayRecord(c.cfg.Name, l)
 		if l.MessageID != "" {
@@ -56,9 +49,6 @@ func (c *Consumer) Replay(ctx context.Context, letterID int64) error {
 		}
 		if err := c.apply(ctx, tx, r, nil); err != nil {
 			return fmt.Errorf("error replaying dead letter %d: %w", letterID, err)
-		}
-		if err := c.dead.MarkReplayedTx(ctx, tx, letterID); err != nil {
-			return err
 		}
 		log := c.log.WithField("dead_letter", letterID).WithField("message_id", r.msg.ID)
 		if r.stale {

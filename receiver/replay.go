@@ -13,7 +13,7 @@ import (
 )
 
 // ErrAlreadyReplayed: the dead letter was replayed before; its effect is not run again.
-var ErrAlreadyReplayed = errors.New("dead letter already replayed")
+var ErrAlreadyReplayed = deadletter.ErrAlreadyReplayed
 
 // ErrUnknownSource: the dead letter's pipeline is not a source of this receiver.
 var ErrUnknownSource = errors.New("dead letter's pipeline is not a source of this receiver")
@@ -24,14 +24,7 @@ var ErrUnknownSource = errors.New("dead letter's pipeline is not a source of thi
 // marked replayed in one transaction, so two replays of one letter apply it once (the second
 // gets ErrAlreadyReplayed). A replay that fails again commits nothing and returns the error.
 func (r *Receiver) Replay(ctx context.Context, letterID int64) error {
-	return pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
-		l, err := r.letters.GetTx(ctx, tx, letterID)
-		if err != nil {
-			return err
-		}
-		if l.ReplayedAt != nil {
-			return fmt.Errorf("dead letter %d: %w", letterID, ErrAlreadyReplayed)
-		}
+	return r.letters.Replay(ctx, r.pool, letterID, func(ctx context.Context, tx pgx.Tx, l *deadletter.Letter) error {
 		src := r.byName[l.Pipeline]
 		// Letters of the outbound paths (relay, HTTP sink) carry their source's pipeline
 		// name too: running the source's effect for them would apply it twice.
@@ -45,7 +38,7 @@ func (r *Receiver) Replay(ctx context.Context, letterID int64) error {
 		if _, err := r.runEffect(ctx, tx, c); err != nil {
 			return fmt.Errorf("error replaying dead letter %d: %w", letterID, err)
 		}
-		return r.letters.MarkReplayedTx(ctx, tx, letterID)
+		return nil
 	})
 }
 

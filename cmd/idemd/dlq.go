@@ -287,14 +287,7 @@ func (r *replayer) consumer(name string) (*consumer.Consumer, error) {
 // cannot requeue it twice.
 func (r *replayer) requeue(ctx context.Context, id int64) (string, error) {
 	var what string
-	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
-		l, err := r.letters.GetTx(ctx, tx, id)
-		if err != nil {
-			return err
-		}
-		if l.ReplayedAt != nil {
-			return fmt.Errorf("dead letter %d: %w", id, receiver.ErrAlreadyReplayed)
-		}
+	err := r.letters.Replay(ctx, r.pool, id, func(ctx context.Context, tx pgx.Tx, l *deadletter.Letter) error {
 		did, ok := metaID(l.Metadata["delivery_id"])
 		if !ok {
 			return fmt.Errorf("dead letter %d names no delivery_id", id)
@@ -306,7 +299,7 @@ func (r *replayer) requeue(ctx context.Context, id int64) (string, error) {
 			return err
 		}
 		what = fmt.Sprintf("delivery %d requeued to endpoint %q with the same operation id", did, strings.TrimPrefix(l.Scope, "http:"))
-		return r.letters.MarkReplayedTx(ctx, tx, id)
+		return nil
 	})
 	return what, err
 }
@@ -316,14 +309,7 @@ func (r *replayer) requeue(ctx context.Context, id int64) (string, error) {
 // the letter is marked replayed, in one transaction under the letter's lock.
 func (r *replayer) republish(ctx context.Context, id int64) (string, error) {
 	var what string
-	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
-		l, err := r.letters.GetTx(ctx, tx, id)
-		if err != nil {
-			return err
-		}
-		if l.ReplayedAt != nil {
-			return fmt.Errorf("dead letter %d: %w", id, receiver.ErrAlreadyReplayed)
-		}
+	err := r.letters.Replay(ctx, r.pool, id, func(ctx context.Context, tx pgx.Tx, l *deadletter.Letter) error {
 		topic, _ := l.Metadata["topic"].(string)
 		opText, _ := l.Metadata["operation_id"].(string)
 		op, err := uuid.Parse(opText)
@@ -348,7 +334,7 @@ func (r *replayer) republish(ctx context.Context, id int64) (string, error) {
 			return err
 		}
 		what = fmt.Sprintf("event requeued to topic %q with the same operation id %s", topic, op)
-		return r.letters.MarkReplayedTx(ctx, tx, id)
+		return nil
 	})
 	return what, err
 }

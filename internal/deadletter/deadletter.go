@@ -139,3 +139,26 @@ func scan(row pgx.CollectableRow) (*Letter, error) {
 		&l.Reason, &l.Attempts, &l.CreatedAt, &l.ReplayedAt)
 	return &l, err
 }
+
+// ErrAlreadyReplayed: the dead letter was replayed before; it is not run again.
+var ErrAlreadyReplayed = errors.New("dead letter already replayed")
+
+// Replay runs fn on letter id exactly once: in one transaction it locks the letter, refuses
+// it with ErrAlreadyReplayed when it was replayed before, runs fn (the door's effect, a
+// requeue…) and marks the letter replayed. When fn fails nothing commits and the letter stays
+// as it was, to be replayed after a further fix.
+func (s *Store) Replay(ctx context.Context, pool *pgxpool.Pool, id int64, fn func(ctx context.Context, tx pgx.Tx, l *Letter) error) error {
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		l, err := s.GetTx(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		if l.ReplayedAt != nil {
+			return fmt.Errorf("dead letter %d: %w", id, ErrAlreadyReplayed)
+		}
+		if err := fn(ctx, tx, l); err != nil {
+			return err
+		}
+		return s.MarkReplayedTx(ctx, tx, id)
+	})
+}

@@ -2,8 +2,10 @@ package deadletter_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemd/idemd/internal/deadletter"
@@ -47,4 +49,24 @@ func TestWriteListReplay(t *testing.T) {
 	_, err = s.GetTx(ctx, tx, 999999)
 	require.ErrorIs(t, err, deadletter.ErrNotFound)
 	require.NoError(t, tx.Rollback(ctx))
+}
+
+func TestReplayOnce(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	s := deadletter.New(db.Schema)
+	ctx := context.Background()
+	var id int64
+	require.NoError(t, pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+		var err error
+		id, err = s.WriteTx(ctx, tx, &deadletter.Letter{Pipeline: "p", Scope: "p", MessageID: "m", Reason: "boom", Attempts: 1})
+		return err
+	}))
+	runs := 0
+	boom := errors.New("still broken")
+	require.ErrorIs(t, s.Replay(ctx, db.Pool, id, func(context.Context, pgx.Tx, *deadletter.Letter) error { runs++; return boom }), boom)
+	require.Equal(t, 0, db.Count(t, "{schema}.dead_letters WHERE replayed_at IS NOT NULL"), "a failed replay leaves the letter as it was")
+	require.NoError(t, s.Replay(ctx, db.Pool, id, func(context.Context, pgx.Tx, *deadletter.Letter) error { runs++; return nil }))
+	require.ErrorIs(t, s.Replay(ctx, db.Pool, id, func(context.Context, pgx.Tx, *deadletter.Letter) error { runs++; return nil }), deadletter.ErrAlreadyReplayed)
+	require.Equal(t, 2, runs, "not run again once replayed")
 }
