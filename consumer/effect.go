@@ -5,10 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
-	"slices"
 	"strconv"
-	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -16,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemd/idemd/internal/deadletter"
+	"github.com/idemd/idemd/internal/effectsql"
 	"github.com/idemd/idemd/internal/exactlyonce"
 	"github.com/idemd/idemd/outbox"
 	"github.com/idemd/idemd/processed"
@@ -36,7 +34,7 @@ func Permanent(err error) error { return exactlyonce.Permanent(err) }
 var ErrNoMessageID = errors.New("no message id")
 
 // Params are the named parameters a SQL effect may use (pgx named arguments, @name).
-var Params = []string{"message_id", "payload", "headers", "source", "tenant", "key", "topic", "partition", "offset", "received_at"}
+var Params = effectsql.Params
 
 // pending holds the statements and outbox events the effects of one try queued, sent in one
 // round trip by flush (exactlyonce.Config.Flush) or before a statement whose result is needed.
@@ -329,41 +327,18 @@ func (c *Consumer) deadLetter(ctx context.Context, tx pgx.Tx, m *exactlyonce.Mes
 	return nil, c.outbox.EnqueueTx(ctx, tx, ev)
 }
 
-var paramRef = regexp.MustCompile(`@([A-Za-z_][A-Za-z0-9_]*)`)
-
-// checkSQL makes sure sql uses known parameters only and prepares. It returns sql's
-// positional form and the names of its parameters in order, so that messages need no
-// named-argument rewrite each.
+// checkSQL makes sure sql uses known parameters only and prepares (internal/effectsql). It
+// returns sql's positional form and the names of its parameters in order, so that messages
+// need no rewriting.
 func checkSQL(ctx context.Context, pool *pgxpool.Pool, sql string) (string, []string, error) {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return "", nil, fmt.Errorf("error connecting to check the SQL: %w", err)
 	}
 	defer conn.Release()
-	names := pgx.NamedArgs{}
-	for _, p := range Params {
-		names[p] = p
+	positional, names, err := effectsql.Compile(ctx, conn.Conn(), sql)
+	if err != nil && !errors.Is(err, effectsql.ErrUnknownParameter) {
+		err = fmt.Errorf("does not prepare: %w", err)
 	}
-	positional, args, err := names.RewriteQuery(ctx, conn.Conn(), sql, nil)
-	if err != nil {
-		return "", nil, err
-	}
-	if slices.Contains(args, nil) {
-		var unknown []string
-		for _, m := range paramRef.FindAllStringSubmatch(sql, -1) {
-			if _, ok := names[m[1]]; !ok && !slices.Contains(unknown, "@"+m[1]) {
-				unknown = append(unknown, "@"+m[1])
-			}
-		}
-		return "", nil, fmt.Errorf("unknown parameter %s (known: @%s)", strings.Join(unknown, ", "), strings.Join(Params, ", @"))
-	}
-	const name = "idemd_consumer_check"
-	if _, err := conn.Conn().Prepare(ctx, name, positional); err != nil {
-		return "", nil, fmt.Errorf("does not prepare: %w", err)
-	}
-	params := make([]string, len(args))
-	for i, a := range args {
-		params[i] = a.(string)
-	}
-	return positional, params, conn.Conn().Deallocate(ctx, name)
+	return positional, names, err
 }

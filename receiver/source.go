@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemd/idemd/internal/effectsql"
 	"github.com/idemd/idemd/internal/exactlyonce"
 	"github.com/idemd/idemd/internal/jsonpointer"
 	"github.com/idemd/idemd/outbox"
@@ -46,10 +47,6 @@ type source struct {
 // retry, so it is dead-lettered (webhooks) or answered and stored as 422 (API) instead of
 // being retried.
 func Permanent(err error) error { return exactlyonce.Permanent(err) }
-
-// effectParams are the named parameters of SPEC 2.3.
-var effectParams = []string{"message_id", "payload", "headers", "source", "tenant", "key", "topic",
-	"partition", "offset", "received_at"}
 
 func compileSource(ctx context.Context, pool *pgxpool.Pool, s Source) (*source, error) {
 	if s.Name == "" {
@@ -164,22 +161,14 @@ func compileSource(ctx context.Context, pool *pgxpool.Pool, s Source) (*source, 
 	return c, nil
 }
 
-// prepare checks that sql, with its named parameters rewritten to $n, prepares.
+// prepare checks that sql uses known parameters only and prepares (internal/effectsql).
 func prepare(ctx context.Context, pool *pgxpool.Pool, sql string) error {
-	args := pgx.NamedArgs{}
-	for _, p := range effectParams {
-		args[p] = nil
-	}
-	q, _, err := args.RewriteQuery(ctx, nil, sql, nil)
-	if err != nil {
-		return err
-	}
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Release()
-	_, err = conn.Conn().Prepare(ctx, "", q)
+	_, _, err = effectsql.Compile(ctx, conn.Conn(), sql)
 	return err
 }
 

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/idemd/idemd/internal/effectsql"
 )
 
 // Defaults of the pipelines file. They are documented in docs/daemon.md.
@@ -41,7 +43,7 @@ const (
 var Schemes = []string{"stripe", "standard-webhooks", "github", "shopify", "slack", "hmac-sha256", "bearer", "none"}
 
 // SQLParameters are the named parameters effect SQL may use (pgx named arguments).
-var SQLParameters = []string{"message_id", "payload", "headers", "source", "tenant", "key", "topic", "partition", "offset", "received_at"}
+var SQLParameters = effectsql.Params
 
 // File is a parsed and validated pipelines file.
 type File struct {

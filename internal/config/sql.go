@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemd/idemd/internal/effectsql"
 )
 
 // PrepareSQL asks PostgreSQL to prepare every effect's SQL without running it, and returns
@@ -47,17 +49,12 @@ func (f *File) PrepareSQL(ctx context.Context, pool *pgxpool.Pool) error {
 	return errors.Join(errs...)
 }
 
-// prepare rewrites the named arguments the way pgx does when the effect runs, then has the
-// server parse and describe the statement.
+// prepare has the server prepare sql (internal/effectsql). Unknown parameters are not its
+// concern here: the file's validation reports them, with their line.
 func prepare(ctx context.Context, conn *pgx.Conn, sql string) error {
-	args := pgx.NamedArgs{}
-	for _, name := range SQLParameters {
-		args[name] = nil
+	_, _, err := effectsql.Compile(ctx, conn, sql)
+	if errors.Is(err, effectsql.ErrUnknownParameter) {
+		return nil
 	}
-	rewritten, _, err := args.RewriteQuery(ctx, conn, sql, nil)
-	if err != nil {
-		return err
-	}
-	_, err = conn.PgConn().Prepare(ctx, "", rewritten, nil)
 	return err
 }
