@@ -185,6 +185,18 @@ type part struct {
 	stop func(ctx context.Context) error
 }
 
+// cancelAndWait ends a part that drains when its context is canceled: cancel, then wait for
+// its Run to return, or fail with "<what> did not stop in time" when ctx ends first.
+func (p *part) cancelAndWait(ctx context.Context, cancel context.CancelFunc, what string) error {
+	cancel()
+	select {
+	case <-p.done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%s did not stop in time", what)
+	}
+}
+
 // Run serves until ctx ends, then drains within ShutdownTimeout. It returns nil after a
 // clean drain; an error when starting failed, a role failed, or the drain overran.
 func (d *Daemon) Run(ctx context.Context) error {
@@ -376,13 +388,7 @@ func (d *Daemon) startConsumers(start starter) error {
 		cctx, cancel := context.WithCancel(context.Background())
 		p := &part{name: RoleConsumer + " " + c.Name()}
 		p.stop = func(ctx context.Context) error {
-			cancel()
-			select {
-			case <-p.done:
-				return nil
-			case <-ctx.Done():
-				return fmt.Errorf("subscription %q did not drain in time", c.Name())
-			}
+			return p.cancelAndWait(ctx, cancel, fmt.Sprintf("subscription %q", c.Name()))
 		}
 		start(p, func(context.Context) error { return c.Run(cctx) })
 	}
@@ -406,13 +412,7 @@ func (d *Daemon) startRelay(start starter) error {
 		if relay.IsLeader() {
 			d.waitOutboxEmpty(ctx)
 		}
-		cancel()
-		select {
-		case <-p.done:
-			return nil
-		case <-ctx.Done():
-			return errors.New("the relay did not stop in time")
-		}
+		return p.cancelAndWait(ctx, cancel, "the relay")
 	}
 	start(p, func(context.Context) error { return relay.Run(rctx) })
 	return nil

@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/idemd/idemd/delivery"
@@ -29,13 +28,7 @@ func (d *Daemon) startDeliverer(start starter) error {
 	p.stop = func(ctx context.Context) error {
 		// Attempts in flight end with ctx; their rows' leases run out and they are retried,
 		// with the same Idempotency-Key, by the next deliverer.
-		cancel()
-		select {
-		case <-p.done:
-			return nil
-		case <-ctx.Done():
-			return errors.New("the HTTP deliverer did not stop in time")
-		}
+		return p.cancelAndWait(ctx, cancel, "the HTTP deliverer")
 	}
 	start(p, func(context.Context) error { return dl.Run(dctx) })
 	return nil

@@ -13,11 +13,8 @@ func (d *Daemon) startPruner(start starter) {
 	pctx, cancel := context.WithCancel(context.Background())
 	p := &part{name: RolePruner}
 	p.stop = func(ctx context.Context) error {
-		cancel()
-		select {
-		case <-p.done:
-		case <-ctx.Done():
-		}
+		// A pruner cut short loses nothing: the next one deletes the rest.
+		_ = p.cancelAndWait(ctx, cancel, "the pruner")
 		return nil
 	}
 	start(p, func(context.Context) error {
