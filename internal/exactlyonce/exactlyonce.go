@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/sirupsen/logrus"
@@ -241,17 +242,11 @@ func (u *Unit) try(ctx context.Context, msgs []*Message, careful bool) (err erro
 		m.Outcome, m.Response, m.Record, m.ConflictCount, m.Attempts, m.Cause = Pending, nil, nil, 0, 0, nil
 		m.Careful = careful
 	}
-	tx, err := u.pool.BeginTx(ctx, effectTx)
+	tx, err := u.begin(ctx)
 	if err != nil {
-		return fmt.Errorf("error beginning transaction: %w", err)
+		return err
 	}
-	defer func() {
-		if err != nil {
-			if rbErr := tx.Rollback(context.WithoutCancel(ctx)); rbErr != nil && !errors.Is(rbErr, pgx.ErrTxClosed) {
-				err = errors.Join(err, fmt.Errorf("error rolling back: %w", rbErr))
-			}
-		}
-	}()
+	defer rollbackOnError(ctx, tx, &err)
 
 	claims := make([]processed.Claim, len(msgs))
 	for i, m := range msgs {
@@ -285,15 +280,7 @@ func (u *Unit) try(ctx context.Context, msgs []*Message, careful bool) (err erro
 			return err
 		}
 		if m.Outcome == DeadLettered || m.StoreResponse {
-			state := processed.StateDone
-			if m.Outcome == DeadLettered {
-				state = processed.StateDead
-			}
-			c := processed.Completion{Scope: m.Scope, MessageID: m.ID, State: state}
-			if m.StoreResponse {
-				c.Response = m.Response
-			}
-			done = append(done, c)
+			done = append(done, completion(m, uuid.Nil))
 		}
 	}
 	if u.cfg.Flush != nil {
@@ -313,11 +300,49 @@ func (u *Unit) try(ctx context.Context, msgs []*Message, careful bool) (err erro
 			m.Response = msgs[j].Response
 		}
 	}
+	return u.commit(ctx, tx, msgs)
+}
+
+// begin starts an effect transaction (effectTx).
+func (u *Unit) begin(ctx context.Context) (pgx.Tx, error) {
+	tx, err := u.pool.BeginTx(ctx, effectTx)
+	if err != nil {
+		return nil, fmt.Errorf("error beginning transaction: %w", err)
+	}
+	return tx, nil
+}
+
+// rollbackOnError rolls tx back when *errp is set, joining a rollback failure to it. The
+// rollback runs even when ctx is the reason for leaving.
+func rollbackOnError(ctx context.Context, tx pgx.Tx, errp *error) {
+	if *errp == nil {
+		return
+	}
+	if err := tx.Rollback(context.WithoutCancel(ctx)); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
+		*errp = errors.Join(*errp, fmt.Errorf("error rolling back: %w", err))
+	}
+}
+
+// completion is the record update of a message whose effect ran: done or dead, with its
+// response when the message stores one, guarded by token for a reservation.
+func completion(m *Message, token uuid.UUID) processed.Completion {
+	c := processed.Completion{Scope: m.Scope, MessageID: m.ID, State: processed.StateDone, LeaseToken: token}
+	if m.Outcome == DeadLettered {
+		c.State = processed.StateDead
+	}
+	if m.StoreResponse {
+		c.Response = m.Response
+	}
+	return c
+}
+
+// commit runs the BeforeCommit hook (tests crash there) and commits.
+func (u *Unit) commit(ctx context.Context, tx pgx.Tx, msgs []*Message) error {
 	if u.cfg.BeforeCommit != nil {
 		u.cfg.BeforeCommit(msgs)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("error committing batch: %w", err)
+		return fmt.Errorf("error committing: %w", err)
 	}
 	return nil
 }

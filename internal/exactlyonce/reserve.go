@@ -88,17 +88,11 @@ func (u *Unit) applyReserved(ctx context.Context, m *Message, token uuid.UUID) (
 	// One message in its own savepoint: effects run their statements at once (nothing
 	// flushes a queue here).
 	m.Outcome, m.Response, m.Attempts, m.Cause, m.Careful = Pending, nil, 0, nil, true
-	tx, err := u.pool.BeginTx(ctx, effectTx)
+	tx, err := u.begin(ctx)
 	if err != nil {
-		return fmt.Errorf("error beginning transaction: %w", err)
+		return err
 	}
-	defer func() {
-		if err != nil {
-			if rbErr := tx.Rollback(context.WithoutCancel(ctx)); rbErr != nil && !errors.Is(rbErr, pgx.ErrTxClosed) {
-				err = errors.Join(err, fmt.Errorf("error rolling back: %w", rbErr))
-			}
-		}
-	}()
+	defer rollbackOnError(ctx, tx, &err)
 	if err := u.cfg.Processed.AcquireTx(ctx, tx, m.Scope, m.ID, token); err != nil {
 		return err
 	}
@@ -106,23 +100,9 @@ func (u *Unit) applyReserved(ctx context.Context, m *Message, token uuid.UUID) (
 	if err := u.run(ctx, tx, m, true); err != nil {
 		return err
 	}
-	state := processed.StateDone
-	if m.Outcome == DeadLettered {
-		state = processed.StateDead
-	}
 	// The token makes the completion fail if the lease was taken over while the effect ran.
-	c := processed.Completion{Scope: m.Scope, MessageID: m.ID, State: state, LeaseToken: token}
-	if m.StoreResponse {
-		c.Response = m.Response
-	}
-	if err := u.cfg.Processed.CompleteBatchTx(ctx, tx, []processed.Completion{c}); err != nil {
+	if err := u.cfg.Processed.CompleteBatchTx(ctx, tx, []processed.Completion{completion(m, token)}); err != nil {
 		return err
 	}
-	if u.cfg.BeforeCommit != nil {
-		u.cfg.BeforeCommit([]*Message{m})
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("error committing reserved message: %w", err)
-	}
-	return nil
+	return u.commit(ctx, tx, []*Message{m})
 }
