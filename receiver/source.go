@@ -25,22 +25,26 @@ import (
 
 // source is a compiled Source.
 type source struct {
-	name        string
-	path        string
-	api         bool
-	required    bool
-	retention   time.Duration
-	bodyLimit   int64
-	verifier    verifier
-	scheme      string
-	msgID       IDSpec
-	ignore      []string
-	sql         string
-	fn          EffectFunc
-	status      int
-	publish     *Publish
-	maxAttempts int
-	secretHdrs  map[string]bool
+	name      string
+	path      string
+	api       bool
+	required  bool
+	retention time.Duration
+	bodyLimit int64
+	verifier  verifier
+	scheme    string
+	msgID     IDSpec
+	ignore    []string
+	sql       string
+	// sqlPositional is sql with $n for its named parameters, sqlParams their names in
+	// order: rewritten once, at New, not per request.
+	sqlPositional string
+	sqlParams     []string
+	fn            EffectFunc
+	status        int
+	publish       *Publish
+	maxAttempts   int
+	secretHdrs    map[string]bool
 }
 
 // Permanent marks an EffectFunc's error as permanent: the request fails the same way on every
@@ -137,7 +141,8 @@ func compileSource(ctx context.Context, pool *pgxpool.Pool, s Source) (*source, 
 		return nil, errors.New("effect: set sql or func, not both")
 	}
 	if c.sql != "" {
-		if err := prepare(ctx, pool, c.sql); err != nil {
+		var err error
+		if c.sqlPositional, c.sqlParams, err = compile(ctx, pool, c.sql); err != nil {
 			return nil, fmt.Errorf("effect.sql does not prepare: %w", err)
 		}
 	}
@@ -161,15 +166,15 @@ func compileSource(ctx context.Context, pool *pgxpool.Pool, s Source) (*source, 
 	return c, nil
 }
 
-// prepare checks that sql uses known parameters only and prepares (internal/effectsql).
-func prepare(ctx context.Context, pool *pgxpool.Pool, sql string) error {
+// compile checks that sql uses known parameters only and prepares, and returns its
+// positional form and parameter names (internal/effectsql).
+func compile(ctx context.Context, pool *pgxpool.Pool, sql string) (string, []string, error) {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
-		return err
+		return "", nil, err
 	}
 	defer conn.Release()
-	_, _, err = effectsql.Compile(ctx, conn.Conn(), sql)
-	return err
+	return effectsql.Compile(ctx, conn.Conn(), sql)
 }
 
 // parsedBody decodes a JSON body once, on first use.
@@ -285,7 +290,7 @@ func (s *source) queueable() bool {
 // savepoint around each effect, which then runs directly (m.Careful).
 func (r *Receiver) queueEffect(p *pending, c *call) {
 	if c.src.sql != "" {
-		p.batch.Queue(c.src.sql, r.sqlArgs(c))
+		p.batch.Queue(c.src.sqlPositional, r.sqlArgs(c)...)
 	}
 	if c.src.publish != nil {
 		p.events = append(p.events, r.publishEvent(c, nil))
@@ -319,7 +324,7 @@ func (r *Receiver) runEffect(ctx context.Context, tx pgx.Tx, c *call) ([]byte, e
 	var result []byte
 	switch {
 	case c.src.sql != "":
-		rows, err := tx.Query(ctx, c.src.sql, r.sqlArgs(c))
+		rows, err := tx.Query(ctx, c.src.sqlPositional, r.sqlArgs(c)...)
 		if err != nil {
 			return nil, err
 		}
@@ -362,27 +367,41 @@ func (r *Receiver) runEffect(ctx context.Context, tx pgx.Tx, c *call) ([]byte, e
 	return result, nil
 }
 
-// sqlArgs are the named arguments of c's SQL effect (SPEC 2.3).
-func (r *Receiver) sqlArgs(c *call) pgx.NamedArgs {
-	hdrs := make(map[string]string, len(c.req.Header))
-	for k, v := range c.req.Header {
-		if len(v) > 0 {
-			hdrs[k] = v[0]
+// sqlArgs are the arguments of c's SQL effect (SPEC 2.3), in the order of its positional
+// parameters.
+func (r *Receiver) sqlArgs(c *call) []any {
+	args := make([]any, len(c.src.sqlParams))
+	for i, name := range c.src.sqlParams {
+		switch name {
+		case "message_id":
+			args[i] = c.req.MessageID
+		case "payload":
+			args[i] = string(c.req.Body)
+		case "headers":
+			hdrs := make(map[string]string, len(c.req.Header))
+			for k, v := range c.req.Header {
+				if len(v) > 0 {
+					hdrs[k] = v[0]
+				}
+			}
+			hj, _ := json.Marshal(hdrs)
+			args[i] = string(hj)
+		case "source":
+			args[i] = c.src.name
+		case "tenant":
+			if c.req.Tenant != "" {
+				args[i] = c.req.Tenant
+			}
+		case "key":
+			if c.req.Key != "" {
+				args[i] = c.req.Key
+			}
+		case "received_at":
+			args[i] = c.req.ReceivedAt
+		default: // topic, partition, offset: Kafka's, NULL over HTTP
 		}
 	}
-	hj, _ := json.Marshal(hdrs)
-	var key, tenant any
-	if c.req.Key != "" {
-		key = c.req.Key
-	}
-	if c.req.Tenant != "" {
-		tenant = c.req.Tenant
-	}
-	return pgx.NamedArgs{
-		"message_id": c.req.MessageID, "payload": string(c.req.Body), "headers": string(hj),
-		"source": c.src.name, "tenant": tenant, "key": key, "topic": nil, "partition": nil,
-		"offset": nil, "received_at": c.req.ReceivedAt,
-	}
+	return args
 }
 
 // publishEvent is c's outbox event; result is the effect's JSON for Body "effect".
