@@ -286,7 +286,7 @@ func (r *Receiver) webhookMessage(c *call) *exactlyonce.Message {
 func (r *Receiver) serveWebhook(w http.ResponseWriter, c *call, log *logrus.Entry) {
 	src := c.src
 	id := lookup(src.msgID, http.Header(c.req.Header), c.body)
-	if !validID(id) {
+	if !processed.ValidID(id) {
 		r.reject(w, src, probMissingID, "the message id is missing, empty, longer than 255 bytes or not text", "bad_message_id")
 		return
 	}

@@ -20,7 +20,6 @@ import (
 	"github.com/idemd/idemd/internal/exactlyonce"
 	"github.com/idemd/idemd/internal/jsonpointer"
 	"github.com/idemd/idemd/outbox"
-	"github.com/idemd/idemd/processed"
 )
 
 // source is a compiled Source.
@@ -221,9 +220,6 @@ func lookup(spec IDSpec, h http.Header, body *parsedBody) string {
 	}
 	return ""
 }
-
-// validID: 1–255 bytes of valid UTF-8 without control characters.
-func validID(s string) bool { return processed.ValidID(s) }
 
 // eventType is the provider's event type, where known.
 func (s *source) eventType(h http.Header, body *parsedBody) string {
