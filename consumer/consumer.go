@@ -24,8 +24,8 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/sirupsen/logrus"
 
-	"github.com/idemd/idemd/internal/deadletter"
-	"github.com/idemd/idemd/internal/exactlyonce"
+	"github.com/idemd/idemd/deadletter"
+	"github.com/idemd/idemd/exactlyonce"
 	"github.com/idemd/idemd/internal/fingerprint"
 	"github.com/idemd/idemd/internal/metrics"
 	"github.com/idemd/idemd/outbox"

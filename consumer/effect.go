@@ -12,9 +12,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemd/idemd/internal/deadletter"
+	"github.com/idemd/idemd/deadletter"
+	"github.com/idemd/idemd/exactlyonce"
 	"github.com/idemd/idemd/internal/effectsql"
-	"github.com/idemd/idemd/internal/exactlyonce"
 	"github.com/idemd/idemd/outbox"
 	"github.com/idemd/idemd/processed"
 )

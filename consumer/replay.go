@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/segmentio/kafka-go"
 
-	"github.com/idemd/idemd/internal/deadletter"
+	"github.com/idemd/idemd/deadletter"
 	"github.com/idemd/idemd/internal/fingerprint"
 	"github.com/idemd/idemd/processed"
 )

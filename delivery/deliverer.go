@@ -32,7 +32,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/sirupsen/logrus"
 
-	"github.com/idemd/idemd/internal/deadletter"
+	"github.com/idemd/idemd/deadletter"
 	"github.com/idemd/idemd/internal/retry"
 	"github.com/idemd/idemd/outbox"
 )

@@ -17,8 +17,8 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemd/idemd/deadletter"
 	"github.com/idemd/idemd/delivery"
-	"github.com/idemd/idemd/internal/deadletter"
 	"github.com/idemd/idemd/internal/pgtest"
 	"github.com/idemd/idemd/outbox"
 )

@@ -15,7 +15,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/sirupsen/logrus"
 
-	"github.com/idemd/idemd/internal/deadletter"
+	"github.com/idemd/idemd/deadletter"
 	"github.com/idemd/idemd/internal/metrics"
 	"github.com/idemd/idemd/internal/retry"
 )

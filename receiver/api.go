@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/sirupsen/logrus"
 
-	"github.com/idemd/idemd/internal/exactlyonce"
+	"github.com/idemd/idemd/exactlyonce"
 	"github.com/idemd/idemd/internal/fingerprint"
 	"github.com/idemd/idemd/internal/metrics"
 	"github.com/idemd/idemd/processed"

@@ -28,8 +28,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/sirupsen/logrus"
 
-	"github.com/idemd/idemd/internal/deadletter"
-	"github.com/idemd/idemd/internal/exactlyonce"
+	"github.com/idemd/idemd/deadletter"
+	"github.com/idemd/idemd/exactlyonce"
 	"github.com/idemd/idemd/internal/fingerprint"
 	"github.com/idemd/idemd/internal/metrics"
 	"github.com/idemd/idemd/outbox"

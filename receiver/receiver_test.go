@@ -19,7 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemd/idemd/internal/deadletter"
+	"github.com/idemd/idemd/deadletter"
 	"github.com/idemd/idemd/internal/pgtest"
 )
 

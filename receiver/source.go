@@ -16,8 +16,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemd/idemd/exactlyonce"
 	"github.com/idemd/idemd/internal/effectsql"
-	"github.com/idemd/idemd/internal/exactlyonce"
 	"github.com/idemd/idemd/internal/jsonpointer"
 	"github.com/idemd/idemd/outbox"
 )

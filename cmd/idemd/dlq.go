@@ -18,10 +18,10 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/idemd/idemd/consumer"
+	"github.com/idemd/idemd/deadletter"
 	"github.com/idemd/idemd/delivery"
 	"github.com/idemd/idemd/internal/config"
 	"github.com/idemd/idemd/internal/daemon"
-	"github.com/idemd/idemd/internal/deadletter"
 	"github.com/idemd/idemd/outbox"
 	"github.com/idemd/idemd/receiver"
 )

@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemd/idemd/internal/deadletter"
+	"github.com/idemd/idemd/deadletter"
 	"github.com/idemd/idemd/internal/pgtest"
 	"github.com/idemd/idemd/migrations"
 	"github.com/idemd/idemd/outbox"

@@ -13,7 +13,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemd/idemd/internal/exactlyonce"
+	"github.com/idemd/idemd/exactlyonce"
 	"github.com/idemd/idemd/internal/pgtest"
 	"github.com/idemd/idemd/processed"
 )
