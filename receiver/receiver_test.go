@@ -209,8 +209,12 @@ func TestWebhookStatusTable(t *testing.T) {
 
 	// Replay after the cause is fixed: applied once.
 	b.db.Exec(t, b.db.Q(`ALTER TABLE {schema}.effects DROP CONSTRAINT effects_amount_check`))
-	require.NoError(t, b.rcv.Replay(context.Background(), letters[0].ID))
-	require.ErrorIs(t, b.rcv.Replay(context.Background(), letters[0].ID), ErrAlreadyReplayed)
+	rp := deadletter.NewReplayer(b.db.Pool, deadletter.New(b.db.Schema))
+	b.rcv.RegisterReplay(rp)
+	_, err = rp.Replay(context.Background(), letters[0].ID)
+	require.NoError(t, err)
+	_, err = rp.Replay(context.Background(), letters[0].ID)
+	require.ErrorIs(t, err, deadletter.ErrAlreadyReplayed)
 	require.Equal(t, 1, b.db.Count(t, "{schema}.effects WHERE message_id = 'evt_bad'"))
 	require.Equal(t, 1, b.db.Count(t, "{schema}.outbox WHERE causation_id = 'evt_bad'"))
 }
