@@ -17,13 +17,9 @@ import (
 // caseTable is testdata/cases.json: the behaviour idemclient shares with the TypeScript
 // client (clients/typescript), whose tests replay the same file.
 type caseTable struct {
-	Config struct {
-		MaxAttempts     int   `json:"max_attempts"`
-		BackoffMinMS    int64 `json:"backoff_min_ms"`
-		BackoffMaxMS    int64 `json:"backoff_max_ms"`
-		RetryAfterMaxMS int64 `json:"retry_after_max_ms"`
-	} `json:"config"`
-	Cases []struct {
+	Defaults caseConfig `json:"defaults"`
+	Config   caseConfig `json:"config"`
+	Cases    []struct {
 		Name     string     `json:"name"`
 		Answers  []answer   `json:"answers"`
 		Attempts int        `json:"attempts"`
@@ -34,6 +30,13 @@ type caseTable struct {
 			Error    string `json:"error"`
 		} `json:"outcome"`
 	} `json:"cases"`
+}
+
+type caseConfig struct {
+	MaxAttempts     int   `json:"max_attempts"`
+	BackoffMinMS    int64 `json:"backoff_min_ms"`
+	BackoffMaxMS    int64 `json:"backoff_max_ms"`
+	RetryAfterMaxMS int64 `json:"retry_after_max_ms"`
 }
 
 type answer struct {
@@ -76,6 +79,12 @@ func TestSharedCases(t *testing.T) {
 	var table caseTable
 	require.NoError(t, json.Unmarshal(raw, &table))
 	require.NotEmpty(t, table.Cases)
+	require.Equal(t, caseConfig{
+		MaxAttempts:     idemclient.MaxAttemptsDefault,
+		BackoffMinMS:    idemclient.BackoffMinDefault.Milliseconds(),
+		BackoffMaxMS:    idemclient.BackoffMaxDefault.Milliseconds(),
+		RetryAfterMaxMS: idemclient.RetryAfterMaxDefault.Milliseconds(),
+	}, table.Defaults, "the clients share their defaults")
 
 	for _, tc := range table.Cases {
 		t.Run(tc.Name, func(t *testing.T) {
