@@ -165,7 +165,7 @@ export class IdempotentClient {
    * The body is read once before the first attempt and the same bytes are sent on every
    * attempt, so a FormData or stream body keeps one encoding (and one fingerprint).
    */
-  async fetch(input: RequestInfo | URL, init: RequestInit = {}, call: CallOptions = {}): Promise<IdempotentResponse> {
+  async fetch(input: string | URL | Request, init: RequestInit = {}, call: CallOptions = {}): Promise<IdempotentResponse> {
     const s = this.#s;
     const timeout = call.timeout ?? s.timeout;
     const preferWait = call.preferWait ?? s.preferWait;
@@ -284,7 +284,7 @@ export class IdempotentClient {
  * });
  * ```
  */
-export function idempotentFetch(input: RequestInfo | URL, init?: RequestInit, options: IdempotentFetchOptions = {}): Promise<IdempotentResponse> {
+export function idempotentFetch(input: string | URL | Request, init?: RequestInit, options: IdempotentFetchOptions = {}): Promise<IdempotentResponse> {
   return new IdempotentClient(options).fetch(input, init, options);
 }
 
