@@ -17,11 +17,9 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/segmentio/kafka-go"
 	"github.com/sirupsen/logrus"
 
 	"github.com/idemd/idemd/exactlyonce"
@@ -102,6 +100,9 @@ type Config struct {
 	// AfterCommit, when set, runs after a batch's transaction committed and before its
 	// offset is committed (tests crash there). Defaults to nil.
 	AfterCommit func(batch []Message)
+	// OnOffsetCommit, when set, runs after the offset of a batch was committed: next is the
+	// partition's new committed offset (tests wait on it). Defaults to nil.
+	OnOffsetCommit func(topic string, partition int, next int64)
 }
 
 // Publish writes an outbox event for each applied message: the message's value, on Topic.
@@ -241,140 +242,6 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Consumer, error) {
 // Name returns the pipeline's name.
 func (c *Consumer) Name() string { return c.cfg.Name }
 
-// reader is what the consumer needs of a kafka-go group Reader.
-type reader interface {
-	FetchMessage(ctx context.Context) (kafka.Message, error)
-	CommitMessages(ctx context.Context, msgs ...kafka.Message) error
-	Close() error
-}
-
-type partitionKey struct {
-	topic     string
-	partition int
-}
-
-// Run consumes until ctx ends, then drains: it stops fetching, applies the records already
-// handed to the partitions (within ShutdownTimeout), commits their offsets and leaves the
-// group. It returns nil after a clean drain, or the error that stopped it (a failure that is
-// neither transient nor attributable to one message, such as a missing table).
-func (c *Consumer) Run(ctx context.Context) error {
-	if len(c.cfg.Brokers) == 0 {
-		return fmt.Errorf("consumer %s: Brokers is required to run", c.cfg.Name)
-	}
-	r := kafka.NewReader(kafka.ReaderConfig{
-		Brokers:           c.cfg.Brokers,
-		GroupID:           c.cfg.Group,
-		GroupTopics:       c.cfg.Topics,
-		MinBytes:          1,
-		MaxBytes:          10 << 20,
-		MaxWait:           c.cfg.FetchMaxWait,
-		QueueCapacity:     c.cfg.BatchSize,
-		StartOffset:       kafka.FirstOffset,
-		HeartbeatInterval: c.cfg.HeartbeatInterval,
-		SessionTimeout:    c.cfg.SessionTimeout,
-		RebalanceTimeout:  c.cfg.RebalanceTimeout,
-		JoinGroupBackoff:  min(c.cfg.HeartbeatInterval, 5*time.Second),
-		ReadLagInterval:   -1,
-		Logger:            kafka.LoggerFunc(c.log.Debugf),
-		ErrorLogger:       kafka.LoggerFunc(c.log.Warnf),
-	})
-	return c.run(ctx, r)
-}
-
-func (c *Consumer) run(ctx context.Context, r reader) error {
-	// In-flight work outlives ctx by at most ShutdownTimeout.
-	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelWork()
-	stopDrainTimer := context.AfterFunc(ctx, func() { time.AfterFunc(c.cfg.ShutdownTimeout, cancelWork) })
-	defer stopDrainTimer()
-
-	fetchCtx, stopFetch := context.WithCancel(ctx)
-	defer stopFetch()
-	var (
-		wg      sync.WaitGroup
-		errOnce sync.Once
-		runErr  error
-		workers = map[partitionKey]chan *record{}
-	)
-	fail := func(err error) {
-		errOnce.Do(func() { runErr = err })
-		stopFetch()
-	}
-	c.log.WithField("topics", c.cfg.Topics).WithField("group", c.cfg.Group).Info("consumer started")
-	for fetchCtx.Err() == nil {
-		m, err := r.FetchMessage(fetchCtx)
-		if err != nil {
-			if fetchCtx.Err() != nil {
-				break
-			}
-			c.log.WithError(err).Warn("error fetching records; retrying")
-			select {
-			case <-fetchCtx.Done():
-			case <-time.After(time.Second):
-			}
-			continue
-		}
-		metrics.Received.WithLabelValues(c.cfg.Name, "kafka").Inc()
-		k := partitionKey{m.Topic, m.Partition}
-		in, ok := workers[k]
-		if !ok {
-			in = make(chan *record, c.cfg.BatchSize)
-			workers[k] = in
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				c.work(workCtx, r, k, in, fail)
-			}()
-		}
-		select {
-		case in <- newRecord(c.cfg.Name, m, time.Now()):
-		case <-fetchCtx.Done():
-			// Not handed over: not committed, redelivered.
-		}
-	}
-	for _, in := range workers {
-		close(in)
-	}
-	wg.Wait()
-	if err := r.Close(); err != nil && runErr == nil {
-		c.log.WithError(err).Warn("error closing the Kafka reader")
-	}
-	if runErr != nil {
-		c.log.WithError(runErr).Error("consumer stopped")
-		return runErr
-	}
-	c.log.Info("consumer drained and stopped")
-	return nil
-}
-
-// work applies one partition's records in batches, in order, until in is closed.
-func (c *Consumer) work(ctx context.Context, r reader, k partitionKey, in <-chan *record, fail func(error)) {
-	log := c.log.WithField("topic", k.topic).WithField("partition", k.partition)
-	for {
-		batch, open := collect(in, c.cfg.BatchSize, c.cfg.Linger)
-		if len(batch) > 0 {
-			if err := c.process(ctx, batch); err != nil {
-				if ctx.Err() == nil {
-					fail(fmt.Errorf("error applying a batch of %s/%d: %w", k.topic, k.partition, err))
-				} else {
-					log.WithField("messages", len(batch)).Warn("shutdown timeout: batch rolled back, left for redelivery")
-				}
-				for range in { // let the fetch loop finish
-				}
-				return
-			}
-			last := batch[len(batch)-1].raw
-			if err := c.commit(ctx, r, last); err != nil {
-				// The next batch's commit covers these; meanwhile a redelivery is deduped.
-				log.WithError(err).WithField("offset", last.Offset).Warn("error committing offset")
-			}
-		}
-		if !open {
-			return
-		}
-	}
-}
-
 // collect waits for a first record, then gathers more until size or linger.
 func collect(in <-chan *record, size int, linger time.Duration) ([]*record, bool) {
 	first, ok := <-in
@@ -409,16 +276,6 @@ func collect(in <-chan *record, size int, linger time.Duration) ([]*record, bool
 		}
 	}
 	return batch, true
-}
-
-func (c *Consumer) commit(ctx context.Context, r reader, last kafka.Message) error {
-	var err error
-	for attempt := 0; attempt < 3; attempt++ {
-		if err = r.CommitMessages(ctx, last); err == nil || ctx.Err() != nil {
-			return err
-		}
-	}
-	return err
 }
 
 // process applies one partition's batch in one transaction and records the outcomes.
