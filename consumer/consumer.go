@@ -25,6 +25,8 @@ import (
 	"github.com/idemd/idemd/exactlyonce"
 	"github.com/idemd/idemd/internal/effectsql"
 	"github.com/idemd/idemd/internal/metrics"
+	"github.com/idemd/idemd/migrations"
+	"github.com/idemd/idemd/pipeline"
 	"github.com/idemd/idemd/processed"
 )
 
@@ -32,7 +34,6 @@ import (
 const (
 	BatchSizeDefault         = 500
 	LingerDefault            = 5 * time.Millisecond
-	MaxAttemptsDefault       = 5
 	ShutdownTimeoutDefault   = 10 * time.Second
 	FetchMaxWaitDefault      = 250 * time.Millisecond
 	HeartbeatIntervalDefault = 3 * time.Second
@@ -41,99 +42,77 @@ const (
 	GroupPrefix              = "idemd-"
 )
 
-// Config configures a Consumer. It is plain data (plus Handler and hooks), so that a
-// subscription of the pipelines file maps onto it.
+// Config configures a Consumer. It is plain data (plus Handler and hooks), and it is what
+// a subscription of the pipelines file decodes into (the yaml names); the fields without
+// one are the daemon's to fill.
 type Config struct {
 	// Name is the pipeline's name; message ids are unique within it. Required.
-	Name string
+	Name string `yaml:"name"`
 	// Brokers are the Kafka bootstrap addresses. Required by Run (not by replays).
-	Brokers []string
+	Brokers []string `yaml:"-"`
 	// Topics are consumed in one consumer group. Required.
-	Topics []string
+	Topics []string `yaml:"topics"`
 	// Group is the consumer group. Defaults to "idemd-" + Name.
-	Group string
+	Group string `yaml:"group"`
 	// MessageID says where a record's id is. Defaults to the first present of the headers
 	// operation-id, message-id and idempotency-key (DefaultIDHeaders).
-	MessageID *Field
-	// SQL is the effect run for each new message, with pgx named arguments (Params). It is
-	// checked at New: it must prepare. Defaults to none.
-	SQL string
-	// Handler is a Go effect run for each new message, after SQL, in the same transaction.
-	// Defaults to none.
-	Handler Handler
-	// Publish writes one outbox event per applied message. Defaults to none.
-	Publish *Publish
+	MessageID *pipeline.Field `yaml:"message_id"`
+	// Effect is the SQL run for each new message. Defaults to none.
+	Effect Effect `yaml:"effect"`
+	// Handler is a Go effect run for each new message, after the SQL, in the same
+	// transaction. Defaults to none.
+	Handler Handler `yaml:"-"`
+	// Publish writes one outbox event per applied message: its value, on Publish.Topic,
+	// and with Publish.HTTP, to the endpoint named after the subscription. Defaults to
+	// none.
+	Publish *pipeline.Publish `yaml:"publish"`
 	// Order enables the stale-event guard. Defaults to none (every new id is applied).
-	Order *Order
+	Order *pipeline.Order `yaml:"order"`
 	// DeadLetter says what happens to a message that keeps failing. Defaults to 5 attempts
-	// and a dead_letters row only.
-	DeadLetter DeadLetter
+	// (pipeline.MaxAttemptsDefault) and a dead_letters row only.
+	DeadLetter pipeline.DeadLetter `yaml:"dead_letter"`
 	// Retention is how long a message id is remembered; after it the id counts as new.
-	// Defaults to 7 days (processed.RetentionDefault).
-	Retention time.Duration
-	// Schema holds idemd's tables. Defaults to "idemd".
-	Schema string
+	// Defaults to 7 days (pipeline.RetentionDefault).
+	Retention time.Duration `yaml:"retention"`
+	// Schema holds idemd's tables. Defaults to "idemd" (migrations.SchemaDefault).
+	Schema string `yaml:"-"`
 	// BatchSize is the most records of one partition in one transaction. Defaults to 500.
-	BatchSize int
+	BatchSize int `yaml:"-"`
 	// Linger is how long a partition's batch waits for more records once it has one.
 	// Defaults to 5 ms.
-	Linger time.Duration
+	Linger time.Duration `yaml:"-"`
 	// FetchMaxWait bounds how long a fetch waits on the broker for new records. Defaults to
 	// 250 ms.
-	FetchMaxWait time.Duration
+	FetchMaxWait time.Duration `yaml:"-"`
 	// ShutdownTimeout bounds the drain after Run's ctx ends: the batches in hand are
 	// applied and their offsets committed within it, or rolled back and left for
 	// redelivery. Defaults to 10 s.
-	ShutdownTimeout time.Duration
+	ShutdownTimeout time.Duration `yaml:"-"`
 	// HeartbeatInterval, SessionTimeout and RebalanceTimeout tune the consumer group.
 	// Default to 3 s, 30 s and 30 s.
-	HeartbeatInterval time.Duration
-	SessionTimeout    time.Duration
-	RebalanceTimeout  time.Duration
+	HeartbeatInterval time.Duration `yaml:"-"`
+	SessionTimeout    time.Duration `yaml:"-"`
+	RebalanceTimeout  time.Duration `yaml:"-"`
 	// BackoffMin and BackoffMax bound the waits between retries of transient failures.
 	// Default to 50 ms and 5 s.
-	BackoffMin time.Duration
-	BackoffMax time.Duration
+	BackoffMin time.Duration `yaml:"-"`
+	BackoffMax time.Duration `yaml:"-"`
 	// Logger receives the consumer's logs. Defaults to logrus's standard logger; the entry
 	// gets component=consumer and pipeline fields.
-	Logger *logrus.Entry
+	Logger *logrus.Entry `yaml:"-"`
 	// AfterCommit, when set, runs after a batch's transaction committed and before its
 	// offset is committed (tests crash there). Defaults to nil.
-	AfterCommit func(batch []Message)
+	AfterCommit func(batch []Message) `yaml:"-"`
 	// OnOffsetCommit, when set, runs after the offset of a batch was committed: next is the
 	// partition's new committed offset (tests wait on it). Defaults to nil.
-	OnOffsetCommit func(topic string, partition int, next int64)
+	OnOffsetCommit func(topic string, partition int, next int64) `yaml:"-"`
 }
 
-// Publish writes an outbox event for each applied message: the message's value, on Topic.
-type Publish struct {
-	// Topic receives the events. Required unless Endpoint is set.
-	Topic string `yaml:"topic" json:"topic"`
-	// Endpoint names an outbound HTTP endpoint (delivery.Endpoint.Name) that receives the
-	// events by POST, beside or instead of Topic. Defaults to none.
-	Endpoint string `yaml:"endpoint,omitempty" json:"endpoint,omitempty"`
-	// Key says where the record key comes from. Defaults to no key.
-	Key *Field `yaml:"key,omitempty" json:"key,omitempty"`
-}
-
-// Order configures the stale-event guard: a message whose Version is not greater than the
-// last applied version of its Entity is acknowledged, counted, and its effect skipped.
-// Versions are decimal numbers, or RFC 3339 timestamps (compared as microseconds since the
-// Unix epoch).
-type Order struct {
-	// Entity says where the entity id is. Required.
-	Entity Field `yaml:"entity" json:"entity"`
-	// Version says where the entity version is. Required.
-	Version Field `yaml:"version" json:"version"`
-}
-
-// DeadLetter configures dead-lettering.
-type DeadLetter struct {
-	// Topic, when set, receives a record (through the outbox) for each dead letter.
-	// Defaults to none: a dead_letters row only.
-	Topic string `yaml:"topic,omitempty" json:"topic,omitempty"`
-	// MaxAttempts is how many times a permanently failing effect is tried. Defaults to 5.
-	MaxAttempts int `yaml:"max_attempts,omitempty" json:"max_attempts,omitempty"`
+// Effect is a subscription's SQL effect.
+type Effect struct {
+	// SQL runs for each new message, with pgx named arguments (Params). It is checked at
+	// New: it must prepare. Defaults to none.
+	SQL string `yaml:"sql"`
 }
 
 // Consumer consumes one subscription. Create it with New, run it with Run.
@@ -156,7 +135,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Consumer, error) {
 	}
 	c := *cfg
 	c.Group = cmp.Or(c.Group, GroupPrefix+c.Name)
-	c.Schema = cmp.Or(c.Schema, processed.SchemaDefault)
+	c.Schema = cmp.Or(c.Schema, migrations.SchemaDefault)
 	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
 	c.Linger = cmp.Or(c.Linger, LingerDefault)
 	c.FetchMaxWait = cmp.Or(c.FetchMaxWait, FetchMaxWaitDefault)
@@ -164,7 +143,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Consumer, error) {
 	c.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, HeartbeatIntervalDefault)
 	c.SessionTimeout = cmp.Or(c.SessionTimeout, SessionTimeoutDefault)
 	c.RebalanceTimeout = cmp.Or(c.RebalanceTimeout, RebalanceTimeoutDefault)
-	c.DeadLetter.MaxAttempts = cmp.Or(c.DeadLetter.MaxAttempts, MaxAttemptsDefault)
+	c.DeadLetter.MaxAttempts = cmp.Or(c.DeadLetter.MaxAttempts, pipeline.MaxAttemptsDefault)
 	if c.Logger == nil {
 		c.Logger = logrus.NewEntry(logrus.StandardLogger())
 	}
@@ -188,35 +167,33 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Consumer, error) {
 		}
 	}
 	if c.MessageID != nil {
-		if err := c.MessageID.validate(); err != nil {
+		if err := c.MessageID.Validate(true); err != nil {
 			return nil, fmt.Errorf("consumer %s: MessageID: %w", c.Name, err)
 		}
 	}
 	if c.Publish != nil {
-		if c.Publish.Topic == "" && c.Publish.Endpoint == "" {
-			return nil, fmt.Errorf("consumer %s: Publish.Topic or Publish.Endpoint is required", c.Name)
+		if err := c.Publish.Validate(true); err != nil {
+			return nil, fmt.Errorf("consumer %s: Publish: %w", c.Name, err)
 		}
-		if c.Publish.Key != nil {
-			if err := c.Publish.Key.validate(); err != nil {
-				return nil, fmt.Errorf("consumer %s: Publish.Key: %w", c.Name, err)
-			}
+		if c.Publish.Body == pipeline.BodyEffect {
+			return nil, fmt.Errorf("consumer %s: Publish.Body: subscriptions publish the consumed payload; body effect is for sources", c.Name)
 		}
 	}
 	if c.Order != nil {
-		if err := c.Order.Entity.validate(); err != nil {
+		if err := c.Order.Entity.Validate(true); err != nil {
 			return nil, fmt.Errorf("consumer %s: Order.Entity: %w", c.Name, err)
 		}
-		if err := c.Order.Version.validate(); err != nil {
+		if err := c.Order.Version.Validate(true); err != nil {
 			return nil, fmt.Errorf("consumer %s: Order.Version: %w", c.Name, err)
 		}
 	}
 	log := c.Logger.WithField("component", "consumer").WithField("pipeline", c.Name)
 	var stmt *effectsql.Statement
-	if c.SQL != "" {
+	if c.Effect.SQL != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		var err error
-		if stmt, err = checkSQL(ctx, pool, c.SQL); err != nil {
+		if stmt, err = checkSQL(ctx, pool, c.Effect.SQL); err != nil {
 			return nil, fmt.Errorf("consumer %s: SQL: %w", c.Name, err)
 		}
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/idemd/idemd/internal/kafkatest"
 	"github.com/idemd/idemd/internal/pgtest"
 	"github.com/idemd/idemd/outbox"
+	"github.com/idemd/idemd/pipeline"
 )
 
 // TestHelperProcess is the child of TestCrashAfterCommitBeforeOffsetCommit: a consumer that
@@ -40,7 +41,7 @@ func TestHelperProcess(t *testing.T) {
 		Topics:            []string{os.Getenv("IDEMD_CONSUMER_TOPIC")},
 		Group:             os.Getenv("IDEMD_CONSUMER_GROUP"),
 		Schema:            schema,
-		SQL:               strings.ReplaceAll(effectSQL, "{schema}", `"`+schema+`"`),
+		Effect:            consumer.Effect{SQL: strings.ReplaceAll(effectSQL, "{schema}", `"`+schema+`"`)},
 		BatchSize:         20,
 		HeartbeatInterval: 100 * time.Millisecond,
 		SessionTimeout:    6 * time.Second,
@@ -108,7 +109,7 @@ func TestRebalanceBetweenTwoInstances(t *testing.T) {
 	// are in flight when partitions move.
 	instance := func(name string) *consumer.Config {
 		cfg := b.config()
-		cfg.SQL, cfg.BatchSize = "", 50
+		cfg.Effect.SQL, cfg.BatchSize = "", 50
 		cfg.Handler = func(ctx context.Context, tx pgx.Tx, m consumer.Message) error {
 			time.Sleep(200 * time.Microsecond)
 			_, err := tx.Exec(ctx, b.db.Q(`INSERT INTO {schema}.effects (message_id, instance) VALUES ($1, $2)`), m.ID, name)
@@ -158,7 +159,7 @@ func TestRestartsWithDuplicates(t *testing.T) {
 	t.Cleanup(func() { cancel(); <-relayDone })
 
 	cfg := b.config()
-	cfg.Publish = &consumer.Publish{Topic: out, Key: &consumer.Field{JSON: "/id"}}
+	cfg.Publish = &pipeline.Publish{Topic: out, Key: &pipeline.Field{JSON: "/id"}}
 	produceAsync(t, b.brokers, b.topic, all...)
 	restarts := 0
 	for step := 1; step <= 4; step++ {

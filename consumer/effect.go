@@ -121,13 +121,15 @@ func (c *Consumer) guard(r *record) (*exactlyonce.Guard, error) {
 func (c *Consumer) publishEvent(r *record) outbox.Event {
 	ev := outbox.Event{
 		Topic:       c.cfg.Publish.Topic,
-		Endpoint:    c.cfg.Publish.Endpoint,
 		Payload:     r.msg.Value,
 		Pipeline:    c.cfg.Name,
 		CausationID: r.msg.ID,
 		// Set explicitly: the events of a whole batch are enqueued in one call.
 		OperationID: outbox.OperationID(c.cfg.Name, r.msg.ID, 0),
 		Headers:     passHeaders(r),
+	}
+	if c.cfg.Publish.HTTP != nil {
+		ev.Endpoint = c.cfg.Name // the endpoint is named after its pipeline
 	}
 	if c.cfg.Publish.Key != nil {
 		if k, ok := r.lookup(c.cfg.Publish.Key); ok {

@@ -34,7 +34,7 @@ func Example_sqlEffect() {
 		Brokers: brokers,
 		Topics:  []string{topic},
 		Schema:  schema,
-		SQL:     `INSERT INTO ` + schema + `.ledger (event_id, body) VALUES (@message_id, @payload::jsonb)`,
+		Effect:  consumer.Effect{SQL: `INSERT INTO ` + schema + `.ledger (event_id, body) VALUES (@message_id, @payload::jsonb)`},
 		Logger:  exampleLogger(),
 	})
 	if err != nil {

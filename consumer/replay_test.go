@@ -11,6 +11,7 @@ import (
 	"github.com/idemd/idemd/consumer"
 	"github.com/idemd/idemd/deadletter"
 	"github.com/idemd/idemd/outbox"
+	"github.com/idemd/idemd/pipeline"
 	"github.com/idemd/idemd/processed"
 )
 
@@ -55,7 +56,7 @@ func TestReplayAppliesOnceAfterTheCauseIsFixed(t *testing.T) {
 	b.db.Exec(t, b.db.Q(`ALTER TABLE {schema}.effects ADD CONSTRAINT no_poison CHECK (message_id <> 'poison')`))
 	cfg := b.config()
 	cfg.DeadLetter.MaxAttempts = 1
-	cfg.Publish = &consumer.Publish{Topic: "ledger.entries", Key: &consumer.Field{JSON: "/id"}}
+	cfg.Publish = &pipeline.Publish{Topic: "ledger.entries", Key: &pipeline.Field{JSON: "/id"}}
 	m := msg("poison", 0, "")
 	m.Key = []byte("k1")
 	m.Headers = append(m.Headers, kafka.Header{Key: "event-type", Value: []byte("entry.created")})
@@ -97,7 +98,7 @@ func TestReplayThatFailsAgainCommitsNothing(t *testing.T) {
 
 	// The publish event is queued after the SQL effect: it must roll back with it.
 	cfg2 := b.config()
-	cfg2.Publish = &consumer.Publish{Topic: "ledger.entries"}
+	cfg2.Publish = &pipeline.Publish{Topic: "ledger.entries"}
 	c := b.replayer(t, cfg2)
 	err := c.Replay(context.Background(), l.ID)
 	require.Error(t, err)
@@ -131,7 +132,7 @@ func TestReplayOfARecordWithoutID(t *testing.T) {
 	// The pipeline now reads the id from the value: the record is applied under it, and the
 	// id is claimed like a consumed record's.
 	cfg2 := b.config()
-	cfg2.MessageID = &consumer.Field{JSON: "/ref"}
+	cfg2.MessageID = &pipeline.Field{JSON: "/ref"}
 	require.NoError(t, b.replayer(t, cfg2).Replay(ctx, l.ID))
 	require.Equal(t, 1, b.db.Count(t, "{schema}.effects WHERE message_id = 'r1'"))
 	require.Equal(t, 1, b.db.Count(t, "{schema}.processed_messages WHERE scope = 'ledger' AND message_id = 'r1' AND status = 'done'"))
@@ -141,7 +142,7 @@ func TestReplayOfAnIDAppliedMeanwhileIsRefused(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 1)
 	cfg := b.config()
-	cfg.MessageID = &consumer.Field{Header: "x-id"}
+	cfg.MessageID = &pipeline.Field{Header: "x-id"}
 	letters := b.deadLetter(t, cfg, 1, kafka.Message{Value: []byte(`{"ref":"r1"}`)})
 	l := letters[0]
 
@@ -156,7 +157,7 @@ func TestReplayOfAnIDAppliedMeanwhileIsRefused(t *testing.T) {
 	require.NoError(t, tx.Commit(ctx))
 
 	cfg2 := b.config()
-	cfg2.MessageID = &consumer.Field{JSON: "/ref"}
+	cfg2.MessageID = &pipeline.Field{JSON: "/ref"}
 	err = b.replayer(t, cfg2).Replay(ctx, l.ID)
 	require.ErrorIs(t, err, processed.ErrConflict)
 	require.Equal(t, 0, b.db.Count(t, "{schema}.effects"))
@@ -197,7 +198,7 @@ func TestReplayKeepsTheStaleGuard(t *testing.T) {
 	b.db.Exec(t, b.db.Q(`ALTER TABLE {schema}.effects ADD CONSTRAINT no_poison CHECK (message_id <> 'a1')`))
 	cfg := b.config()
 	cfg.DeadLetter.MaxAttempts = 1
-	cfg.Order = &consumer.Order{Entity: consumer.Field{JSON: "/entity"}, Version: consumer.Field{JSON: "/version"}}
+	cfg.Order = &pipeline.Order{Entity: pipeline.Field{JSON: "/entity"}, Version: pipeline.Field{JSON: "/version"}}
 	letters := b.deadLetter(t, cfg, 1,
 		msg("a1", 0, `{"entity":"A","version":1}`),
 		msg("a2", 0, `{"entity":"A","version":2}`))

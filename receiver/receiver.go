@@ -29,6 +29,7 @@ import (
 
 	"github.com/idemd/idemd/exactlyonce"
 	"github.com/idemd/idemd/internal/metrics"
+	"github.com/idemd/idemd/migrations"
 	"github.com/idemd/idemd/processed"
 )
 
@@ -68,7 +69,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Receiver, error) {
 	if cfg != nil {
 		c = *cfg
 	}
-	c.Schema = cmp.Or(c.Schema, SchemaDefault)
+	c.Schema = cmp.Or(c.Schema, migrations.SchemaDefault)
 	c.MaxBatch = cmp.Or(c.MaxBatch, MaxBatchDefault)
 	c.Linger = cmp.Or(c.Linger, LingerDefault)
 	c.Workers = cmp.Or(c.Workers, int(pool.Config().MaxConns), 1)

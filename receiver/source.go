@@ -24,6 +24,7 @@ import (
 	"github.com/idemd/idemd/internal/fingerprint"
 	"github.com/idemd/idemd/internal/jsonpointer"
 	"github.com/idemd/idemd/outbox"
+	"github.com/idemd/idemd/pipeline"
 	"github.com/idemd/idemd/processed"
 )
 
@@ -37,14 +38,14 @@ type source struct {
 	bodyLimit int64
 	verifier  verifier
 	scheme    string
-	msgID     IDSpec
+	msgID     *pipeline.Field
 	ignore    []string
 	sql       string
 	// stmt is sql compiled once, at New, not per request.
 	stmt        *effectsql.Statement
 	fn          EffectFunc
 	status      int
-	publish     *Publish
+	publish     *pipeline.Publish
 	maxAttempts int
 	secretHdrs  map[string]bool
 }
@@ -55,9 +56,9 @@ func compileSource(ctx context.Context, pool *pgxpool.Pool, s Source) (*source, 
 	}
 	c := &source{
 		name:        s.Name,
-		path:        cmp.Or(s.Path, "/webhooks/"+s.Name),
+		path:        s.RoutePath(),
 		api:         s.Idempotency != nil,
-		retention:   cmp.Or(s.Retention, RetentionDefault),
+		retention:   cmp.Or(s.Retention, pipeline.RetentionDefault),
 		bodyLimit:   cmp.Or(s.BodyLimit, BodyLimitDefault),
 		scheme:      s.Verify.Scheme,
 		msgID:       s.MessageID,
@@ -65,14 +66,14 @@ func compileSource(ctx context.Context, pool *pgxpool.Pool, s Source) (*source, 
 		fn:          s.Effect.Func,
 		status:      cmp.Or(s.Effect.Status, StatusDefault),
 		publish:     s.Publish,
-		maxAttempts: cmp.Or(s.MaxAttempts, 1),
+		maxAttempts: cmp.Or(s.MaxAttempts, pipeline.MaxAttemptsDefault),
 	}
 	if !strings.HasPrefix(c.path, "/") {
 		return nil, fmt.Errorf("path %q must start with /", c.path)
 	}
 	if c.api {
 		c.required = s.Idempotency.Required
-		c.retention = cmp.Or(s.Idempotency.Retention, IdempotencyRetentionDefault)
+		c.retention = cmp.Or(s.Idempotency.Retention, pipeline.IdempotencyRetentionDefault)
 		if s.Idempotency.Retention < 0 {
 			return nil, errors.New("idempotency.retention must not be negative")
 		}
@@ -97,26 +98,23 @@ func compileSource(ctx context.Context, pool *pgxpool.Pool, s Source) (*source, 
 	if s.Verify.Scheme == SchemeBearer && !c.api {
 		return nil, errors.New("verify.scheme bearer is for API sources: set idempotency")
 	}
-	if s.MessageID.JSON != "" && s.MessageID.Header != "" {
-		return nil, errors.New("message_id: set json or header, not both")
-	}
-	if s.MessageID.JSON != "" {
-		if err := jsonpointer.Validate(s.MessageID.JSON); err != nil {
-			return nil, fmt.Errorf("message_id.json: %w", err)
+	if s.MessageID != nil {
+		if err := s.MessageID.Validate(false); err != nil {
+			return nil, fmt.Errorf("message_id: %w", err)
 		}
 	}
-	if c.msgID == (IDSpec{}) && !c.api {
+	if c.msgID == nil && !c.api {
 		switch c.scheme {
 		case SchemeStripe:
-			c.msgID = IDSpec{JSON: "/id"}
+			c.msgID = &pipeline.Field{JSON: "/id"}
 		case SchemeStandardWebhooks:
-			c.msgID = IDSpec{Header: "Webhook-Id"}
+			c.msgID = &pipeline.Field{Header: "Webhook-Id"}
 		case SchemeGitHub:
-			c.msgID = IDSpec{Header: "X-GitHub-Delivery"}
+			c.msgID = &pipeline.Field{Header: "X-GitHub-Delivery"}
 		case SchemeShopify:
-			c.msgID = IDSpec{Header: "X-Shopify-Event-Id"}
+			c.msgID = &pipeline.Field{Header: "X-Shopify-Event-Id"}
 		case SchemeSlack:
-			c.msgID = IDSpec{JSON: "/event_id"}
+			c.msgID = &pipeline.Field{JSON: "/event_id"}
 		default:
 			return nil, fmt.Errorf("message_id is required for verify.scheme %s", c.scheme)
 		}
@@ -144,20 +142,11 @@ func compileSource(ctx context.Context, pool *pgxpool.Pool, s Source) (*source, 
 		}
 	}
 	if p := c.publish; p != nil {
-		if p.Topic == "" && p.Endpoint == "" {
-			return nil, errors.New("publish.topic is required unless the event goes to an HTTP endpoint (publish.http)")
+		if err := p.Validate(false); err != nil {
+			return nil, fmt.Errorf("publish: %w", err)
 		}
-		switch p.Body {
-		case "", "payload":
-		case "effect":
-			if c.sql == "" && c.fn == nil {
-				return nil, errors.New("publish.body effect needs an effect")
-			}
-		default:
-			return nil, fmt.Errorf("publish.body must be payload or effect, got %q", p.Body)
-		}
-		if p.Key.JSON != "" && p.Key.Header != "" {
-			return nil, errors.New("publish.key: set json or header, not both")
+		if p.Body == pipeline.BodyEffect && c.sql == "" && c.fn == nil {
+			return nil, errors.New("publish.body effect needs an effect")
 		}
 	}
 	return c, nil
@@ -203,7 +192,7 @@ func (p *parsedBody) pointer(ptr string) (any, bool) {
 }
 
 // lookup finds the id spec's value in the request.
-func lookup(spec IDSpec, h http.Header, body *parsedBody) string {
+func lookup(spec *pipeline.Field, h http.Header, body *parsedBody) string {
 	if spec.Header != "" {
 		v := h.Get(spec.Header)
 		if v == "" && strings.EqualFold(spec.Header, "Webhook-Id") {
@@ -347,11 +336,11 @@ func (s *source) effect(c *call) exactlyonce.Effect {
 func (s *source) publishEvent(c *call) exactlyonce.Event {
 	p := s.publish
 	ctype := "application/json"
-	if _, ok := c.body.get(); !ok && p.Body != "effect" {
+	if _, ok := c.body.get(); !ok && p.Body != pipeline.BodyEffect {
 		ctype = "application/octet-stream"
 	}
 	ev := outbox.Event{
-		Topic: p.Topic, Endpoint: p.Endpoint, Payload: c.req.Body, Pipeline: s.name, CausationID: c.req.MessageID,
+		Topic: p.Topic, Payload: c.req.Body, Pipeline: s.name, CausationID: c.req.MessageID,
 		Headers: map[string]string{outbox.HeaderContentType: ctype},
 		// Tenants share key spaces, so the id includes the scope (pipeline and tenant), or a
 		// downstream consumer would drop tenant B's event as tenant A's duplicate; for
@@ -361,12 +350,15 @@ func (s *source) publishEvent(c *call) exactlyonce.Event {
 	if c.eventType != "" {
 		ev.Headers[outbox.HeaderEventType] = c.eventType
 	}
-	if p.Key != (IDSpec{}) {
+	if p.HTTP != nil {
+		ev.Endpoint = s.name // the endpoint is named after its pipeline
+	}
+	if p.Key != nil {
 		if k := lookup(p.Key, c.req.Header, c.body); k != "" {
 			ev.Key = []byte(k)
 		}
 	}
-	return exactlyonce.Event{Event: ev, FromResult: p.Body == "effect"}
+	return exactlyonce.Event{Event: ev, FromResult: p.Body == pipeline.BodyEffect}
 }
 
 // autoKey names an API request sent without an Idempotency-Key where none is required: it

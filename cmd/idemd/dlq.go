@@ -15,11 +15,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/sirupsen/logrus"
 
+	"github.com/idemd/idemd/config"
 	"github.com/idemd/idemd/consumer"
 	"github.com/idemd/idemd/deadletter"
 	"github.com/idemd/idemd/delivery"
-	"github.com/idemd/idemd/internal/config"
-	"github.com/idemd/idemd/internal/daemon"
 	"github.com/idemd/idemd/outbox"
 	"github.com/idemd/idemd/receiver"
 )
@@ -179,12 +178,9 @@ func newReplayer(pool *pgxpool.Pool, e *Env, f *config.File, log *logrus.Entry) 
 	}
 	closeDoors := func() {}
 	if len(f.Sources) > 0 {
-		rcfg, err := daemon.ReceiverConfig(f)
-		var rcv *receiver.Receiver
-		if err == nil {
-			rcfg.Schema, rcfg.Logger = e.DBSchema, log
-			rcv, err = receiver.New(pool, rcfg)
-		}
+		rcfg := f.Receiver()
+		rcfg.Schema, rcfg.Logger = e.DBSchema, log
+		rcv, err := receiver.New(pool, rcfg)
 		if err != nil {
 			refuse(deadletter.DoorHTTP, "", fmt.Errorf("the receiver cannot be built: %w", err))
 		} else {
@@ -192,12 +188,7 @@ func newReplayer(pool *pgxpool.Pool, e *Env, f *config.File, log *logrus.Entry) 
 			closeDoors = rcv.Close
 		}
 	}
-	cfgs, err := daemon.ConsumerConfigs(f)
-	if err != nil {
-		refuse(deadletter.DoorKafka, "", err)
-		return rp, closeDoors
-	}
-	for _, cfg := range cfgs {
+	for _, cfg := range f.Consumers() {
 		cfg.Schema, cfg.Logger, cfg.Brokers = e.DBSchema, log, e.KafkaBrokers
 		if c, err := consumer.New(pool, cfg); err != nil {
 			refuse(deadletter.DoorKafka, cfg.Name, err)
