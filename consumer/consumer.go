@@ -499,9 +499,6 @@ func (c *Consumer) process(ctx context.Context, batch []*record) error {
 		}
 		c.cfg.AfterCommit(out)
 	}
-	last := batch[len(batch)-1].raw
-	metrics.ConsumerLag.WithLabelValues(c.cfg.Name, last.Topic, strconv.Itoa(last.Partition)).
-		Set(float64(max(last.HighWaterMark-last.Offset-1, 0)))
 	return nil
 }
 

@@ -266,7 +266,8 @@ FROM claimable c WHERE d.id = c.id
 RETURNING d.id, d.operation_id, d.pipeline, d.causation_id, d.key, d.payload, d.headers, d.attempts, d.created_at`,
 		nextDue: `SELECT extract(epoch FROM min(next_attempt_at) - now()) FROM ` + t + `
 WHERE endpoint = $1 AND state = 'pending' AND next_attempt_at > now()`,
-		backlog: `SELECT count(*) FROM ` + t + ` WHERE endpoint = $1 AND state = 'pending'`,
+		backlog: `SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8 FROM ` + t + `
+WHERE endpoint = $1 AND state = 'pending'`,
 		delivered: `UPDATE ` + t + ` SET state = 'delivered', finished_at = now(), lease_until = NULL,
     last_status = $3, last_error = NULL WHERE id = $1 AND lease_token = $2`,
 		retry: `UPDATE ` + t + ` SET next_attempt_at = now() + $3::bigint * interval '1 microsecond',
@@ -373,10 +374,12 @@ func (d *Deliverer) runEndpoint(ctx context.Context, ep *endpoint) {
 			}
 			if time.Since(lastStats) >= d.cfg.StatsInterval {
 				var n int64
-				if err := d.pool.QueryRow(ctx, d.sql.backlog, ep.Name).Scan(&n); err != nil {
+				var age float64
+				if err := d.pool.QueryRow(ctx, d.sql.backlog, ep.Name).Scan(&n, &age); err != nil {
 					return fmt.Errorf("error reading the delivery backlog: %w", err)
 				}
 				backlog.WithLabelValues(ep.Name).Set(float64(n))
+				oldestPending.WithLabelValues(ep.Name).Set(age)
 				lastStats = time.Now()
 			}
 			var (

@@ -25,6 +25,7 @@ import (
 
 	"github.com/idemd/idemd/consumer"
 	"github.com/idemd/idemd/internal/config"
+	"github.com/idemd/idemd/internal/metrics"
 	"github.com/idemd/idemd/migrations"
 	"github.com/idemd/idemd/outbox"
 	"github.com/idemd/idemd/receiver"
@@ -201,6 +202,7 @@ func (p *part) cancelAndWait(ctx context.Context, cancel context.CancelFunc, wha
 // clean drain; an error when starting failed, a role failed, or the drain overran.
 func (d *Daemon) Run(ctx context.Context) error {
 	defer d.pool.Close()
+	defer metrics.WatchPool(d.pool)()
 	log := d.log
 
 	adminLn, err := net.Listen("tcp", d.cfg.AdminAddr)
@@ -392,7 +394,7 @@ func (d *Daemon) startConsumers(start starter) error {
 		}
 		start(p, func(context.Context) error { return c.Run(cctx) })
 	}
-	return nil
+	return d.startLagMonitors(start, cfgs)
 }
 
 func (d *Daemon) startRelay(start starter) error {
@@ -406,7 +408,9 @@ func (d *Daemon) startRelay(start starter) error {
 	}
 	rctx, cancel := context.WithCancel(context.Background())
 	p := &part{name: RoleRelay}
+	stopStats := metrics.WatchKafkaWriter(RoleRelay, relay)
 	p.stop = func(ctx context.Context) error {
+		defer stopStats()
 		// Flush: the leader publishes what the receiver and consumers wrote before they
 		// stopped, so that a rolling restart adds no publish delay.
 		if relay.IsLeader() {

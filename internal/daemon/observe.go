@@ -1,0 +1,28 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/idemd/idemd/consumer"
+)
+
+// startLagMonitors starts one consumer.LagMonitor per subscription: the lag series come
+// from the brokers' committed group offsets, and stop with the consumers.
+func (d *Daemon) startLagMonitors(start starter, cfgs []*consumer.Config) error {
+	for _, cfg := range cfgs {
+		m, err := consumer.NewLagMonitor(&consumer.LagConfig{
+			Name: cfg.Name, Brokers: d.cfg.Brokers, Topics: cfg.Topics, Group: cfg.Group, Logger: d.cfg.Logger,
+		})
+		if err != nil {
+			return fmt.Errorf("error starting the lag monitor of subscription %q: %w", cfg.Name, err)
+		}
+		mctx, cancel := context.WithCancel(context.Background())
+		p := &part{name: RoleConsumer + " lag " + cfg.Name}
+		p.stop = func(ctx context.Context) error {
+			return p.cancelAndWait(ctx, cancel, fmt.Sprintf("the lag monitor of subscription %q", cfg.Name))
+		}
+		start(p, func(context.Context) error { return m.Run(mctx) })
+	}
+	return nil
+}
