@@ -432,7 +432,7 @@ func (d *Deliverer) runEndpoint(ctx context.Context, ep *endpoint) {
 		case err != nil:
 			failures++
 			wait = retry.Backoff(100*time.Millisecond, 10*time.Second, failures)
-			log.WithError(err).WithField("retry_in", wait.String()).Warn("error reading deliveries; retrying")
+			log.WithError(err).WithField("retry_in", wait.Seconds()).Warn("error reading deliveries; retrying")
 		default:
 			failures = 0
 		}
@@ -512,7 +512,7 @@ func (d *Deliverer) attempt(ctx context.Context, ep *endpoint, r *row) {
 	case Delivered:
 		log.WithField("status", status).Debug("delivered")
 	case Retry:
-		log.WithField("status", status).WithField("retry_in", a.RetryIn.String()).WithField("error", lastErr).Debug("delivery failed; retrying")
+		log.WithField("status", status).WithField("retry_in", a.RetryIn.Seconds()).WithField("error", lastErr).Debug("delivery failed; retrying")
 	case DeadLettered:
 		log.WithField("status", status).WithField("reason", lastErr).Warn("delivery dead-lettered")
 	case Disabled:

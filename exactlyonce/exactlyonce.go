@@ -214,7 +214,7 @@ func (u *Unit) Apply(ctx context.Context, msgs []*Message) error {
 			u.cfg.OnRetry(err)
 		}
 		wait := u.backoff(attempt)
-		u.cfg.Logger.WithError(err).WithField("retry_in", wait.String()).WithField("messages", len(msgs)).
+		u.cfg.Logger.WithError(err).WithField("retry_in", wait.Seconds()).WithField("messages", len(msgs)).
 			Warn("transient failure applying a batch; retrying it")
 		select {
 		case <-ctx.Done():

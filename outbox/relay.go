@@ -254,7 +254,7 @@ func (r *Relay) lead(ctx context.Context) error {
 			failures++
 			metrics.OutboxPublishErrors.WithLabelValues().Inc()
 			wait := retry.Backoff(r.cfg.BackoffMin, r.cfg.BackoffMax, failures)
-			r.log.WithError(err).WithField("retry_in", wait.String()).Warn("error publishing outbox batch; rows are kept and retried")
+			r.log.WithError(err).WithField("retry_in", wait.Seconds()).Warn("error publishing outbox batch; rows are kept and retried")
 			// Still the leader? A dead lock connection means someone else may lead now.
 			if err := pingLock(ctx, conn); err != nil {
 				return fmt.Errorf("relay lock connection lost: %w", err)

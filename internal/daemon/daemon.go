@@ -286,10 +286,14 @@ func (d *Daemon) prepare(ctx context.Context) error {
 		return err
 	}
 	if d.cfg.Migrate {
-		if err := migrations.Apply(ctx, d.pool, &migrations.Config{Schema: d.cfg.Schema}); err != nil {
+		log := d.log.WithField("schema", d.cfg.Schema)
+		err := migrations.Apply(ctx, d.pool, &migrations.Config{Schema: d.cfg.Schema, OnApply: func(_ int32, name string) {
+			log.WithField("migration", name).Info("applying migration")
+		}})
+		if err != nil {
 			return err
 		}
-		d.log.WithField("schema", d.cfg.Schema).Info("migrations applied")
+		log.Info("schema up to date")
 	}
 	if err := d.cfg.Pipelines.PrepareSQL(ctx, d.pool); err != nil {
 		return fmt.Errorf("the pipelines file is not valid:\n%w", err)
@@ -479,6 +483,6 @@ func (d *Daemon) shutdown(parts []*part) error {
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	d.log.WithField("duration", time.Since(started).String()).Info("drained; bye")
+	d.log.WithField("duration", time.Since(started).Seconds()).Info("drained; bye")
 	return nil
 }
