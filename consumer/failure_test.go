@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemd/idemd/consumer"
+	"github.com/idemd/idemd/exactlyonce"
 )
 
 func TestPoisonMessageAmongGoodOnes(t *testing.T) {
@@ -152,7 +153,7 @@ func TestHandlerPermanentAndTransientErrors(t *testing.T) {
 	cfg.Handler = func(ctx context.Context, tx pgx.Tx, m consumer.Message) error {
 		switch {
 		case m.ID == "bad":
-			return consumer.Permanent(errors.New("refused"))
+			return exactlyonce.Permanent(errors.New("refused"))
 		case m.ID == "flaky" && failures < 2:
 			failures++ // a plain error is retried, never skipped
 			return errors.New("try again")
@@ -180,7 +181,6 @@ func TestNewChecksConfig(t *testing.T) {
 		want   string
 	}{
 		{"name", func(c *consumer.Config) { c.Name = "" }, "Name is required"},
-		{"brokers", func(c *consumer.Config) { c.Brokers = nil }, "Brokers"},
 		{"topics", func(c *consumer.Config) { c.Topics = nil }, "Topics"},
 		{"sql syntax", func(c *consumer.Config) { c.SQL = "INSERT INTO nowhere VALUES (@message_id" }, "SQL: does not prepare"},
 		{"sql table", func(c *consumer.Config) { c.SQL = "INSERT INTO no_such_table VALUES (@message_id)" }, "SQL: does not prepare"},
@@ -201,4 +201,12 @@ func TestNewChecksConfig(t *testing.T) {
 	}
 	_, err := consumer.New(b.db.Pool, b.config())
 	require.NoError(t, err)
+
+	// Brokers are needed to consume, not to replay: New takes a config without them, Run
+	// refuses it.
+	cfg := b.config()
+	cfg.Brokers = nil
+	c, err := consumer.New(b.db.Pool, cfg)
+	require.NoError(t, err)
+	require.ErrorContains(t, c.Run(context.Background()), "Brokers is required")
 }
