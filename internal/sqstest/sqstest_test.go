@@ -211,6 +211,13 @@ func TestGoawsLimitations(t *testing.T) {
 		require.Empty(t, Receive(t, url, 1, 2*time.Second, 0), "SQS would redeliver it at once")
 	})
 
+	t.Run("GetQueueAttributes of a missing queue is InvalidParameterValue", func(t *testing.T) {
+		_, err := Client(t).GetQueueAttributes(context.Background(), &sqs.GetQueueAttributesInput{QueueUrl: aws.String(Queue(t, nil) + "-missing")})
+		var api smithy.APIError
+		require.True(t, errors.As(err, &api), "%v", err)
+		require.Equal(t, "AWS.SimpleQueueService.InvalidParameterValue", api.ErrorCode(), "SQS says QueueDoesNotExist")
+	})
+
 	t.Run("SendMessageBatch skips the size limit", func(t *testing.T) {
 		url := Queue(t, map[string]string{"MaximumMessageSize": "1024"})
 		big := string(make([]byte, 2048))
