@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -59,7 +60,10 @@ func TestPubSubPublisher(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	n := 0
+	var mu sync.Mutex // Receive calls back from many goroutines
 	err := pubsubtest.Client(t).Subscriber(sub).Receive(ctx, func(_ context.Context, m *pubsub.Message) {
+		mu.Lock()
+		defer mu.Unlock()
 		m.Ack()
 		if string(m.Data) == string(events[0].Payload) {
 			first = m

@@ -9,15 +9,17 @@
 // goaws keeps its queues in package-level variables, so there is one SQS per process: Start
 // fails while another Server runs. Its handlers read the queue map without its lock; Server
 // serialises CreateQueue and DeleteQueue against every other request so that they cannot
-// race (a CreateQueue waits for the long polls in flight). What goaws v0.5.4 does differently
+// race, and long-polls ReceiveMessage itself so that no request holds that lock for long. What goaws v0.5.4 does differently
 // from SQS is listed in docs/brokers.md; the tests of internal/sqstest prove each point.
 package sqsfake
 
 import (
+	"bytes"
 	"encoding/json"
 	"encoding/xml"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -147,14 +149,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, fmt.Sprintf("the fake SQS (goaws) does not implement %q", action), http.StatusBadRequest)
 		return
 	}
-	if action == "CreateQueue" || action == "DeleteQueue" {
-		s.guard.Lock()
-		defer s.guard.Unlock()
+	var (
+		status int
+		body   interfaces.AbstractResponseBody
+	)
+	if isJSON && action == "ReceiveMessage" {
+		status, body = s.receive(req)
 	} else {
-		s.guard.RLock()
-		defer s.guard.RUnlock()
+		status, body = s.call(action, handle, req)
 	}
-	status, body := handle(req)
 	if !isJSON {
 		w.Header().Set("Content-Type", "application/xml")
 		w.WriteHeader(status)
@@ -166,6 +169,51 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	w.WriteHeader(status)
 	if r := body.GetResult(); r != nil {
 		_ = json.NewEncoder(w).Encode(jsonResult(r))
+	}
+}
+
+// call runs a goaws handler under the guard.
+func (s *Server) call(action string, handle func(*http.Request) (int, interfaces.AbstractResponseBody), req *http.Request) (int, interfaces.AbstractResponseBody) {
+	if action == "CreateQueue" || action == "DeleteQueue" {
+		s.guard.Lock()
+		defer s.guard.Unlock()
+	} else {
+		s.guard.RLock()
+		defer s.guard.RUnlock()
+	}
+	return handle(req)
+}
+
+// receive long-polls here rather than in goaws's handler, which would hold the guard (and so
+// stall every CreateQueue, and every request behind it) for the whole wait: it asks goaws
+// without waiting, every 50 ms, until messages come or WaitTimeSeconds ends.
+func (s *Server) receive(req *http.Request) (int, interfaces.AbstractResponseBody) {
+	raw, err := io.ReadAll(req.Body)
+	var in map[string]any
+	if err == nil {
+		err = json.Unmarshal(raw, &in)
+	}
+	if err != nil {
+		return s.call("ReceiveMessage", gosqs.ReceiveMessageV1, req)
+	}
+	wait, _ := in["WaitTimeSeconds"].(float64)
+	// An explicit 0 would make goaws wait for the queue's ReceiveMessageWaitTimeSeconds.
+	in["WaitTimeSeconds"] = 0
+	raw, _ = json.Marshal(in)
+	deadline := time.Now().Add(time.Duration(wait * float64(time.Second)))
+	for {
+		r := req.Clone(req.Context())
+		r.Body = io.NopCloser(bytes.NewReader(raw))
+		status, body := s.call("ReceiveMessage", gosqs.ReceiveMessageV1, r)
+		res, ok := body.GetResult().(models.ReceiveMessageResult)
+		if !ok || len(res.Messages) > 0 || !time.Now().Before(deadline) {
+			return status, body
+		}
+		select {
+		case <-req.Context().Done():
+			return status, body
+		case <-time.After(min(50*time.Millisecond, time.Until(deadline))):
+		}
 	}
 }
 
