@@ -21,7 +21,6 @@ import (
 	"github.com/idemd/idemd/deadletter"
 	"github.com/idemd/idemd/delivery"
 	"github.com/idemd/idemd/internal/config"
-	"github.com/idemd/idemd/internal/daemon"
 	"github.com/idemd/idemd/outbox"
 	"github.com/idemd/idemd/receiver"
 )
@@ -190,7 +189,7 @@ type replayer struct {
 }
 
 func newReplayer(pool *pgxpool.Pool, e *Env, f *config.File, log *logrus.Entry) (*replayer, error) {
-	cfgs, err := daemon.ConsumerConfigs(f)
+	cfgs, err := ConsumerConfigs(f)
 	if err != nil {
 		return nil, err
 	}
@@ -236,7 +235,7 @@ func (r *replayer) replay(ctx context.Context, id int64) (string, error) {
 		return fmt.Sprintf("replayed through subscription %q", l.Pipeline), nil
 	case r.sources[l.Pipeline]:
 		if r.rcv == nil {
-			rcfg, err := daemon.ReceiverConfig(r.file)
+			rcfg, err := ReceiverConfig(r.file)
 			if err != nil {
 				return "", err
 			}

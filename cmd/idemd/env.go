@@ -10,8 +10,6 @@ import (
 
 	"github.com/caarlos0/env/v11"
 	"github.com/sirupsen/logrus"
-
-	"github.com/idemd/idemd/internal/daemon"
 )
 
 // Env is idemd's whole environment (prefix IDEMD_). It is the only place that reads it;
@@ -97,11 +95,11 @@ func loadEnv(e environment) (*Env, error) {
 			continue
 		}
 		known := false
-		for _, k := range daemon.RolesDefault {
+		for _, k := range rolesDefault {
 			known = known || k == r
 		}
 		if !known {
-			errs = append(errs, fmt.Errorf("IDEMD_ROLES: unknown role %q (known: %s)", r, strings.Join(daemon.RolesDefault, ", ")))
+			errs = append(errs, fmt.Errorf("IDEMD_ROLES: unknown role %q (known: %s)", r, strings.Join(rolesDefault, ", ")))
 		}
 		roles = append(roles, r)
 	}

@@ -14,7 +14,6 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/idemd/idemd/internal/config"
-	"github.com/idemd/idemd/internal/daemon"
 	"github.com/idemd/idemd/migrations"
 )
 
@@ -47,7 +46,7 @@ func (c *cli) serve(args []string) int {
 // runDaemon runs the daemon until SIGTERM/SIGINT.
 func (c *cli) runDaemon(cmd string, e *Env, f *config.File, onReady func(httpAddr, adminAddr string)) int {
 	log := newLogger(e, c.stderr)
-	d, err := daemon.New(daemonConfig(e, f, log, onReady))
+	d, err := newDaemon(daemonConfigFrom(e, f, log, onReady))
 	if err != nil {
 		return c.fail(cmd, exitUsage, err)
 	}
@@ -62,8 +61,9 @@ func (c *cli) runDaemon(cmd string, e *Env, f *config.File, onReady func(httpAdd
 	return exitOK
 }
 
-func daemonConfig(e *Env, f *config.File, log *logrus.Entry, onReady func(string, string)) *daemon.Config {
-	return &daemon.Config{
+// daemonConfigFrom maps the environment onto the daemon's configuration.
+func daemonConfigFrom(e *Env, f *config.File, log *logrus.Entry, onReady func(string, string)) *daemonConfig {
+	return &daemonConfig{
 		DatabaseURL:         e.DatabaseURL,
 		SearchPath:          e.DBSearchPath,
 		MaxConns:            e.DBMaxConns,
@@ -160,10 +160,10 @@ func (c *cli) check(args []string) int {
 	}
 	valid := err == nil
 	if valid {
-		if _, err := daemon.ReceiverConfig(f); err != nil {
+		if _, err := ReceiverConfig(f); err != nil {
 			errs = append(errs, err)
 		}
-		if _, err := daemon.ConsumerConfigs(f); err != nil {
+		if _, err := ConsumerConfigs(f); err != nil {
 			errs = append(errs, err)
 		}
 	}

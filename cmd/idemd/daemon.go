@@ -1,10 +1,4 @@
-// Package daemon runs idemd's roles in one process — the HTTP receiver, the Kafka
-// consumers, the outbox relay and the pruner — with the admin server beside them.
-// Guarantee: on shutdown the roles stop in the order that loses nothing: the receiver stops
-// accepting and finishes its in-flight requests, the consumers apply what they hold and
-// commit its offsets, then the relay publishes the outbox rows they wrote, all within
-// Config.ShutdownTimeout; Run reports an error when that bound was not met.
-package daemon
+package main
 
 import (
 	"cmp"
@@ -32,25 +26,23 @@ import (
 
 // Roles a process can run.
 const (
-	RoleReceiver = "receiver"
-	RoleConsumer = "consumer"
-	RoleRelay    = "relay"
-	RolePruner   = "pruner"
+	roleReceiver = "receiver"
+	roleConsumer = "consumer"
+	roleRelay    = "relay"
+	rolePruner   = "pruner"
 )
 
-// RolesDefault are the roles of `idemd serve` unless IDEMD_ROLES says otherwise.
-var RolesDefault = []string{RoleReceiver, RoleConsumer, RoleRelay, RolePruner}
+// rolesDefault are the roles of `idemd serve` unless IDEMD_ROLES says otherwise.
+var rolesDefault = []string{roleReceiver, roleConsumer, roleRelay, rolePruner}
 
-// Defaults of Config.
+// Defaults of daemonConfig.
 const (
-	ShutdownTimeoutDefault = 30 * time.Second
-	MaxConnsDefault        = 20
-	PruneIntervalDefault   = time.Minute
-	OutboxRetentionDefault = 24 * time.Hour
+	shutdownTimeoutDefault = 30 * time.Second
+	maxConnsDefault        = 20
 )
 
-// Config configures a Daemon. cmd/idemd fills it from the environment.
-type Config struct {
+// daemonConfig configures a daemon. serve and dev fill it from the environment (Env).
+type daemonConfig struct {
 	// DatabaseURL is the PostgreSQL connection string. Required.
 	DatabaseURL string
 	// SearchPath, when set, is the search_path of every connection: where the unqualified
@@ -67,7 +59,7 @@ type Config struct {
 	CreateTopics bool
 	// Pipelines is the validated pipelines file. Required.
 	Pipelines *config.File
-	// Roles to run. Defaults to RolesDefault.
+	// Roles to run. Defaults to rolesDefault.
 	Roles []string
 	// Migrate applies the migrations at start. Without it, the process waits (not ready)
 	// until someone else applied them.
@@ -98,9 +90,14 @@ type Config struct {
 	OnReady func(httpAddr, adminAddr string)
 }
 
-// Daemon is one idemd process.
-type Daemon struct {
-	cfg   Config
+// daemon runs idemd's roles in one process — the HTTP receiver, the Kafka consumers, the
+// outbox relay and the pruner — with the admin server beside them. Guarantee: on shutdown
+// the roles stop in the order that loses nothing: the receiver stops accepting and finishes
+// its in-flight requests, the consumers apply what they hold and commit its offsets, then
+// the relay publishes the outbox rows they wrote, all within daemonConfig.ShutdownTimeout;
+// Run reports an error when that bound was not met.
+type daemon struct {
+	cfg   daemonConfig
 	log   *logrus.Entry
 	admin *admin
 	pool  *pgxpool.Pool
@@ -108,25 +105,25 @@ type Daemon struct {
 }
 
 // New checks cfg and prepares the connection pool; nothing connects until Run.
-func New(cfg *Config) (*Daemon, error) {
+func newDaemon(cfg *daemonConfig) (*daemon, error) {
 	c := *cfg
 	c.Schema = cmp.Or(c.Schema, migrations.SchemaDefault)
-	c.MaxConns = cmp.Or(c.MaxConns, MaxConnsDefault)
+	c.MaxConns = cmp.Or(c.MaxConns, maxConnsDefault)
 	c.HTTPAddr = cmp.Or(c.HTTPAddr, ":8080")
 	c.AdminAddr = cmp.Or(c.AdminAddr, ":9090")
-	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, ShutdownTimeoutDefault)
-	c.PruneInterval = cmp.Or(c.PruneInterval, PruneIntervalDefault)
-	c.OutboxRetention = cmp.Or(c.OutboxRetention, OutboxRetentionDefault)
+	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, shutdownTimeoutDefault)
+	c.PruneInterval = cmp.Or(c.PruneInterval, pruneIntervalDefault)
+	c.OutboxRetention = cmp.Or(c.OutboxRetention, outboxRetentionDefault)
 	if len(c.Roles) == 0 {
-		c.Roles = RolesDefault
+		c.Roles = rolesDefault
 	}
 	if c.Logger == nil {
 		c.Logger = logrus.NewEntry(logrus.StandardLogger())
 	}
 	var errs []error
 	for _, r := range c.Roles {
-		if !slices.Contains(RolesDefault, r) {
-			errs = append(errs, fmt.Errorf("IDEMD_ROLES: unknown role %q (known: %s)", r, strings.Join(RolesDefault, ", ")))
+		if !slices.Contains(rolesDefault, r) {
+			errs = append(errs, fmt.Errorf("IDEMD_ROLES: unknown role %q (known: %s)", r, strings.Join(rolesDefault, ", ")))
 		}
 	}
 	if c.Pipelines == nil {
@@ -135,7 +132,7 @@ func New(cfg *Config) (*Daemon, error) {
 	if c.DatabaseURL == "" {
 		errs = append(errs, errors.New("IDEMD_DATABASE_URL is required"))
 	}
-	needsKafka := (c.has(RoleConsumer) && c.Pipelines != nil && len(c.Pipelines.Subscriptions) > 0) || c.has(RoleRelay)
+	needsKafka := (c.has(roleConsumer) && c.Pipelines != nil && len(c.Pipelines.Subscriptions) > 0) || c.has(roleRelay)
 	if needsKafka && len(c.Brokers) == 0 {
 		errs = append(errs, errors.New("IDEMD_KAFKA_BROKERS is required by the consumer and relay roles"))
 	}
@@ -163,7 +160,7 @@ func New(cfg *Config) (*Daemon, error) {
 	if err != nil {
 		return nil, fmt.Errorf("error creating the connection pool: %w", err)
 	}
-	return &Daemon{
+	return &daemon{
 		cfg:   c,
 		log:   c.Logger.WithField("component", "daemon"),
 		admin: &admin{pool: pool, schema: c.Schema},
@@ -172,10 +169,10 @@ func New(cfg *Config) (*Daemon, error) {
 	}, nil
 }
 
-func (c *Config) has(role string) bool { return slices.Contains(c.Roles, role) }
+func (c *daemonConfig) has(role string) bool { return slices.Contains(c.Roles, role) }
 
 // Pool is the daemon's connection pool (dev creates its example tables with it).
-func (d *Daemon) Pool() *pgxpool.Pool { return d.pool }
+func (d *daemon) Pool() *pgxpool.Pool { return d.pool }
 
 // part is one running role; stop ends it and waits for it.
 type part struct {
@@ -199,7 +196,7 @@ func (p *part) cancelAndWait(ctx context.Context, cancel context.CancelFunc, wha
 
 // Run serves until ctx ends, then drains within ShutdownTimeout. It returns nil after a
 // clean drain; an error when starting failed, a role failed, or the drain overran.
-func (d *Daemon) Run(ctx context.Context) error {
+func (d *daemon) Run(ctx context.Context) error {
 	defer d.pool.Close()
 	log := d.log
 
@@ -234,19 +231,19 @@ func (d *Daemon) Run(ctx context.Context) error {
 	stopAll := func() error { return d.shutdown(parts) }
 
 	httpAddr := ""
-	if d.cfg.has(RoleReceiver) && len(d.cfg.Pipelines.Sources) > 0 {
+	if d.cfg.has(roleReceiver) && len(d.cfg.Pipelines.Sources) > 0 {
 		p, addr, err := d.startReceiver(start)
 		if err != nil {
 			return errors.Join(err, stopAll())
 		}
 		_, httpAddr = p, addr
 	}
-	if d.cfg.has(RoleConsumer) {
+	if d.cfg.has(roleConsumer) {
 		if err := d.startConsumers(start); err != nil {
 			return errors.Join(err, stopAll())
 		}
 	}
-	if d.cfg.has(RoleRelay) {
+	if d.cfg.has(roleRelay) {
 		if err := d.startRelay(start); err != nil {
 			return errors.Join(err, stopAll())
 		}
@@ -254,7 +251,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 			return errors.Join(err, stopAll())
 		}
 	}
-	if d.cfg.has(RolePruner) {
+	if d.cfg.has(rolePruner) {
 		d.startPruner(start)
 	}
 
@@ -279,7 +276,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 }
 
 // prepare connects, migrates, creates topics and checks the effect SQL.
-func (d *Daemon) prepare(ctx context.Context) error {
+func (d *daemon) prepare(ctx context.Context) error {
 	if err := waitForDatabase(ctx, d.pool, d.log); err != nil {
 		return err
 	}
@@ -293,7 +290,7 @@ func (d *Daemon) prepare(ctx context.Context) error {
 		return fmt.Errorf("the pipelines file is not valid:\n%w", err)
 	}
 	if d.cfg.CreateTopics && len(d.cfg.Brokers) > 0 {
-		if err := CreateTopics(ctx, d.cfg.Brokers, d.cfg.Pipelines.Topics()); err != nil {
+		if err := createTopics(ctx, d.cfg.Brokers, d.cfg.Pipelines.Topics()); err != nil {
 			return err
 		}
 	}
@@ -328,7 +325,7 @@ func waitForDatabase(ctx context.Context, pool *pgxpool.Pool, log *logrus.Entry)
 
 type starter func(p *part, run func(ctx context.Context) error) *part
 
-func (d *Daemon) startReceiver(start starter) (*part, string, error) {
+func (d *daemon) startReceiver(start starter) (*part, string, error) {
 	cfg, err := ReceiverConfig(d.cfg.Pipelines)
 	if err != nil {
 		return nil, "", err
@@ -350,7 +347,7 @@ func (d *Daemon) startReceiver(start starter) (*part, string, error) {
 	srv := receiver.NewServer("", rcv, &receiver.ServerConfig{
 		WriteTimeout: cmp.Or(cfg.ApplyTimeout, receiver.ApplyTimeoutDefault) + cmp.Or(cfg.MaxWait, receiver.MaxWaitDefault) + 5*time.Second,
 	})
-	p := start(&part{name: RoleReceiver, stop: func(ctx context.Context) error {
+	p := start(&part{name: roleReceiver, stop: func(ctx context.Context) error {
 		// Shutdown closes the listener, then waits for the requests in progress: each one
 		// is answered after its transaction, so nothing acknowledged is lost.
 		err := srv.Shutdown(ctx)
@@ -365,7 +362,7 @@ func (d *Daemon) startReceiver(start starter) (*part, string, error) {
 	return p, ln.Addr().String(), nil
 }
 
-func (d *Daemon) startConsumers(start starter) error {
+func (d *daemon) startConsumers(start starter) error {
 	cfgs, err := ConsumerConfigs(d.cfg.Pipelines)
 	if err != nil {
 		return err
@@ -386,7 +383,7 @@ func (d *Daemon) startConsumers(start starter) error {
 	}
 	for _, c := range consumers {
 		cctx, cancel := context.WithCancel(context.Background())
-		p := &part{name: RoleConsumer + " " + c.Name()}
+		p := &part{name: roleConsumer + " " + c.Name()}
 		p.stop = func(ctx context.Context) error {
 			return p.cancelAndWait(ctx, cancel, fmt.Sprintf("subscription %q", c.Name()))
 		}
@@ -395,7 +392,7 @@ func (d *Daemon) startConsumers(start starter) error {
 	return nil
 }
 
-func (d *Daemon) startRelay(start starter) error {
+func (d *daemon) startRelay(start starter) error {
 	relay, err := outbox.NewRelay(d.pool, &outbox.RelayConfig{
 		Schema:  d.cfg.Schema,
 		Brokers: d.cfg.Brokers,
@@ -405,7 +402,7 @@ func (d *Daemon) startRelay(start starter) error {
 		return fmt.Errorf("error starting the relay: %w", err)
 	}
 	rctx, cancel := context.WithCancel(context.Background())
-	p := &part{name: RoleRelay}
+	p := &part{name: roleRelay}
 	p.stop = func(ctx context.Context) error {
 		// Flush: the leader publishes what the receiver and consumers wrote before they
 		// stopped, so that a rolling restart adds no publish delay.
@@ -420,7 +417,7 @@ func (d *Daemon) startRelay(start starter) error {
 
 // waitOutboxEmpty waits until no outbox row is unpublished, or until ctx has less than a
 // second left (kept for stopping the relay itself).
-func (d *Daemon) waitOutboxEmpty(ctx context.Context) {
+func (d *daemon) waitOutboxEmpty(ctx context.Context) {
 	q := "SELECT EXISTS (SELECT 1 FROM " + pgx.Identifier{d.cfg.Schema, "outbox"}.Sanitize() + " WHERE published_at IS NULL)"
 	for {
 		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < time.Second {
@@ -443,12 +440,12 @@ func (d *Daemon) waitOutboxEmpty(ctx context.Context) {
 }
 
 // shutdown stops the parts in order: receiver, consumers, relay, pruner.
-func (d *Daemon) shutdown(parts []*part) error {
+func (d *daemon) shutdown(parts []*part) error {
 	d.admin.draining.Store(true)
 	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.ShutdownTimeout)
 	defer cancel()
 	started := time.Now()
-	order := []string{RoleReceiver, RoleConsumer, RoleRelay, RolePruner}
+	order := []string{roleReceiver, roleConsumer, roleRelay, rolePruner}
 	var errs []error
 	for _, role := range order {
 		var wg sync.WaitGroup

@@ -1,4 +1,4 @@
-package daemon
+package main
 
 import (
 	"context"
@@ -9,13 +9,13 @@ import (
 	"github.com/segmentio/kafka-go"
 )
 
-// TopicPartitionsDefault is the partition count of topics CreateTopics makes.
-const TopicPartitionsDefault = 3
+// topicPartitionsDefault is the partition count of topics createTopics makes.
+const topicPartitionsDefault = 3
 
-// CreateTopics creates the topics that do not exist yet, with TopicPartitionsDefault
+// createTopics creates the topics that do not exist yet, with topicPartitionsDefault
 // partitions and replication factor 1 (development brokers and tests), and waits until
 // their metadata is visible.
-func CreateTopics(ctx context.Context, brokers []string, topics []string) error {
+func createTopics(ctx context.Context, brokers []string, topics []string) error {
 	if len(topics) == 0 {
 		return nil
 	}
@@ -24,7 +24,7 @@ func CreateTopics(ctx context.Context, brokers []string, topics []string) error 
 	cl := &kafka.Client{Addr: kafka.TCP(brokers...)}
 	req := &kafka.CreateTopicsRequest{}
 	for _, t := range topics {
-		req.Topics = append(req.Topics, kafka.TopicConfig{Topic: t, NumPartitions: TopicPartitionsDefault, ReplicationFactor: 1})
+		req.Topics = append(req.Topics, kafka.TopicConfig{Topic: t, NumPartitions: topicPartitionsDefault, ReplicationFactor: 1})
 	}
 	resp, err := cl.CreateTopics(ctx, req)
 	if err != nil {
