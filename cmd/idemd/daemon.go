@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -23,17 +22,6 @@ import (
 	"github.com/idemd/idemd/outbox"
 	"github.com/idemd/idemd/receiver"
 )
-
-// Roles a process can run.
-const (
-	roleReceiver = "receiver"
-	roleConsumer = "consumer"
-	roleRelay    = "relay"
-	rolePruner   = "pruner"
-)
-
-// rolesDefault are the roles of `idemd serve` unless IDEMD_ROLES says otherwise.
-var rolesDefault = []string{roleReceiver, roleConsumer, roleRelay, rolePruner}
 
 // Defaults of daemonConfig.
 const (
@@ -60,7 +48,7 @@ type daemonConfig struct {
 	// Pipelines is the validated pipelines file. Required.
 	Pipelines *config.File
 	// Roles to run. Defaults to rolesDefault.
-	Roles []string
+	Roles []role
 	// Migrate applies the migrations at start. Without it, the process waits (not ready)
 	// until someone else applied them.
 	Migrate bool
@@ -104,7 +92,7 @@ type daemon struct {
 	tls   *tls.Config
 }
 
-// New checks cfg and prepares the connection pool; nothing connects until Run.
+// newDaemon checks cfg and prepares the connection pool; nothing connects until Run.
 func newDaemon(cfg *daemonConfig) (*daemon, error) {
 	c := *cfg
 	c.Schema = cmp.Or(c.Schema, migrations.SchemaDefault)
@@ -121,11 +109,6 @@ func newDaemon(cfg *daemonConfig) (*daemon, error) {
 		c.Logger = logrus.NewEntry(logrus.StandardLogger())
 	}
 	var errs []error
-	for _, r := range c.Roles {
-		if !slices.Contains(rolesDefault, r) {
-			errs = append(errs, fmt.Errorf("IDEMD_ROLES: unknown role %q (known: %s)", r, strings.Join(rolesDefault, ", ")))
-		}
-	}
 	if c.Pipelines == nil {
 		errs = append(errs, errors.New("pipelines file is required"))
 	}
@@ -169,13 +152,14 @@ func newDaemon(cfg *daemonConfig) (*daemon, error) {
 	}, nil
 }
 
-func (c *daemonConfig) has(role string) bool { return slices.Contains(c.Roles, role) }
+func (c *daemonConfig) has(r role) bool { return slices.Contains(c.Roles, r) }
 
-// Pool is the daemon's connection pool (dev creates its example tables with it).
-func (d *daemon) Pool() *pgxpool.Pool { return d.pool }
-
-// part is one running role; stop ends it and waits for it.
+// part is one running piece of a role (a role may have several: one consumer per
+// subscription; the relay and the HTTP deliverer); stop ends it and waits for it.
 type part struct {
+	// role decides when the part stops (shutdown goes through the roles in order).
+	role role
+	// name says which part it is, in logs and errors ("subscription \"ledger\"").
 	name string
 	done chan struct{}
 	err  error
@@ -183,14 +167,14 @@ type part struct {
 }
 
 // cancelAndWait ends a part that drains when its context is canceled: cancel, then wait for
-// its Run to return, or fail with "<what> did not stop in time" when ctx ends first.
-func (p *part) cancelAndWait(ctx context.Context, cancel context.CancelFunc, what string) error {
+// its Run to return, or fail when ctx ends first.
+func (p *part) cancelAndWait(ctx context.Context, cancel context.CancelFunc) error {
 	cancel()
 	select {
 	case <-p.done:
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("%s did not stop in time", what)
+		return errors.New("did not stop in time")
 	}
 }
 
@@ -257,7 +241,7 @@ func (d *daemon) Run(ctx context.Context) error {
 
 	d.admin.started.Store(true)
 	log.WithFields(logrus.Fields{
-		"roles": strings.Join(d.cfg.Roles, ","), "http_addr": httpAddr, "admin_addr": adminLn.Addr().String(),
+		"roles": joinRoles(d.cfg.Roles), "http_addr": httpAddr, "admin_addr": adminLn.Addr().String(),
 		"sources": len(d.cfg.Pipelines.Sources), "subscriptions": len(d.cfg.Pipelines.Subscriptions),
 	}).Info("idemd is serving")
 	if d.cfg.OnReady != nil {
@@ -270,7 +254,7 @@ func (d *daemon) Run(ctx context.Context) error {
 		log.Info("shutdown requested; draining")
 	case p := <-failed:
 		runErr = fmt.Errorf("%s stopped: %w", p.name, p.err)
-		log.WithError(p.err).WithField("role", p.name).Error("a role stopped; shutting down")
+		log.WithError(p.err).WithField("role", p.role.String()).WithField("part", p.name).Error("a role stopped; shutting down")
 	}
 	return errors.Join(runErr, stopAll())
 }
@@ -347,7 +331,7 @@ func (d *daemon) startReceiver(start starter) (*part, string, error) {
 	srv := receiver.NewServer("", rcv, &receiver.ServerConfig{
 		WriteTimeout: cmp.Or(cfg.ApplyTimeout, receiver.ApplyTimeoutDefault) + cmp.Or(cfg.MaxWait, receiver.MaxWaitDefault) + 5*time.Second,
 	})
-	p := start(&part{name: roleReceiver, stop: func(ctx context.Context) error {
+	p := start(&part{role: roleReceiver, name: "the receiver", stop: func(ctx context.Context) error {
 		// Shutdown closes the listener, then waits for the requests in progress: each one
 		// is answered after its transaction, so nothing acknowledged is lost.
 		err := srv.Shutdown(ctx)
@@ -383,10 +367,8 @@ func (d *daemon) startConsumers(start starter) error {
 	}
 	for _, c := range consumers {
 		cctx, cancel := context.WithCancel(context.Background())
-		p := &part{name: roleConsumer + " " + c.Name()}
-		p.stop = func(ctx context.Context) error {
-			return p.cancelAndWait(ctx, cancel, fmt.Sprintf("subscription %q", c.Name()))
-		}
+		p := &part{role: roleConsumer, name: fmt.Sprintf("subscription %q", c.Name())}
+		p.stop = func(ctx context.Context) error { return p.cancelAndWait(ctx, cancel) }
 		start(p, func(context.Context) error { return c.Run(cctx) })
 	}
 	return nil
@@ -402,14 +384,14 @@ func (d *daemon) startRelay(start starter) error {
 		return fmt.Errorf("error starting the relay: %w", err)
 	}
 	rctx, cancel := context.WithCancel(context.Background())
-	p := &part{name: roleRelay}
+	p := &part{role: roleRelay, name: "the relay"}
 	p.stop = func(ctx context.Context) error {
 		// Flush: the leader publishes what the receiver and consumers wrote before they
 		// stopped, so that a rolling restart adds no publish delay.
 		if relay.IsLeader() {
 			d.waitOutboxEmpty(ctx)
 		}
-		return p.cancelAndWait(ctx, cancel, "the relay")
+		return p.cancelAndWait(ctx, cancel)
 	}
 	start(p, func(context.Context) error { return relay.Run(rctx) })
 	return nil
@@ -439,19 +421,19 @@ func (d *daemon) waitOutboxEmpty(ctx context.Context) {
 	}
 }
 
-// shutdown stops the parts in order: receiver, consumers, relay, pruner.
+// shutdown stops the parts role by role, in the order of the role constants (receiver,
+// consumers, relay, pruner); the parts of one role stop together.
 func (d *daemon) shutdown(parts []*part) error {
 	d.admin.draining.Store(true)
 	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.ShutdownTimeout)
 	defer cancel()
 	started := time.Now()
-	order := []string{roleReceiver, roleConsumer, roleRelay, rolePruner}
 	var errs []error
-	for _, role := range order {
+	for r := range role(len(roleNames)) {
 		var wg sync.WaitGroup
 		var mu sync.Mutex
 		for _, p := range parts {
-			if p.name != role && !strings.HasPrefix(p.name, role+" ") {
+			if p.role != r {
 				continue
 			}
 			wg.Add(1)

@@ -24,11 +24,11 @@ func (d *daemon) startDeliverer(start starter) error {
 		return fmt.Errorf("error starting the HTTP deliverer: %w", err)
 	}
 	dctx, cancel := context.WithCancel(context.Background())
-	p := &part{name: roleRelay + " http"}
+	p := &part{role: roleRelay, name: "the HTTP deliverer"}
 	p.stop = func(ctx context.Context) error {
 		// Attempts in flight end with ctx; their rows' leases run out and they are retried,
 		// with the same Idempotency-Key, by the next deliverer.
-		return p.cancelAndWait(ctx, cancel, "the HTTP deliverer")
+		return p.cancelAndWait(ctx, cancel)
 	}
 	start(p, func(context.Context) error { return dl.Run(dctx) })
 	return nil

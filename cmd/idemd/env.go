@@ -37,6 +37,8 @@ type Env struct {
 
 	// set records which variables were given, for dev's defaults.
 	set map[string]bool
+	// roles are the parsed Roles.
+	roles []role
 }
 
 // environment is the process environment as a map, for env and for secret lookups.
@@ -60,7 +62,8 @@ func (e environment) lookup(name string) (string, bool) {
 // loadEnv parses and checks the IDEMD_ variables, reporting every problem at once.
 func loadEnv(e environment) (*Env, error) {
 	cfg := &Env{set: map[string]bool{}}
-	if err := env.ParseWithOptions(cfg, env.Options{Prefix: "IDEMD_", Environment: e}); err != nil {
+	err := env.ParseWithOptions(cfg, env.Options{Prefix: "IDEMD_", Environment: e})
+	if err != nil {
 		return nil, envError(err, e)
 	}
 	for k := range e {
@@ -88,22 +91,9 @@ func loadEnv(e environment) (*Env, error) {
 	if cfg.PruneInterval <= 0 || cfg.OutboxRetention <= 0 {
 		errs = append(errs, errors.New("IDEMD_PRUNE_INTERVAL and IDEMD_OUTBOX_RETENTION must be positive"))
 	}
-	roles := cfg.Roles[:0]
-	for _, r := range cfg.Roles {
-		r = strings.TrimSpace(r)
-		if r == "" {
-			continue
-		}
-		known := false
-		for _, k := range rolesDefault {
-			known = known || k == r
-		}
-		if !known {
-			errs = append(errs, fmt.Errorf("IDEMD_ROLES: unknown role %q (known: %s)", r, strings.Join(rolesDefault, ", ")))
-		}
-		roles = append(roles, r)
+	if cfg.roles, err = parseRoles(cfg.Roles); err != nil {
+		errs = append(errs, err)
 	}
-	cfg.Roles = roles
 	brokers := cfg.KafkaBrokers[:0]
 	for _, b := range cfg.KafkaBrokers {
 		if b = strings.TrimSpace(b); b != "" {

@@ -115,10 +115,10 @@ func (p *pruner) Once(ctx context.Context) (records, rows int64) {
 // is a no-op.
 func (d *daemon) startPruner(start starter) {
 	pctx, cancel := context.WithCancel(context.Background())
-	p := &part{name: rolePruner}
+	p := &part{role: rolePruner, name: "the pruner"}
 	p.stop = func(ctx context.Context) error {
 		// A pruner cut short loses nothing: the next one deletes the rest.
-		_ = p.cancelAndWait(ctx, cancel, "the pruner")
+		_ = p.cancelAndWait(ctx, cancel)
 		return nil
 	}
 	start(p, func(context.Context) error {

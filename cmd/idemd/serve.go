@@ -71,7 +71,7 @@ func daemonConfigFrom(e *Env, f *config.File, log *logrus.Entry, onReady func(st
 		Brokers:             e.KafkaBrokers,
 		CreateTopics:        e.KafkaCreateTopics,
 		Pipelines:           f,
-		Roles:               e.Roles,
+		Roles:               e.roles,
 		Migrate:             e.Migrate,
 		HTTPAddr:            e.HTTPAddr,
 		TLSCertFile:         e.TLSCertFile,
