@@ -1,0 +1,10 @@
+package outbox
+
+// RelaySignals are the relay's test signals, for the package's external tests.
+type RelaySignals = relaySignals
+
+// RelayRound is what one relay round did: the value of the Round signal.
+type RelayRound = round
+
+// TestSignals returns r's test signals; initialise the ones a test waits on before Run.
+func (r *Relay) TestSignals() *RelaySignals { return &r.signals }
