@@ -106,6 +106,7 @@ func envHelp(w io.Writer) {
 		{"IDEMD_KAFKA_CREATE_TOPICS", "create the pipelines' topics at start (default false; dev: true)"},
 		{"IDEMD_PRUNE_INTERVAL", "pruner period (default 1m)"},
 		{"IDEMD_OUTBOX_RETENTION", "how long published outbox rows are kept (default 24h)"},
+		{"IDEMD_RELAY_MAX_FAILING_FOR", "a topic refusing every publish this long has its outbox rows dead-lettered (default 10m; negative: never)"},
 	}
 	for _, v := range vars {
 		fmt.Fprintf(w, "  %-26s %s\n", v[0], v[1])

@@ -12,12 +12,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/sirupsen/logrus"
 
 	"github.com/idemd/idemd/consumer"
 	"github.com/idemd/idemd/internal/config"
+	"github.com/idemd/idemd/internal/testsignal"
 	"github.com/idemd/idemd/migrations"
 	"github.com/idemd/idemd/outbox"
 	"github.com/idemd/idemd/receiver"
@@ -66,6 +66,10 @@ type daemonConfig struct {
 	PruneInterval time.Duration
 	// OutboxRetention is how long published outbox rows are kept. Defaults to 24 h.
 	OutboxRetention time.Duration
+	// RelayMaxFailingFor is how long a topic may keep refusing the relay's publishes (missing
+	// topic, authorization) before its outbox rows are dead-lettered. Defaults to the
+	// relay's (outbox.RelayMaxFailingForDefault).
+	RelayMaxFailingFor time.Duration
 	// KafkaSessionTimeout is the consumer groups' session and rebalance timeout: how long
 	// a dead member keeps its partitions before the group moves them. Defaults to the
 	// consumer's (30 s).
@@ -85,11 +89,24 @@ type daemonConfig struct {
 // the relay publishes the outbox rows they wrote, all within daemonConfig.ShutdownTimeout;
 // Run reports an error when that bound was not met.
 type daemon struct {
-	cfg   daemonConfig
-	log   *logrus.Entry
-	admin *admin
-	pool  *pgxpool.Pool
-	tls   *tls.Config
+	cfg     daemonConfig
+	log     *logrus.Entry
+	admin   *admin
+	pool    *pgxpool.Pool
+	tls     *tls.Config
+	signals daemonSignals
+}
+
+// daemonSignals are the daemon's test signals (internal/testsignal): inert unless a test
+// initialised them before Run.
+type daemonSignals struct {
+	// topicsCreated carries the topics CreateTopics made (or found) before serving.
+	topicsCreated testsignal.Signal[[]string]
+	// ready carries the receiver's and the admin server's addresses once every role runs.
+	ready testsignal.Signal[[2]string]
+	// drained carries the outcome of the relay's flush on shutdown (nil: flushed, or not
+	// the leader).
+	drained testsignal.Signal[error]
 }
 
 // newDaemon checks cfg and prepares the connection pool; nothing connects until Run.
@@ -247,6 +264,7 @@ func (d *daemon) Run(ctx context.Context) error {
 	if d.cfg.OnReady != nil {
 		d.cfg.OnReady(httpAddr, adminLn.Addr().String())
 	}
+	d.signals.ready.Signal([2]string{httpAddr, adminLn.Addr().String()})
 
 	var runErr error
 	select {
@@ -274,9 +292,11 @@ func (d *daemon) prepare(ctx context.Context) error {
 		return fmt.Errorf("the pipelines file is not valid:\n%w", err)
 	}
 	if d.cfg.CreateTopics && len(d.cfg.Brokers) > 0 {
-		if err := createTopics(ctx, d.cfg.Brokers, d.cfg.Pipelines.Topics()); err != nil {
+		topics := d.cfg.Pipelines.Topics()
+		if err := createTopics(ctx, d.cfg.Brokers, topics); err != nil {
 			return err
 		}
+		d.signals.topicsCreated.Signal(topics)
 	}
 	return nil
 }
@@ -376,9 +396,10 @@ func (d *daemon) startConsumers(start starter) error {
 
 func (d *daemon) startRelay(start starter) error {
 	relay, err := outbox.NewRelay(d.pool, &outbox.RelayConfig{
-		Schema:  d.cfg.Schema,
-		Brokers: d.cfg.Brokers,
-		Logger:  d.cfg.Logger.WithField("component", "relay"),
+		Schema:        d.cfg.Schema,
+		Brokers:       d.cfg.Brokers,
+		MaxFailingFor: d.cfg.RelayMaxFailingFor,
+		Logger:        d.cfg.Logger.WithField("component", "relay"),
 	})
 	if err != nil {
 		return fmt.Errorf("error starting the relay: %w", err)
@@ -386,39 +407,34 @@ func (d *daemon) startRelay(start starter) error {
 	rctx, cancel := context.WithCancel(context.Background())
 	p := &part{role: roleRelay, name: "the relay"}
 	p.stop = func(ctx context.Context) error {
-		// Flush: the leader publishes what the receiver and consumers wrote before they
-		// stopped, so that a rolling restart adds no publish delay.
-		if relay.IsLeader() {
-			d.waitOutboxEmpty(ctx)
-		}
+		err := d.drainRelay(ctx, relay)
+		d.signals.drained.Signal(err)
 		return p.cancelAndWait(ctx, cancel)
 	}
 	start(p, func(context.Context) error { return relay.Run(rctx) })
 	return nil
 }
 
-// waitOutboxEmpty waits until no outbox row is unpublished, or until ctx has less than a
-// second left (kept for stopping the relay itself).
-func (d *daemon) waitOutboxEmpty(ctx context.Context) {
-	q := "SELECT EXISTS (SELECT 1 FROM " + pgx.Identifier{d.cfg.Schema, "outbox"}.Sanitize() + " WHERE published_at IS NULL)"
-	for {
-		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < time.Second {
-			d.log.Warn("outbox not flushed before the shutdown timeout; the next leader publishes the rest")
-			return
-		}
-		var pending bool
-		qctx, cancel := context.WithTimeout(ctx, time.Second)
-		err := d.pool.QueryRow(qctx, q).Scan(&pending)
-		cancel()
-		if err == nil && !pending {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(50 * time.Millisecond):
-		}
+// drainRelay flushes the outbox when this process's relay leads: it publishes what the
+// receiver and consumers wrote before they stopped, so that a rolling restart adds no
+// publish delay. It keeps the last second of ctx for stopping the relay itself. A standby
+// has nothing to flush: the leader, in another process, publishes the rows.
+func (d *daemon) drainRelay(ctx context.Context, relay *outbox.Relay) error {
+	if dl, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, dl.Add(-time.Second))
+		defer cancel()
 	}
+	err := relay.Drain(ctx)
+	switch {
+	case err == nil:
+		d.log.Info("outbox flushed")
+	case errors.Is(err, outbox.ErrNotLeader):
+		err = nil
+	default:
+		d.log.WithError(err).Warn("outbox not flushed before the shutdown timeout; the next leader publishes the rest")
+	}
+	return err
 }
 
 // shutdown stops the parts role by role, in the order of the role constants (receiver,

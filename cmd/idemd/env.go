@@ -32,6 +32,7 @@ type Env struct {
 	PruneInterval       time.Duration `env:"PRUNE_INTERVAL" envDefault:"1m"`
 	OutboxRetention     time.Duration `env:"OUTBOX_RETENTION" envDefault:"24h"`
 	KafkaSessionTimeout time.Duration `env:"KAFKA_SESSION_TIMEOUT" envDefault:"30s"`
+	RelayMaxFailingFor  time.Duration `env:"RELAY_MAX_FAILING_FOR" envDefault:"10m"`
 	TLSCertFile         string        `env:"TLS_CERT_FILE"`
 	TLSKeyFile          string        `env:"TLS_KEY_FILE"`
 

@@ -81,6 +81,7 @@ func daemonConfigFrom(e *Env, f *config.File, log *logrus.Entry, onReady func(st
 		PruneInterval:       e.PruneInterval,
 		OutboxRetention:     e.OutboxRetention,
 		KafkaSessionTimeout: e.KafkaSessionTimeout,
+		RelayMaxFailingFor:  e.RelayMaxFailingFor,
 		Logger:              log,
 		OnReady:             onReady,
 	}
