@@ -50,7 +50,8 @@ const (
 type Config struct {
 	// Name is the pipeline's name; message ids are unique within it. Required.
 	Name string
-	// Brokers are the Kafka bootstrap addresses. Required.
+	// Brokers are the Kafka bootstrap addresses. Required by Run; Replay never contacts
+	// Kafka and does without.
 	Brokers []string
 	// Topics are consumed in one consumer group. Required.
 	Topics []string
@@ -176,8 +177,6 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Consumer, error) {
 	switch {
 	case c.Name == "":
 		return nil, errors.New("consumer: Name is required")
-	case len(c.Brokers) == 0:
-		return nil, fmt.Errorf("consumer %s: Brokers is required", c.Name)
 	case len(c.Topics) == 0:
 		return nil, fmt.Errorf("consumer %s: Topics is required", c.Name)
 	case c.BatchSize < 1:
@@ -274,6 +273,9 @@ type partitionKey struct {
 // group. It returns nil after a clean drain, or the error that stopped it (a failure that is
 // neither transient nor attributable to one message, such as a missing table).
 func (c *Consumer) Run(ctx context.Context) error {
+	if len(c.cfg.Brokers) == 0 {
+		return fmt.Errorf("consumer %s: Brokers is required to run", c.cfg.Name)
+	}
 	r := kafka.NewReader(kafka.ReaderConfig{
 		Brokers:           c.cfg.Brokers,
 		GroupID:           c.cfg.Group,

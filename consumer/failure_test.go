@@ -180,7 +180,6 @@ func TestNewChecksConfig(t *testing.T) {
 		want   string
 	}{
 		{"name", func(c *consumer.Config) { c.Name = "" }, "Name is required"},
-		{"brokers", func(c *consumer.Config) { c.Brokers = nil }, "Brokers"},
 		{"topics", func(c *consumer.Config) { c.Topics = nil }, "Topics"},
 		{"sql syntax", func(c *consumer.Config) { c.SQL = "INSERT INTO nowhere VALUES (@message_id" }, "SQL: does not prepare"},
 		{"sql table", func(c *consumer.Config) { c.SQL = "INSERT INTO no_such_table VALUES (@message_id)" }, "SQL: does not prepare"},
@@ -201,4 +200,16 @@ func TestNewChecksConfig(t *testing.T) {
 	}
 	_, err := consumer.New(b.db.Pool, b.config())
 	require.NoError(t, err)
+}
+
+// TestRunRequiresBrokers: New does without brokers (Replay never contacts Kafka); Run says
+// they are missing.
+func TestRunRequiresBrokers(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1)
+	cfg := b.config()
+	cfg.Brokers = nil
+	c, err := consumer.New(b.db.Pool, cfg)
+	require.NoError(t, err)
+	require.ErrorContains(t, c.Run(context.Background()), "Brokers is required")
 }

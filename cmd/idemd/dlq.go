@@ -181,7 +181,6 @@ type replayer struct {
 	log       *logrus.Entry
 	file      *config.File
 	schema    string
-	brokers   []string
 	sources   map[string]bool
 	subs      map[string]*consumer.Config
 	rcv       *receiver.Receiver
@@ -195,7 +194,7 @@ func newReplayer(pool *pgxpool.Pool, e *Env, f *config.File, log *logrus.Entry) 
 	}
 	r := &replayer{
 		pool: pool, letters: deadletter.New(e.DBSchema), delivery: delivery.NewStore(e.DBSchema), log: log,
-		file: f, schema: e.DBSchema, brokers: e.KafkaBrokers,
+		file: f, schema: e.DBSchema,
 		sources: map[string]bool{}, subs: map[string]*consumer.Config{}, consumers: map[string]*consumer.Consumer{},
 	}
 	for _, s := range f.Sources {
@@ -262,17 +261,14 @@ func (r *replayer) peek(ctx context.Context, id int64) (*deadletter.Letter, erro
 	return r.letters.GetTx(ctx, tx, id)
 }
 
-// consumer builds a subscription's consumer for Replay, which never contacts Kafka: New
-// wants brokers in its config, and gets a placeholder when none are configured.
+// consumer builds a subscription's consumer for Replay, which never contacts Kafka (so it
+// needs no brokers).
 func (r *replayer) consumer(name string) (*consumer.Consumer, error) {
 	if c := r.consumers[name]; c != nil {
 		return c, nil
 	}
 	cfg := *r.subs[name]
-	cfg.Schema, cfg.Logger, cfg.Brokers = r.schema, r.log, r.brokers
-	if len(cfg.Brokers) == 0 {
-		cfg.Brokers = []string{"replay-contacts-no-broker:9092"}
-	}
+	cfg.Schema, cfg.Logger = r.schema, r.log
 	c, err := consumer.New(r.pool, &cfg)
 	if err != nil {
 		return nil, err
