@@ -2,3 +2,12 @@ package delivery
 
 // EndpointDisabledGauge exposes the gauge to the external tests.
 var EndpointDisabledGauge = endpointDisabled
+
+// DelivererSignals are the deliverer's test signals, for the external tests.
+type DelivererSignals = delivererSignals
+
+// EndpointState is the value of the EndpointState signal.
+type EndpointState = endpointState
+
+// TestSignals returns d's test signals; initialise the ones a test waits on before Run.
+func (d *Deliverer) TestSignals() *DelivererSignals { return &d.signals }
