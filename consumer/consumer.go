@@ -24,11 +24,9 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/sirupsen/logrus"
 
-	"github.com/idemd/idemd/deadletter"
 	"github.com/idemd/idemd/exactlyonce"
-	"github.com/idemd/idemd/internal/fingerprint"
+	"github.com/idemd/idemd/internal/effectsql"
 	"github.com/idemd/idemd/internal/metrics"
-	"github.com/idemd/idemd/outbox"
 	"github.com/idemd/idemd/processed"
 )
 
@@ -50,8 +48,7 @@ const (
 type Config struct {
 	// Name is the pipeline's name; message ids are unique within it. Required.
 	Name string
-	// Brokers are the Kafka bootstrap addresses. Required by Run; Replay never contacts
-	// Kafka and does without.
+	// Brokers are the Kafka bootstrap addresses. Required by Run (not by replays).
 	Brokers []string
 	// Topics are consumed in one consumer group. Required.
 	Topics []string
@@ -140,16 +137,12 @@ type DeadLetter struct {
 
 // Consumer consumes one subscription. Create it with New, run it with Run.
 type Consumer struct {
-	cfg      Config
-	pool     *pgxpool.Pool
-	unit     *exactlyonce.Unit
-	outbox   *outbox.Store
-	dead     *deadletter.Store
-	log      *logrus.Entry
-	guardSQL string
-	// sql is the SQL effect with positional parameters; sqlParams names them in order.
-	sql       string
-	sqlParams []string
+	cfg  Config
+	pool *pgxpool.Pool
+	unit *exactlyonce.Unit
+	log  *logrus.Entry
+	// stmt is the SQL effect, compiled once at New.
+	stmt *effectsql.Statement
 }
 
 // New checks cfg, fills its defaults, and checks that the SQL effect prepares.
@@ -217,15 +210,12 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Consumer, error) {
 		}
 	}
 	log := c.Logger.WithField("component", "consumer").WithField("pipeline", c.Name)
-	var (
-		positional string
-		params     []string
-	)
+	var stmt *effectsql.Statement
 	if c.SQL != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		var err error
-		if positional, params, err = checkSQL(ctx, pool, c.SQL); err != nil {
+		if stmt, err = checkSQL(ctx, pool, c.SQL); err != nil {
 			return nil, fmt.Errorf("consumer %s: SQL: %w", c.Name, err)
 		}
 	}
@@ -233,19 +223,14 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Consumer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("consumer %s: %w", c.Name, err)
 	}
-	con := &Consumer{
-		cfg: c, pool: pool, log: log, sql: positional, sqlParams: params,
-		outbox:   outbox.New(&outbox.Config{Schema: c.Schema}),
-		dead:     deadletter.New(c.Schema),
-		guardSQL: guardSQL(c.Schema),
-	}
+	con := &Consumer{cfg: c, pool: pool, log: log, stmt: stmt}
 	con.unit, err = exactlyonce.New(pool, &exactlyonce.Config{
+		Schema:     c.Schema,
 		Processed:  store,
 		BackoffMin: c.BackoffMin,
 		BackoffMax: c.BackoffMax,
 		Logger:     log,
 		OnRetry:    func(error) { metrics.Retries.WithLabelValues("kafka").Inc() },
-		Flush:      con.flush,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("consumer %s: %w", c.Name, err)
@@ -438,62 +423,17 @@ func (c *Consumer) commit(ctx context.Context, r reader, last kafka.Message) err
 
 // process applies one partition's batch in one transaction and records the outcomes.
 func (c *Consumer) process(ctx context.Context, batch []*record) error {
-	p := &pending{}
 	msgs := make([]*exactlyonce.Message, len(batch))
 	for i, r := range batch {
-		r.pending = p
-		m := &exactlyonce.Message{
-			Scope:       c.cfg.Name,
-			Fingerprint: fingerprint.Body(r.msg.Value),
-			Retention:   c.cfg.Retention,
-			Effect:      c.effect,
-			MaxAttempts: c.cfg.DeadLetter.MaxAttempts,
-			DeadLetter:  c.deadLetter,
-			Value:       r,
-		}
-		id, ok := r.id(c.cfg.MessageID)
-		switch {
-		case ok && processed.ValidID(id):
-			r.msg.ID, m.ID = id, id
-		default:
-			// Deduplicated by position, so that a redelivery is not dead-lettered twice.
-			m.ID = "kafka-position:" + r.msg.Topic + "/" + strconv.Itoa(r.msg.Partition) + "/" + strconv.FormatInt(r.msg.Offset, 10)
-			m.Effect, m.MaxAttempts = noID, 1
-			if ok {
-				// Too long, not UTF-8, control characters: not storable as an id.
-				m.Effect = malformedID
-			}
-		}
-		msgs[i] = m
+		msgs[i] = c.message(r)
 	}
 	start := time.Now()
-	todo := msgs
-	for wait := c.cfg.BackoffMin; ; {
-		if err := c.unit.Apply(ctx, todo); err != nil {
-			return err
-		}
-		// A live reservation (never made by this door, but possible in a shared scope)
-		// holds some ids: try those again until it is released or taken over.
-		var held []*exactlyonce.Message
-		for _, m := range todo {
-			if m.Outcome == exactlyonce.InFlight {
-				held = append(held, m)
-			}
-		}
-		if len(held) == 0 {
-			break
-		}
-		todo = held
-		wait = min(max(2*wait, 50*time.Millisecond), cmp.Or(c.cfg.BackoffMax, 5*time.Second))
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(wait):
-		}
+	if err := c.unit.Apply(ctx, msgs); err != nil {
+		return err
 	}
 	metrics.TxDuration.WithLabelValues("kafka").Observe(time.Since(start).Seconds())
 	metrics.TxBatchSize.WithLabelValues("kafka").Observe(float64(len(msgs)))
-	c.record(msgs)
+	c.record(batch, msgs)
 	if c.cfg.AfterCommit != nil {
 		out := make([]Message, len(batch))
 		for i, r := range batch {
@@ -508,11 +448,11 @@ func (c *Consumer) process(ctx context.Context, batch []*record) error {
 }
 
 // record counts and logs the outcomes of a committed batch.
-func (c *Consumer) record(msgs []*exactlyonce.Message) {
+func (c *Consumer) record(batch []*record, msgs []*exactlyonce.Message) {
 	var applied, dups, conflicts, dead, stale int
 	debug := c.log.Logger.IsLevelEnabled(logrus.DebugLevel)
-	for _, m := range msgs {
-		r := m.Value.(*record)
+	for i, m := range msgs {
+		r := batch[i]
 		log := c.log
 		if debug || m.Outcome == exactlyonce.Conflict || m.Outcome == exactlyonce.DeadLettered {
 			log = c.log.WithFields(logrus.Fields{
@@ -521,13 +461,11 @@ func (c *Consumer) record(msgs []*exactlyonce.Message) {
 		}
 		switch m.Outcome {
 		case exactlyonce.Applied:
-			if r.stale {
-				stale++
-				log.Debug("stale message: effect skipped")
-			} else {
-				applied++
-				log.Debug("message applied")
-			}
+			applied++
+			log.Debug("message applied")
+		case exactlyonce.Stale:
+			stale++
+			log.Debug("stale message: effect skipped")
 		case exactlyonce.Duplicate:
 			dups++
 			log.Debug("duplicate message: effect not repeated")

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemd/idemd/consumer"
+	"github.com/idemd/idemd/exactlyonce"
 )
 
 func TestPoisonMessageAmongGoodOnes(t *testing.T) {
@@ -152,7 +153,7 @@ func TestHandlerPermanentAndTransientErrors(t *testing.T) {
 	cfg.Handler = func(ctx context.Context, tx pgx.Tx, m consumer.Message) error {
 		switch {
 		case m.ID == "bad":
-			return consumer.Permanent(errors.New("refused"))
+			return exactlyonce.Permanent(errors.New("refused"))
 		case m.ID == "flaky" && failures < 2:
 			failures++ // a plain error is retried, never skipped
 			return errors.New("try again")
@@ -200,13 +201,9 @@ func TestNewChecksConfig(t *testing.T) {
 	}
 	_, err := consumer.New(b.db.Pool, b.config())
 	require.NoError(t, err)
-}
 
-// TestRunRequiresBrokers: New does without brokers (Replay never contacts Kafka); Run says
-// they are missing.
-func TestRunRequiresBrokers(t *testing.T) {
-	t.Parallel()
-	b := setup(t, 1)
+	// Brokers are needed to consume, not to replay: New takes a config without them, Run
+	// refuses it.
 	cfg := b.config()
 	cfg.Brokers = nil
 	c, err := consumer.New(b.db.Pool, cfg)

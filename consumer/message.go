@@ -85,13 +85,11 @@ func (f *Field) String() string {
 
 // record is one fetched Kafka record on its way through a batch.
 type record struct {
-	msg     Message
-	raw     kafka.Message
-	parsed  bool
-	doc     any // the decoded value, nil when it is not JSON
-	isJSON  bool
-	stale   bool
-	pending *pending
+	msg    Message
+	raw    kafka.Message
+	parsed bool
+	doc    any // the decoded value, nil when it is not JSON
+	isJSON bool
 }
 
 // json decodes the value once, on first use.

@@ -30,14 +30,23 @@ func (b *bundle) deadLetter(t *testing.T, cfg *consumer.Config, n int, msgs ...k
 	return letters
 }
 
-// replayer is a Consumer built with New and never run, on brokers nothing listens on:
-// Replay must not need Kafka.
-func (b *bundle) replayer(t *testing.T, cfg *consumer.Config) *consumer.Consumer {
+// testReplayer replays letters through a Consumer built with New and never run, on
+// brokers nothing listens on: replays must not need Kafka.
+type testReplayer struct{ rp *deadletter.Replayer }
+
+func (r testReplayer) Replay(ctx context.Context, id int64) error {
+	_, err := r.rp.Replay(ctx, id)
+	return err
+}
+
+func (b *bundle) replayer(t *testing.T, cfg *consumer.Config) testReplayer {
 	t.Helper()
 	cfg.Brokers = []string{"127.0.0.1:1"}
 	c, err := consumer.New(b.db.Pool, cfg)
 	require.NoError(t, err)
-	return c
+	rp := deadletter.NewReplayer(b.db.Pool, deadletter.New(b.db.Schema))
+	c.RegisterReplay(rp)
+	return testReplayer{rp}
 }
 
 func TestReplayAppliesOnceAfterTheCauseIsFixed(t *testing.T) {
@@ -72,7 +81,7 @@ func TestReplayAppliesOnceAfterTheCauseIsFixed(t *testing.T) {
 	require.Equal(t, 1, b.db.Count(t, "{schema}.dead_letters WHERE id = $1 AND replayed_at IS NOT NULL", l.ID))
 
 	// Twice: refused, no second effect.
-	require.ErrorIs(t, c.Replay(ctx, l.ID), consumer.ErrAlreadyReplayed)
+	require.ErrorIs(t, c.Replay(ctx, l.ID), deadletter.ErrAlreadyReplayed)
 	require.Equal(t, 1, b.db.Count(t, "{schema}.effects WHERE message_id = 'poison'"))
 	require.Equal(t, 1, b.db.Count(t, "{schema}.outbox WHERE causation_id = 'poison'"))
 }
@@ -161,17 +170,23 @@ func TestReplayRefusesOtherLetters(t *testing.T) {
 	tx, err := b.db.Pool.Begin(ctx)
 	require.NoError(t, err)
 	store := deadletter.New(b.db.Schema)
-	other, err := store.WriteTx(ctx, tx, &deadletter.Letter{Pipeline: "payments", Scope: "payments", MessageID: "m1", Payload: []byte(`{}`), Reason: "x"})
+	other, err := store.WriteTx(ctx, tx, &deadletter.Letter{Pipeline: "payments", Origin: deadletter.Origin{Door: deadletter.DoorKafka},
+		Scope: "payments", MessageID: "m1", Payload: []byte(`{}`), Reason: "x"})
 	require.NoError(t, err)
 	// An HTTP delivery's letter carries the subscription's name but is the sink's.
-	delivery, err := store.WriteTx(ctx, tx, &deadletter.Letter{Pipeline: "ledger", Scope: "http:ledger", MessageID: "m2", Payload: []byte(`{}`), Reason: "x",
-		Metadata: map[string]any{"door": "http_delivery", "delivery_id": 1}})
+	delivery, err := store.WriteTx(ctx, tx, &deadletter.Letter{Pipeline: "ledger", Origin: deadletter.Origin{Door: deadletter.DoorDelivery, DeliveryID: 1},
+		Scope: "http:ledger", MessageID: "m2", Payload: []byte(`{}`), Reason: "x"})
+	require.NoError(t, err)
+	// A letter of this subscription's name under another scope is not its own.
+	scoped, err := store.WriteTx(ctx, tx, &deadletter.Letter{Pipeline: "ledger", Origin: deadletter.Origin{Door: deadletter.DoorKafka},
+		Scope: "other", MessageID: "m3", Payload: []byte(`{}`), Reason: "x"})
 	require.NoError(t, err)
 	require.NoError(t, tx.Commit(ctx))
 
 	c := b.replayer(t, b.config())
-	require.ErrorIs(t, c.Replay(ctx, other), consumer.ErrUnknownPipeline)
-	require.ErrorIs(t, c.Replay(ctx, delivery), consumer.ErrUnknownPipeline)
+	require.ErrorIs(t, c.Replay(ctx, other), deadletter.ErrNoReplayer)
+	require.ErrorIs(t, c.Replay(ctx, delivery), deadletter.ErrNoReplayer)
+	require.ErrorIs(t, c.Replay(ctx, scoped), consumer.ErrUnknownPipeline)
 	require.ErrorIs(t, c.Replay(ctx, 1<<40), deadletter.ErrNotFound)
 	require.Equal(t, 0, b.db.Count(t, "{schema}.effects"))
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/segmentio/kafka-go"
 	"github.com/sirupsen/logrus"
@@ -191,8 +192,10 @@ func relayLetter(id int64, m kafka.Message, reason string, attempts int) *deadle
 			op = string(h.Value)
 		}
 	}
+	opID, _ := uuid.Parse(op)
 	return &deadletter.Letter{
-		Pipeline: pipeline, Scope: "kafka:" + m.Topic, MessageID: causation, Payload: m.Value, Headers: headers,
+		Pipeline: pipeline, Origin: deadletter.Origin{Door: deadletter.DoorRelay, OutboxID: id, OperationID: opID},
+		Scope: "kafka:" + m.Topic, MessageID: causation, Payload: m.Value, Headers: headers,
 		Metadata: map[string]any{"door": "relay", "topic": m.Topic, "key": string(m.Key), "operation_id": op, "outbox_id": id},
 		Reason:   reason,
 		Attempts: attempts,

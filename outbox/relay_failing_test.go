@@ -150,6 +150,9 @@ func TestRelayDeadLettersATopicItMayNotWrite(t *testing.T) {
 	for i, l := range letters {
 		ev := refused[i] // letters are listed in id order: the rows' order
 		require.Equal(t, "kafka:"+denied, l.Scope)
+		require.Equal(t, deadletter.DoorRelay, l.Origin.Door)
+		require.Equal(t, outbox.OperationID("p", ev.CausationID, ordinal[ev.CausationID]), l.Origin.OperationID, "replay keeps the operation id")
+		require.NotZero(t, l.Origin.OutboxID)
 		require.Equal(t, ev.CausationID, l.MessageID)
 		require.Equal(t, string(ev.Payload), string(l.Payload))
 		require.Equal(t, denied, l.Metadata["topic"])
