@@ -34,6 +34,7 @@ import (
 
 	"github.com/idemd/idemd/deadletter"
 	"github.com/idemd/idemd/internal/retry"
+	"github.com/idemd/idemd/internal/testsignal"
 	"github.com/idemd/idemd/outbox"
 )
 
@@ -147,6 +148,21 @@ type Deliverer struct {
 	channel    string
 	deadletter *deadletter.Store
 	sql        statements
+	signals    delivererSignals
+}
+
+// delivererSignals are the deliverer's test signals (internal/testsignal): inert unless a
+// test initialised them before Run. (Attempts are reported through Config.AfterAttempt.)
+type delivererSignals struct {
+	// EndpointState is signalled when an endpoint loop sees its endpoint disabled or
+	// enabled again (and has set the gauge).
+	EndpointState testsignal.Signal[endpointState]
+}
+
+// endpointState is an endpoint's state as its loop saw it change.
+type endpointState struct {
+	Endpoint string
+	Disabled bool
 }
 
 type endpoint struct {
@@ -398,6 +414,7 @@ func (d *Deliverer) runEndpoint(ctx context.Context, ep *endpoint) {
 					endpointDisabled.WithLabelValues(ep.Name).Set(0)
 					log.Info("endpoint is enabled; delivering its queued events")
 				}
+				d.signals.EndpointState.Signal(endpointState{Endpoint: ep.Name, Disabled: disabled})
 			}
 			if disabled {
 				return nil

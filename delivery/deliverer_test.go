@@ -134,8 +134,9 @@ func quietLogger() *logrus.Entry {
 	return logrus.NewEntry(l)
 }
 
-// start runs a deliverer until stop or the end of the test.
-func (b *bundle) start(t *testing.T, cfg delivery.Config) (stop func()) {
+// start runs a deliverer until stop or the end of the test; its EndpointState signal is
+// initialised.
+func (b *bundle) start(t *testing.T, cfg delivery.Config) (d *delivery.Deliverer, stop func()) {
 	t.Helper()
 	cfg.Schema = b.db.Schema
 	cfg.Logger = cmpOr(cfg.Logger, quietLogger())
@@ -148,6 +149,7 @@ func (b *bundle) start(t *testing.T, cfg delivery.Config) (stop func()) {
 	cfg.AfterAttempt = func(a delivery.Attempt) { b.attempts <- a }
 	d, err := delivery.NewDeliverer(b.db.Pool, &cfg)
 	require.NoError(t, err)
+	d.TestSignals().EndpointState.Init(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -157,7 +159,7 @@ func (b *bundle) start(t *testing.T, cfg delivery.Config) (stop func()) {
 	var once sync.Once
 	stop = func() { once.Do(func() { cancel(); <-done }) }
 	t.Cleanup(stop)
-	return stop
+	return d, stop
 }
 
 func cmpOr[T comparable](v, def T) T {
@@ -285,8 +287,10 @@ func TestGoneDisablesEndpoint(t *testing.T) {
 	ep := endpointConfig(name, e)
 	ep.Concurrency = 1
 	b.enqueue(t, event(name, "m1", "", `{}`), event(name, "m2", "", `{}`), event(name, "m3", "", `{}`))
-	b.start(t, delivery.Config{Endpoints: []delivery.Endpoint{ep}})
+	d, _ := b.start(t, delivery.Config{Endpoints: []delivery.Endpoint{ep}})
 	b.waitFor(t, delivery.Disabled, 1)
+	d.TestSignals().EndpointState.WaitFor(t, "the endpoint disabled", func(s delivery.EndpointState) bool { return s.Disabled })
+	require.EqualValues(t, 1, testutil.ToFloat64(delivery.EndpointDisabledGauge.WithLabelValues(name)))
 
 	store := delivery.NewStore(b.db.Schema)
 	ctx := context.Background()
@@ -296,9 +300,6 @@ func TestGoneDisablesEndpoint(t *testing.T) {
 	require.Contains(t, reason, "410")
 	require.Equal(t, 3, b.db.Count(t, "{schema}.http_deliveries WHERE state = 'pending'"), "nothing is lost or dead-lettered")
 	require.Zero(t, b.db.Count(t, "{schema}.dead_letters"))
-	require.Eventually(t, func() bool {
-		return testutil.ToFloat64(delivery.EndpointDisabledGauge.WithLabelValues(name)) == 1
-	}, 10*time.Second, 10*time.Millisecond)
 
 	// A restart keeps it disabled: the state is in the database. Its backlog and the age of
 	// its oldest pending event are exported for the alerts.
@@ -408,7 +409,7 @@ func TestRestartMidRetryLosesNothing(t *testing.T) {
 	})
 	cfg := delivery.Config{Endpoints: []delivery.Endpoint{endpointConfig("partner", e)}}
 	b.enqueue(t, event("partner", "m1", "k", `{"a":1}`), event("partner", "m2", "k", `{"a":2}`))
-	stop := b.start(t, cfg)
+	_, stop := b.start(t, cfg)
 	b.waitFor(t, delivery.Retry, 1)
 	stop() // during the Retry-After wait
 

@@ -5,3 +5,11 @@ var EndpointDisabledGauge = endpointDisabled
 
 // BacklogGauge and OldestPendingGauge expose the backlog gauges to the external tests.
 var BacklogGauge, OldestPendingGauge = backlog, oldestPending
+// DelivererSignals are the deliverer's test signals, for the external tests.
+type DelivererSignals = delivererSignals
+
+// EndpointState is the value of the EndpointState signal.
+type EndpointState = endpointState
+
+// TestSignals returns d's test signals; initialise the ones a test waits on before Run.
+func (d *Deliverer) TestSignals() *DelivererSignals { return &d.signals }

@@ -2,3 +2,11 @@ package outbox
 
 // RelayLockKey is the advisory lock key of the relay of schema (tests take it away).
 var RelayLockKey = relayLockKey
+// RelaySignals are the relay's test signals, for the package's external tests.
+type RelaySignals = relaySignals
+
+// RelayRound is what one relay round did: the value of the Round signal.
+type RelayRound = round
+
+// TestSignals returns r's test signals; initialise the ones a test waits on before Run.
+func (r *Relay) TestSignals() *RelaySignals { return &r.signals }

@@ -1,7 +1,10 @@
 // Package outbox writes events to be published to Kafka in the caller's transaction, and
 // relays them. Guarantee: an outbox row commits if and only if the caller's transaction
 // commits; every committed row is then published at least once, with an operation id that
-// is the same on every attempt, so that a consumer deduping on it applies it exactly once.
+// is the same on every attempt, so that a consumer deduping on it applies it exactly once —
+// unless Kafka refuses it for good (too large, or its topic kept refusing every publish for
+// RelayConfig.MaxFailingFor): then it is moved to dead_letters, from where a replay
+// publishes it with the same operation id. One failing topic never holds back the others.
 // Events with an HTTP endpoint are written to http_deliveries in the same transaction and
 // delivered by package delivery with the same operation id as Idempotency-Key.
 package outbox

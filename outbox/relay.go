@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -18,6 +20,7 @@ import (
 	"github.com/idemd/idemd/deadletter"
 	"github.com/idemd/idemd/internal/metrics"
 	"github.com/idemd/idemd/internal/retry"
+	"github.com/idemd/idemd/internal/testsignal"
 )
 
 // Defaults of RelayConfig.
@@ -29,26 +32,11 @@ const (
 	RelayBackoffMinDefault    = 100 * time.Millisecond
 	RelayBackoffMaxDefault    = 10 * time.Second
 	RelayStatsIntervalDefault = 5 * time.Second
+	RelayMaxFailingForDefault = 10 * time.Minute
 )
 
-// relayRoundBytes bounds the estimated size of one round's records. Kafka refuses a record
-// batch above the broker's message.max.bytes (1048588 by default) for good, so a round of
-// BatchSize large rows bound for one partition would fail on every retry and stall the
-// outbox; and a round the writer had to split into several batches per partition could land
-// a later batch while an earlier one failed, reordering a key. One round below this bound
-// makes one batch per partition that the default broker accepts.
-const relayRoundBytes = 1_000_000
-
-// recordSize over-estimates the encoded size of m in a record batch.
-func recordSize(m *kafka.Message) int {
-	n := 32 + len(m.Key) + len(m.Value)
-	for _, h := range m.Headers {
-		n += 16 + len(h.Key) + len(h.Value)
-	}
-	return n
-}
-
-// Writer is what the relay needs of a Kafka producer; *kafka.Writer has it.
+// Writer is what the relay needs of a Kafka producer; *kafka.Writer has it. The relay calls
+// WriteMessages from several goroutines at once (one per topic of a round).
 type Writer interface {
 	WriteMessages(ctx context.Context, msgs ...kafka.Message) error
 	Close() error
@@ -73,15 +61,24 @@ type RelayConfig struct {
 	PollInterval time.Duration
 	// StandbyPoll is how often a standby relay tries to take the leadership. Defaults to 1 s.
 	StandbyPoll time.Duration
-	// BackoffMin and BackoffMax bound the wait after a failed publish (broker outage).
-	// Defaults to 100 ms and 10 s.
+	// BackoffMin and BackoffMax bound the wait before a topic whose publish failed (broker
+	// outage, missing topic, refused authorization) is tried again; other topics go on
+	// meanwhile. Defaults to 100 ms and 10 s.
 	BackoffMin, BackoffMax time.Duration
+	// MaxFailingFor is how long a topic may keep failing with an error that retrying does
+	// not fix — the topic does not exist (deleted, or never created while the brokers do not
+	// create topics on demand) or the relay may not write to it — before its rows are moved
+	// to dead_letters, from where `idemd dlq replay` puts each back with its operation id
+	// once the topic is fixed. Rows of other topics never wait for it, and a broker outage
+	// never counts. A negative value keeps the rows until the topic works. Defaults to 10
+	// minutes.
+	MaxFailingFor time.Duration
 	// StatsInterval is how often the leader refreshes the backlog gauges. Defaults to 5 s.
 	StatsInterval time.Duration
 	// Logger receives the relay's logs. Defaults to logrus's standard logger.
 	Logger *logrus.Entry
-	// AfterPublish, when set, runs after a batch reached Kafka and before it is marked
-	// published; an error stops the relay there, as a crash would. For tests.
+	// AfterPublish, when set, runs after a round's records reached Kafka and before they
+	// are marked published; an error stops the relay there, as a crash would. For tests.
 	AfterPublish func(ids []int64) error
 }
 
@@ -93,6 +90,11 @@ type RelayConfig struct {
 // whose transaction committed late is picked up by the next round, never skipped. Rows are
 // marked published only after Kafka acknowledged them with acks=all; a crash in between
 // publishes them again with the same operation-id header.
+//
+// A round publishes each topic's rows separately: a topic that fails (a broker refusing it,
+// a topic that does not exist, a missing authorization) is left out of the following rounds
+// until its retry, so that the other topics keep flowing, and its rows keep their order
+// because none of them is published while an earlier one waits.
 type Relay struct {
 	pool      *pgxpool.Pool
 	cfg       RelayConfig
@@ -107,6 +109,27 @@ type Relay struct {
 	statsSQL  string
 	published atomic.Int64
 	leader    atomic.Bool
+
+	// failing are the topics whose last publish failed. Only the leading goroutine uses it.
+	failing map[string]*topicFailure
+
+	mu         sync.Mutex
+	rounds     uint64             // rounds started since the relay was created
+	waiters    []*drainWaiter     // Drain calls waiting for a clean round
+	cancelWait context.CancelFunc // ends the leader's idle wait (Drain wakes it)
+	woken      bool               // Drain asked for a round while one ran
+
+	signals relaySignals
+}
+
+// relaySignals are the relay's test signals (internal/testsignal): inert unless a test
+// initialised them before Run.
+type relaySignals struct {
+	// Leading is signalled each time the relay takes the leadership.
+	Leading testsignal.Signal[struct{}]
+	// Round is signalled after each round that published, dead-lettered or failed
+	// something.
+	Round testsignal.Signal[round]
 }
 
 // NewRelay returns a relay on pool; call Run.
@@ -125,6 +148,7 @@ func NewRelay(pool *pgxpool.Pool, cfg *RelayConfig) (*Relay, error) {
 	c.StandbyPoll = cmp.Or(c.StandbyPoll, RelayStandbyPollDefault)
 	c.BackoffMin = cmp.Or(c.BackoffMin, RelayBackoffMinDefault)
 	c.BackoffMax = cmp.Or(c.BackoffMax, RelayBackoffMaxDefault)
+	c.MaxFailingFor = cmp.Or(c.MaxFailingFor, RelayMaxFailingForDefault)
 	c.StatsInterval = cmp.Or(c.StatsInterval, RelayStatsIntervalDefault)
 	switch {
 	case c.BatchSize < 0:
@@ -146,7 +170,7 @@ func NewRelay(pool *pgxpool.Pool, cfg *RelayConfig) (*Relay, error) {
 			BatchTimeout: c.BatchTimeout,
 			BatchSize:    c.BatchSize,
 			BatchBytes:   64 << 20,
-			// The relay retries whole batches itself, forever, with its own backoff.
+			// The relay retries failed topics itself, forever, with its own backoff.
 			MaxAttempts:  1,
 			WriteTimeout: 10 * time.Second,
 			ReadTimeout:  10 * time.Second,
@@ -160,10 +184,11 @@ func NewRelay(pool *pgxpool.Pool, cfg *RelayConfig) (*Relay, error) {
 		log:     c.Logger.WithField("component", "relay"),
 		lockKey: relayLockKey(c.Schema),
 		channel: Channel(c.Schema),
+		// $2 are the topics waiting for a retry: their rows stay where they are.
 		selectSQL: `SELECT id, operation_id, pipeline, causation_id, topic, key, payload, headers
-FROM ` + table + ` WHERE published_at IS NULL ORDER BY id LIMIT $1`,
+FROM ` + table + ` WHERE published_at IS NULL AND topic <> ALL($2::text[]) ORDER BY id LIMIT $1`,
 		markSQL:   `UPDATE ` + table + ` SET published_at = now() WHERE id = ANY($1)`,
-		deleteSQL: `DELETE FROM ` + table + ` WHERE id = $1 AND published_at IS NULL`,
+		deleteSQL: `DELETE FROM ` + table + ` WHERE id = ANY($1) AND published_at IS NULL`,
 		letters:   deadletter.New(c.Schema),
 		statsSQL:  `SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0) FROM ` + table + ` WHERE published_at IS NULL`,
 	}, nil
@@ -175,19 +200,108 @@ func (r *Relay) Published() int64 { return r.published.Load() }
 // IsLeader reports whether this relay currently holds the leadership.
 func (r *Relay) IsLeader() bool { return r.leader.Load() }
 
+// ErrNotLeader is returned by Drain when this relay does not hold the leadership.
+var ErrNotLeader = errors.New("outbox: this relay is not the leader")
+
+// drainWaiter is one Drain call: it is released by the first clean round that started
+// after round number after.
+type drainWaiter struct {
+	after uint64
+	done  chan error
+}
+
+// Drain publishes until no unpublished row is left that was committed before the call, and
+// returns nil: it wakes the leader for a round at once rather than waiting for a NOTIFY or
+// the next poll, and returns after a round that started after the call found nothing
+// else to publish (rows Kafka refuses for good are dead-lettered, as always). It does not
+// stop the relay.
+//
+// A relay that does not lead returns ErrNotLeader at once, and so does one that stops
+// leading while Drain waits: the leader, in this process or another, publishes the rows,
+// and waiting for a standby to take over would wait for nothing. Drain returns ctx's error
+// when ctx ends first: a broker outage, or a topic that keeps failing while
+// MaxFailingFor has not passed, leaves rows behind. The daemon drains on shutdown, after
+// the doors stopped writing and before it cancels Run, so that a rolling restart adds no
+// publish delay.
+func (r *Relay) Drain(ctx context.Context) error {
+	w := &drainWaiter{done: make(chan error, 1)}
+	r.mu.Lock()
+	if !r.leader.Load() {
+		r.mu.Unlock()
+		return ErrNotLeader
+	}
+	w.after = r.rounds
+	r.waiters = append(r.waiters, w)
+	r.wakeLocked()
+	r.mu.Unlock()
+	select {
+	case err := <-w.done:
+		return err
+	case <-ctx.Done():
+		r.mu.Lock()
+		r.waiters = slices.DeleteFunc(r.waiters, func(x *drainWaiter) bool { return x == w })
+		r.mu.Unlock()
+		return fmt.Errorf("outbox: drain: %w", ctx.Err())
+	}
+}
+
+// wakeLocked makes the leader run a round now: it ends the leader's idle wait, or, while a
+// round runs, makes it skip the next one. r.mu is held.
+func (r *Relay) wakeLocked() {
+	if r.cancelWait != nil {
+		r.cancelWait()
+		return
+	}
+	r.woken = true
+}
+
+// startRound numbers a new round.
+func (r *Relay) startRound() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.rounds++
+	return r.rounds
+}
+
+// releaseDrains ends the Drain calls waiting since before round n with err.
+func (r *Relay) releaseDrains(n uint64, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.waiters = slices.DeleteFunc(r.waiters, func(w *drainWaiter) bool {
+		if w.after < n {
+			w.done <- err
+			return true
+		}
+		return false
+	})
+}
+
+// setLeader records whether this relay leads; stepping down ends every Drain call.
+func (r *Relay) setLeader(leading bool) {
+	r.mu.Lock()
+	r.leader.Store(leading)
+	r.woken = false
+	r.mu.Unlock()
+	if leading {
+		metrics.RelayLeader.Set(1)
+		return
+	}
+	// The backlog gauges are the leader's: a standby exports none, so that max() over
+	// replicas is the new leader's value, never this process's last one.
+	metrics.RelayLeader.Set(0)
+	metrics.OutboxBacklog.Reset()
+	metrics.OutboxOldestAge.Reset()
+	r.releaseDrains(^uint64(0), ErrNotLeader)
+}
+
 // Run stands by, leads when it can, and publishes until ctx ends; then it closes the
 // writer. It returns nil when ctx ended, or the error of an AfterPublish hook.
 func (r *Relay) Run(ctx context.Context) error {
 	defer r.writer.Close()
 	for {
 		err := r.lead(ctx)
-		if r.leader.Swap(false) {
-			// The backlog gauges are the leader's: a standby exports none, so that max()
-			// over replicas is the new leader's value, never this process's last one.
-			metrics.RelayLeader.Set(0)
-			metrics.OutboxBacklog.Reset()
-			metrics.OutboxOldestAge.Reset()
-		}
+		r.setLeader(false)
+		r.clearFailing()
 		// The hook's error first: the test that stops the relay on it may cancel ctx at once.
 		var hookErr hookError
 		if errors.As(err, &hookErr) {
@@ -231,10 +345,10 @@ func (r *Relay) lead(ctx context.Context) error {
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{r.channel}.Sanitize()); err != nil {
 		return fmt.Errorf("error listening on %s: %w", r.channel, err)
 	}
-	r.leader.Store(true)
-	metrics.RelayLeader.Set(1)
+	r.setLeader(true)
 	r.log.Info("relay is the leader: publishing the outbox")
 	defer r.log.Info("relay stepped down")
+	r.signals.Leading.Signal(struct{}{})
 
 	lastStats := time.Time{}
 	failures := 0
@@ -243,7 +357,8 @@ func (r *Relay) lead(ctx context.Context) error {
 			r.refreshStats(ctx)
 			lastStats = time.Now()
 		}
-		_, more, err := r.publishBatch(ctx)
+		n := r.startRound()
+		rd, err := r.publishRound(ctx)
 		var hookErr hookError
 		switch {
 		case errors.As(err, &hookErr):
@@ -251,10 +366,10 @@ func (r *Relay) lead(ctx context.Context) error {
 		case ctx.Err() != nil:
 			return nil
 		case err != nil:
+			// The database failed us (reading or marking rows): retry the whole round.
 			failures++
-			metrics.OutboxPublishErrors.WithLabelValues().Inc()
 			wait := retry.Backoff(r.cfg.BackoffMin, r.cfg.BackoffMax, failures)
-			r.log.WithError(err).WithField("retry_in", wait.Seconds()).Warn("error publishing outbox batch; rows are kept and retried")
+			r.log.WithError(err).WithField("retry_in", wait.Seconds()).Warn("error in an outbox round; rows are kept and retried")
 			// Still the leader? A dead lock connection means someone else may lead now.
 			if err := pingLock(ctx, conn); err != nil {
 				return fmt.Errorf("relay lock connection lost: %w", err)
@@ -267,87 +382,53 @@ func (r *Relay) lead(ctx context.Context) error {
 			continue
 		}
 		failures = 0
-		if more {
-			// More may be waiting; check the lock is still ours, then go on.
+		if rd.Published+rd.DeadLettered+len(rd.Failed) > 0 {
+			r.signals.Round.Signal(*rd)
+		}
+		if rd.clean() {
+			r.releaseDrains(n, nil)
+		}
+		if rd.More || len(rd.Failed) > 0 {
+			// More may be waiting, or a topic failed (the broker may be gone): check the lock
+			// is still ours, then go on with what is not waiting for a retry.
 			if err := pingLock(ctx, conn); err != nil {
 				return fmt.Errorf("relay lock connection lost: %w", err)
 			}
-			continue
+			if rd.More {
+				continue
+			}
 		}
-		// Drained: sleep until a commit notifies us or the poll interval passes.
-		wctx, cancel := context.WithTimeout(ctx, r.cfg.PollInterval)
-		_, err = conn.WaitForNotification(wctx)
-		cancel()
-		if err != nil && ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
-			return fmt.Errorf("relay lock connection lost: %w", err)
+		if err := r.idle(ctx, conn); err != nil {
+			return err
 		}
 	}
 }
 
-// publishBatch publishes up to BatchSize unpublished rows in id order, within
-// relayRoundBytes, and marks them. more reports that rows may be left.
-func (r *Relay) publishBatch(ctx context.Context) (n int, more bool, err error) {
-	rows, err := r.pool.Query(ctx, r.selectSQL, r.cfg.BatchSize)
-	if err != nil {
-		return 0, false, fmt.Errorf("error reading outbox: %w", err)
+// idle sleeps until a commit notifies the relay, Drain wakes it, the earliest retry of a
+// failing topic is due, or the poll interval passed.
+func (r *Relay) idle(ctx context.Context, conn *pgx.Conn) error {
+	wait := r.cfg.PollInterval
+	if at, ok := r.nextRetry(); ok {
+		wait = min(wait, max(time.Until(at), 0))
 	}
-	var (
-		ids   []int64
-		msgs  []kafka.Message
-		bytes int
-	)
-	for rows.Next() {
-		var (
-			id                         int64
-			op                         uuid.UUID
-			pipeline, causation, topic string
-			key, payload               []byte
-			headers                    map[string]string
-		)
-		if err := rows.Scan(&id, &op, &pipeline, &causation, &topic, &key, &payload, &headers); err != nil {
-			rows.Close()
-			return 0, false, fmt.Errorf("error reading outbox: %w", err)
-		}
-		m := kafka.Message{Topic: topic, Key: key, Value: payload, Headers: recordHeaders(op, causation, pipeline, headers)}
-		if bytes += recordSize(&m); bytes > relayRoundBytes && len(msgs) > 0 {
-			// The rest waits for the next round, which starts at once.
-			rows.Close()
-			more = true
-			break
-		}
-		ids, msgs = append(ids, id), append(msgs, m)
+	r.mu.Lock()
+	if r.woken {
+		r.woken = false
+		r.mu.Unlock()
+		return nil
 	}
-	if err := rows.Err(); err != nil {
-		return 0, false, fmt.Errorf("error reading outbox: %w", err)
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	r.cancelWait = cancel
+	r.mu.Unlock()
+	_, err := conn.WaitForNotification(wctx)
+	r.mu.Lock()
+	r.cancelWait = nil
+	r.mu.Unlock()
+	cancel()
+	if err != nil && ctx.Err() == nil && wctx.Err() == nil {
+		return fmt.Errorf("relay lock connection lost: %w", err)
 	}
-	if len(msgs) == 0 {
-		return 0, false, nil
-	}
-	more = more || len(msgs) == r.cfg.BatchSize
-	if err := r.writer.WriteMessages(ctx, msgs...); err != nil {
-		if tooLarge(err) {
-			// Kafka will never take some record of this round, and every round starts at
-			// the lowest unpublished id: left there it would stop the whole outbox. Find it
-			// by publishing the round one record at a time, in order.
-			return r.publishOneByOne(ctx, ids, msgs)
-		}
-		return 0, false, fmt.Errorf("error publishing %d outbox rows to Kafka: %w", len(msgs), err)
-	}
-	if r.cfg.AfterPublish != nil {
-		if err := r.cfg.AfterPublish(ids); err != nil {
-			return 0, false, hookError{err}
-		}
-	}
-	// Kafka has them: mark them even if ctx is ending, or they would be sent twice.
-	if _, err := r.pool.Exec(context.WithoutCancel(ctx), r.markSQL, ids); err != nil {
-		return 0, false, fmt.Errorf("error marking %d outbox rows published: %w", len(ids), err)
-	}
-	r.published.Add(int64(len(ids)))
-	for _, m := range msgs {
-		metrics.OutboxPublished.WithLabelValues(m.Topic).Inc()
-	}
-	r.log.WithField("count", len(ids)).Debug("published outbox rows")
-	return len(ids), more, nil
+	return nil
 }
 
 func (r *Relay) refreshStats(ctx context.Context) {
@@ -394,92 +475,4 @@ func pingLock(ctx context.Context, conn *pgx.Conn) error {
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	return conn.Ping(pctx)
-}
-
-// tooLarge reports whether the broker refused a record as larger than it accepts.
-func tooLarge(err error) bool {
-	var we kafka.WriteErrors
-	if errors.As(err, &we) {
-		for _, e := range we {
-			if e != nil && !errors.Is(e, kafka.MessageSizeTooLarge) {
-				return false
-			}
-		}
-		return we.Count() > 0
-	}
-	return errors.Is(err, kafka.MessageSizeTooLarge)
-}
-
-// publishOneByOne publishes a round whose batch the broker refused as too large one record at
-// a time, in id order, marking each as it goes and dead-lettering the ones refused alone.
-// Records of the round that reached Kafka with the refused batch are published again, with
-// the same operation id.
-func (r *Relay) publishOneByOne(ctx context.Context, ids []int64, msgs []kafka.Message) (int, bool, error) {
-	published := 0
-	for i := range msgs {
-		err := r.writer.WriteMessages(ctx, msgs[i])
-		switch {
-		case err != nil && tooLarge(err):
-			if _, _, err := r.deadLetterTooLarge(ctx, ids[i], msgs[i], err); err != nil {
-				return published, false, err
-			}
-			continue
-		case err != nil:
-			return published, false, fmt.Errorf("error publishing outbox row %d to Kafka: %w", ids[i], err)
-		}
-		if r.cfg.AfterPublish != nil {
-			if err := r.cfg.AfterPublish(ids[i : i+1]); err != nil {
-				return published, false, hookError{err}
-			}
-		}
-		if _, err := r.pool.Exec(context.WithoutCancel(ctx), r.markSQL, ids[i:i+1]); err != nil {
-			return published, false, fmt.Errorf("error marking outbox row %d published: %w", ids[i], err)
-		}
-		published++
-		r.published.Add(1)
-		metrics.OutboxPublished.WithLabelValues(msgs[i].Topic).Inc()
-	}
-	return published, true, nil
-}
-
-// deadLetterTooLarge moves an outbox row the broker refuses as too large into dead_letters,
-// in one transaction, so that the rows after it are published. The letter keeps the payload
-// and headers; `idemd dlq list` shows it, and the reason says what to change (the topic's
-// max.message.bytes, or the producer's payload).
-func (r *Relay) deadLetterTooLarge(ctx context.Context, id int64, m kafka.Message, cause error) (int, bool, error) {
-	headers := make(map[string][]string, len(m.Headers))
-	var causation, pipeline, op string
-	for _, h := range m.Headers {
-		headers[h.Key] = append(headers[h.Key], string(h.Value))
-		switch h.Key {
-		case HeaderCausationID:
-			causation = string(h.Value)
-		case HeaderPipeline:
-			pipeline = string(h.Value)
-		case HeaderOperationID:
-			op = string(h.Value)
-		}
-	}
-	opID, _ := uuid.Parse(op)
-	letter := &deadletter.Letter{
-		Pipeline: pipeline, Origin: deadletter.Origin{Door: deadletter.DoorRelay, OutboxID: id, OperationID: opID},
-		Scope: "kafka:" + m.Topic, MessageID: causation, Payload: m.Value, Headers: headers,
-		Metadata: map[string]any{"door": "relay", "topic": m.Topic, "key": string(m.Key), "operation_id": op, "outbox_id": id},
-		Reason:   fmt.Sprintf("the broker refuses the record as too large (%d bytes of value): %v", len(m.Value), cause),
-		Attempts: 1,
-	}
-	err := pgx.BeginFunc(context.WithoutCancel(ctx), r.pool, func(tx pgx.Tx) error {
-		if _, err := r.letters.WriteTx(ctx, tx, letter); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, r.deleteSQL, id)
-		return err
-	})
-	if err != nil {
-		return 0, false, fmt.Errorf("error dead-lettering outbox row %d, too large for Kafka: %w", id, err)
-	}
-	metrics.DeadLettered.WithLabelValues(pipeline).Inc()
-	r.log.WithField("topic", m.Topic).WithField("operation_id", op).WithField("bytes", len(m.Value)).
-		Error("outbox row too large for the broker: moved to dead_letters so that the outbox goes on")
-	return 0, true, nil
 }

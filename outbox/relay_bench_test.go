@@ -35,10 +35,9 @@ func BenchmarkRelay(b *testing.B) {
 		require.NoError(b, tx.Commit(ctx))
 
 		start := time.Now()
-		_, stop := bundle.startRelay(b, outbox.RelayConfig{BatchSize: 2000})
-		for db.Count(b, "{schema}.outbox WHERE published_at IS NULL") > 0 {
-			time.Sleep(time.Millisecond)
-		}
+		r, stop := bundle.startRelay(b, outbox.RelayConfig{BatchSize: 2000})
+		r.TestSignals().Leading.Wait(b)
+		require.NoError(b, r.Drain(ctx))
 		total += time.Since(start)
 		require.NoError(b, stop())
 	}

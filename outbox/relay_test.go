@@ -12,15 +12,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/segmentio/kafka-go"
 	"github.com/sirupsen/logrus"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/idemd/idemd/internal/kafkatest"
-	"github.com/idemd/idemd/internal/metrics"
 	"github.com/idemd/idemd/internal/pgtest"
+	"github.com/idemd/idemd/internal/testsignal"
 	"github.com/idemd/idemd/outbox"
 )
 
@@ -42,8 +41,9 @@ func quietLogger() *logrus.Entry {
 	return logrus.NewEntry(l)
 }
 
-// startRelay runs a relay until the test ends (or stop is called) and returns it.
-func (b *relayBundle) startRelay(t testing.TB, cfg outbox.RelayConfig) (r *outbox.Relay, stop func() error) {
+// startRelay runs a relay until the test ends (or stop is called) and returns it. Its
+// Leading signal is initialised, and so are the signals init initialises.
+func (b *relayBundle) startRelay(t testing.TB, cfg outbox.RelayConfig, init ...func(*outbox.RelaySignals)) (r *outbox.Relay, stop func() error) {
 	t.Helper()
 	cfg.Schema = b.db.Schema
 	if cfg.Brokers == nil {
@@ -55,6 +55,10 @@ func (b *relayBundle) startRelay(t testing.TB, cfg outbox.RelayConfig) (r *outbo
 	cfg.PollInterval = cmpOr(cfg.PollInterval, 200*time.Millisecond)
 	r, err := outbox.NewRelay(b.db.Pool, &cfg)
 	require.NoError(t, err)
+	r.TestSignals().Leading.Init(t)
+	for _, f := range init {
+		f(r.TestSignals())
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
@@ -93,11 +97,15 @@ func (b *relayBundle) events(n int, prefix string) []outbox.Event {
 	return out
 }
 
-func (b *relayBundle) waitDrained(t testing.TB, timeout time.Duration) {
+// drain waits until r leads, then until every row committed so far is published
+// (Relay.Drain), and checks that none is left.
+func (b *relayBundle) drain(t testing.TB, r *outbox.Relay, timeout time.Duration) {
 	t.Helper()
-	require.Eventually(t, func() bool {
-		return b.db.Count(t, "{schema}.outbox WHERE published_at IS NULL") == 0
-	}, timeout, 20*time.Millisecond, "outbox did not drain")
+	r.TestSignals().Leading.Wait(t)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	require.NoError(t, r.Drain(ctx))
+	require.Zero(t, b.db.Count(t, "{schema}.outbox WHERE published_at IS NULL"), "Drain returned with rows left")
 }
 
 // TestRelayPublishesEveryCommittedRow: 10,000 rows enqueued by concurrent transactions,
@@ -111,7 +119,7 @@ func TestRelayPublishesEveryCommittedRow(t *testing.T) {
 		perWriter = 850 // rows per writer, committed or not
 	)
 	b := setupRelay(t, 4, pgtest.Options{MaxConns: writers + 2})
-	b.startRelay(t, outbox.RelayConfig{BatchSize: 500})
+	relay, _ := b.startRelay(t, outbox.RelayConfig{BatchSize: 500})
 	ctx := context.Background()
 
 	var (
@@ -177,7 +185,7 @@ func TestRelayPublishesEveryCommittedRow(t *testing.T) {
 	require.False(t, t.Failed())
 	require.GreaterOrEqual(t, len(committed)+len(rolledBack), 10000)
 	require.NotEmpty(t, rolledBack)
-	b.waitDrained(t, 60*time.Second)
+	b.drain(t, relay, 60*time.Second)
 
 	records := kafkatest.ReadAll(t, b.topic, len(committed), 60*time.Second)
 	seen := map[string]bool{}
@@ -225,8 +233,8 @@ func TestRelayCrashBetweenPublishAndMark(t *testing.T) {
 	require.Zero(t, first.Published())
 	require.Equal(t, 100, b.db.Count(t, "{schema}.outbox WHERE published_at IS NULL"), "nothing was marked")
 
-	b.startRelay(t, outbox.RelayConfig{BatchSize: 30})
-	b.waitDrained(t, 30*time.Second)
+	second, _ := b.startRelay(t, outbox.RelayConfig{BatchSize: 30})
+	b.drain(t, second, 30*time.Second)
 
 	records := kafkatest.ReadAll(t, b.topic, 130, 30*time.Second)
 	require.Len(t, records, 130, "the first batch of 30 twice, then the other 70")
@@ -249,22 +257,26 @@ func TestRelayLeadership(t *testing.T) {
 	cfg := outbox.RelayConfig{StandbyPoll: 100 * time.Millisecond}
 	a, stopA := b.startRelay(t, cfg)
 	c, stopC := b.startRelay(t, cfg)
-	require.Eventually(t, func() bool { return a.IsLeader() || c.IsLeader() }, 10*time.Second, 10*time.Millisecond)
 	leader, standby, stopLeader := a, c, stopA
-	if c.IsLeader() {
+	select {
+	case <-a.TestSignals().Leading.C():
+	case <-c.TestSignals().Leading.C():
 		leader, standby, stopLeader = c, a, stopC
+	case <-time.After(testsignal.WaitTimeout):
+		t.Fatal("no relay took the leadership")
 	}
+	require.True(t, leader.IsLeader())
 	require.False(t, standby.IsLeader())
+	require.ErrorIs(t, standby.Drain(context.Background()), outbox.ErrNotLeader, "a standby has nothing to drain")
 
 	b.enqueue(t, b.events(50, "first")...)
-	b.waitDrained(t, 20*time.Second)
+	require.NoError(t, leader.Drain(context.Background()))
 	require.EqualValues(t, 50, leader.Published())
 	require.Zero(t, standby.Published())
 
 	require.NoError(t, stopLeader())
 	b.enqueue(t, b.events(50, "second")...)
-	require.Eventually(t, standby.IsLeader, 10*time.Second, 10*time.Millisecond)
-	b.waitDrained(t, 20*time.Second)
+	b.drain(t, standby, 20*time.Second)
 	require.EqualValues(t, 50, standby.Published())
 	require.Len(t, kafkatest.ReadAll(t, b.topic, 100, 20*time.Second), 100)
 }
@@ -284,40 +296,23 @@ func TestRelayBrokerOutage(t *testing.T) {
 	b.store = outbox.New(&outbox.Config{Schema: b.db.Schema})
 	b.enqueue(t, b.events(200, "outage")...)
 
-	errorsBefore := testutil.ToFloat64(metrics.OutboxPublishErrors.WithLabelValues())
-	b.startRelay(t, outbox.RelayConfig{Brokers: []string{addr}, BackoffMin: 20 * time.Millisecond, BackoffMax: 100 * time.Millisecond})
-	require.Eventually(t, func() bool {
-		return testutil.ToFloat64(metrics.OutboxPublishErrors.WithLabelValues()) >= errorsBefore+3
-	}, 20*time.Second, 10*time.Millisecond, "the relay should keep failing while the broker is down")
+	relay, _ := b.startRelay(t, outbox.RelayConfig{Brokers: []string{addr}, BackoffMin: 20 * time.Millisecond, BackoffMax: 100 * time.Millisecond},
+		func(s *outbox.RelaySignals) { s.Round.Init(t) })
+	for range 3 {
+		rd := relay.TestSignals().Round.WaitFor(t, "a failed round", func(rd outbox.RelayRound) bool { return len(rd.Failed) > 0 })
+		require.Zero(t, rd.Published+rd.DeadLettered, "an outage publishes and dead-letters nothing")
+	}
 	require.Equal(t, 200, b.db.Count(t, "{schema}.outbox WHERE published_at IS NULL"), "every row is kept during the outage")
+	require.Zero(t, b.db.Count(t, "{schema}.dead_letters"), "an outage never dead-letters")
 
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(port))
 	require.NoError(t, err)
 	t.Cleanup(cluster.Close)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	cl := &kafka.Client{Addr: kafka.TCP(addr)}
-	require.Eventually(t, func() bool {
-		resp, err := cl.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{Topic: b.topic, NumPartitions: 2, ReplicationFactor: 1}}})
-		return err == nil && resp.Errors[b.topic] == nil
-	}, 20*time.Second, 50*time.Millisecond, "creating the topic on the restarted broker")
+	kafkatest.CreateTopicOn(t, []string{addr}, b.topic, 2)
 
-	b.waitDrained(t, 60*time.Second)
-	var got int
-	for p := 0; p < 2; p++ {
-		r := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{addr}, Topic: b.topic, Partition: p, MaxBytes: 10 << 20})
-		for {
-			rctx, rcancel := context.WithTimeout(ctx, 500*time.Millisecond)
-			_, err := r.ReadMessage(rctx)
-			rcancel()
-			if err != nil {
-				break
-			}
-			got++
-		}
-		require.NoError(t, r.Close())
-	}
-	require.GreaterOrEqual(t, got, 200, "every row reached the broker after the outage")
+	b.drain(t, relay, 60*time.Second)
+	got := kafkatest.ReadAllFrom(t, []string{addr}, b.topic, 200, 30*time.Second)
+	require.GreaterOrEqual(t, len(got), 200, "every row reached the broker after the outage")
 }
 
 func TestPrunePublished(t *testing.T) {
@@ -343,8 +338,8 @@ func TestRelayBacklogOfLargeRows(t *testing.T) {
 			Pipeline: "p", CausationID: strconv.Itoa(i)}
 	}
 	b.enqueue(t, events...)
-	b.startRelay(t, outbox.RelayConfig{})
-	b.waitDrained(t, 15*time.Second)
+	relay, _ := b.startRelay(t, outbox.RelayConfig{})
+	b.drain(t, relay, 15*time.Second)
 	got := kafkatest.ReadAll(t, b.topic, len(events), 15*time.Second)
 	require.Len(t, got, len(events))
 	for i, m := range got {
@@ -371,10 +366,8 @@ func TestRelayDeadLettersARecordTooLargeForTheBroker(t *testing.T) {
 	events := b.events(3, "size")
 	events[1].Payload = make([]byte, 50000) // over the topic's limit
 	b.enqueue(t, events...)
-	b.startRelay(t, outbox.RelayConfig{})
-	require.Eventually(t, func() bool {
-		return b.db.Count(t, "{schema}.outbox WHERE published_at IS NULL") == 0
-	}, 30*time.Second, 20*time.Millisecond, "the rows after the oversize one are published")
+	relay, _ := b.startRelay(t, outbox.RelayConfig{})
+	b.drain(t, relay, 30*time.Second) // the rows after the oversize one are published
 
 	require.Equal(t, 2, b.db.Count(t, "{schema}.outbox"))
 	require.Equal(t, 1, b.db.Count(t, "{schema}.dead_letters WHERE scope = $1 AND message_id = 'size-1'", "kafka:"+b.topic))
@@ -382,4 +375,26 @@ func TestRelayDeadLettersARecordTooLargeForTheBroker(t *testing.T) {
 	require.Len(t, records, 2)
 	require.Equal(t, "size-0", string(records[0].Value))
 	require.Equal(t, "size-2", string(records[1].Value))
+}
+
+// TestRelayDrain: Drain returns once every row committed before the call is published, at
+// once rather than at the next poll: these rows are inserted without the NOTIFY EnqueueTx
+// sends, under a poll interval of an hour, so only Drain's wake-up publishes them.
+func TestRelayDrain(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t, 2, pgtest.Options{})
+	relay, stop := b.startRelay(t, outbox.RelayConfig{PollInterval: time.Hour})
+	relay.TestSignals().Leading.Wait(t)
+	b.db.Exec(t, b.db.Q(`INSERT INTO {schema}.outbox (operation_id, pipeline, causation_id, topic, key, payload)
+SELECT gen_random_uuid(), 'p', 'quiet-' || i, $1, 'k', convert_to('quiet-' || i, 'UTF8') FROM generate_series(1, 40) i`), b.topic)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, relay.Drain(ctx))
+	require.Zero(t, b.db.Count(t, "{schema}.outbox WHERE published_at IS NULL"))
+	require.EqualValues(t, 40, relay.Published())
+	require.NoError(t, relay.Drain(ctx), "an empty outbox drains at once")
+
+	require.NoError(t, stop())
+	require.ErrorIs(t, relay.Drain(ctx), outbox.ErrNotLeader, "a stopped relay leads nothing")
 }

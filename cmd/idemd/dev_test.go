@@ -45,6 +45,8 @@ func TestDevBecomesReady(t *testing.T) {
 	require.NoError(t, err, "%s\n%s", sign, out)
 	require.Contains(t, string(out), "curl ")
 	if _, err := exec.LookPath("curl"); err == nil {
+		ledger := schema + "_dev.ledger"
+		w := pgtest.Watch(t, ledger)
 		for _, c := range curls {
 			c = strings.TrimPrefix(c, "#   ")
 			for range 2 {
@@ -56,16 +58,12 @@ func TestDevBecomesReady(t *testing.T) {
 		}
 		// The subscription consumed what the stripe source published.
 		pool := pgtest.Pool(t, 1)
-		deadline := time.Now().Add(20 * time.Second)
-		var n int
-		for time.Now().Before(deadline) {
-			require.NoError(t, pool.QueryRow(t.Context(), "SELECT count(*) FROM "+schema+"_dev.ledger").Scan(&n))
-			if n == 1 {
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
+		count := func() (n int) {
+			require.NoError(t, pool.QueryRow(t.Context(), "SELECT count(*) FROM "+ledger).Scan(&n))
+			return n
 		}
-		require.Equal(t, 1, n)
+		w.Until(t, 20*time.Second, "the ledger row", func() bool { return count() >= 1 })
+		require.Equal(t, 1, count())
 	}
 
 	code, _ := stopIdemd(t, p, 30*time.Second)

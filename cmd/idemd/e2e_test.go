@@ -84,13 +84,12 @@ func (s *stack) count(t *testing.T, table string) int {
 	return n
 }
 
-// waitCount polls until table has want rows: the effect happens in another process.
+// waitCount waits until table has want rows: the effect happens in another process, whose
+// commits to the table wake the wait (pgtest.Watch).
 func (s *stack) waitCount(t *testing.T, table string, want int) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for s.count(t, table) < want && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	pgtest.Watch(t, s.schema+"."+table).Until(t, 30*time.Second, fmt.Sprintf("%d rows in %s", want, table),
+		func() bool { return s.count(t, table) >= want })
 	require.Equal(t, want, s.count(t, table), table)
 }
 

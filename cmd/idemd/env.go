@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/caarlos0/env/v11"
-
-	"github.com/idemd/idemd/internal/daemon"
 )
 
 // Env is idemd's whole environment (prefix IDEMD_). It is the only place that reads it;
@@ -37,11 +35,14 @@ type Env struct {
 	PruneInterval       time.Duration `env:"PRUNE_INTERVAL" envDefault:"1m" cmds:"serve,dev,check" help:"how often the pruner deletes expired rows"`
 	OutboxRetention     time.Duration `env:"OUTBOX_RETENTION" envDefault:"24h" cmds:"serve,dev,check" help:"how long published outbox rows and finished HTTP deliveries are kept"`
 	KafkaSessionTimeout time.Duration `env:"KAFKA_SESSION_TIMEOUT" envDefault:"30s" cmds:"serve,dev,check" help:"consumer groups' session and rebalance timeout (at least 6s)"`
+	RelayMaxFailingFor  time.Duration `env:"RELAY_MAX_FAILING_FOR" envDefault:"10m" cmds:"serve,dev,check" help:"a topic refusing every publish this long has its outbox rows dead-lettered (negative: never)"`
 	TLSCertFile         string        `env:"TLS_CERT_FILE" cmds:"serve,dev,check" help:"PEM certificate (chain) of the receiver: it serves HTTPS (with IDEMD_TLS_KEY_FILE)"`
 	TLSKeyFile          string        `env:"TLS_KEY_FILE" cmds:"serve,dev,check" help:"PEM private key of IDEMD_TLS_CERT_FILE"`
 
 	// set records which variables were given, for dev's defaults.
 	set map[string]bool
+	// roles are the parsed Roles.
+	roles []role
 }
 
 // envVar is one variable of Env, as its tags describe it.
@@ -160,13 +161,9 @@ var envChecks = map[string]func(*Env) error{
 		return nil
 	},
 	"IDEMD_ROLES": func(c *Env) error {
-		var errs []error
-		for _, r := range c.Roles {
-			if !slices.Contains(daemon.RolesDefault, r) {
-				errs = append(errs, fmt.Errorf("IDEMD_ROLES: unknown role %q (known: %s)", r, strings.Join(daemon.RolesDefault, ", ")))
-			}
-		}
-		return errors.Join(errs...)
+		var err error
+		c.roles, err = parseRoles(c.Roles)
+		return err
 	},
 }
 

@@ -17,7 +17,6 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/idemd/idemd/config"
-	"github.com/idemd/idemd/internal/daemon"
 	"github.com/idemd/idemd/migrations"
 )
 
@@ -50,7 +49,7 @@ func (c *cli) serve(args []string) int {
 // runDaemon runs the daemon until SIGTERM/SIGINT.
 func (c *cli) runDaemon(cmd string, e *Env, f *config.File, onReady func(httpAddr, adminAddr string)) int {
 	log := newLogger(e, c.stderr)
-	d, err := daemon.New(daemonConfig(e, f, log, onReady))
+	d, err := newDaemon(daemonConfigFrom(e, f, log, onReady))
 	if err != nil {
 		return c.fail(cmd, exitUsage, err)
 	}
@@ -65,8 +64,9 @@ func (c *cli) runDaemon(cmd string, e *Env, f *config.File, onReady func(httpAdd
 	return exitOK
 }
 
-func daemonConfig(e *Env, f *config.File, log *logrus.Entry, onReady func(string, string)) *daemon.Config {
-	return &daemon.Config{
+// daemonConfigFrom maps the environment onto the daemon's configuration.
+func daemonConfigFrom(e *Env, f *config.File, log *logrus.Entry, onReady func(string, string)) *daemonConfig {
+	return &daemonConfig{
 		DatabaseURL:         e.DatabaseURL,
 		SearchPath:          e.DBSearchPath,
 		MaxConns:            e.DBMaxConns,
@@ -74,7 +74,7 @@ func daemonConfig(e *Env, f *config.File, log *logrus.Entry, onReady func(string
 		Brokers:             e.KafkaBrokers,
 		CreateTopics:        e.KafkaCreateTopics,
 		Pipelines:           f,
-		Roles:               e.Roles,
+		Roles:               e.roles,
 		Migrate:             e.Migrate,
 		HTTPAddr:            e.HTTPAddr,
 		TLSCertFile:         e.TLSCertFile,
@@ -84,6 +84,7 @@ func daemonConfig(e *Env, f *config.File, log *logrus.Entry, onReady func(string
 		PruneInterval:       e.PruneInterval,
 		OutboxRetention:     e.OutboxRetention,
 		KafkaSessionTimeout: e.KafkaSessionTimeout,
+		RelayMaxFailingFor:  e.RelayMaxFailingFor,
 		Logger:              log,
 		OnReady:             onReady,
 	}
@@ -176,10 +177,10 @@ func (c *cli) check(args []string) int {
 	// pair, the database URL. The daemon is built and dropped: nothing connects.
 	quiet := logrus.New()
 	quiet.SetOutput(io.Discard)
-	if d, err := daemon.New(daemonConfig(e, f, logrus.NewEntry(quiet), nil)); err != nil {
+	if d, err := newDaemon(daemonConfigFrom(e, f, logrus.NewEntry(quiet), nil)); err != nil {
 		problems.add(err)
 	} else {
-		d.Pool().Close()
+		d.pool.Close()
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

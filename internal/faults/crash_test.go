@@ -124,6 +124,7 @@ func TestConsumerCrashLoop(t *testing.T) {
 	// to 500 records per partition, so progress moves in steps).
 	nd := newNode(t, d.schema, subscriptionFile(t, d.schema, in, out, "g-"+d.schema), "consumer,relay", brokers, nil)
 	p := nd.startReady()
+	w := d.watch(t, "effects", "outbox")
 	start := time.Now()
 	wave := (len(msgs) + kills) / (kills + 1)
 	for i := range kills + 1 {
@@ -132,13 +133,13 @@ func TestConsumerCrashLoop(t *testing.T) {
 		if i == kills {
 			break
 		}
-		waitFor(t, 5*time.Minute, fmt.Sprintf("progress before kill %d", i+1), func() bool { return d.count(t, "effects") > before })
+		until(t, w, nil, 5*time.Minute, fmt.Sprintf("progress before kill %d", i+1), func() bool { return d.count(t, "effects") > before })
 		time.Sleep(time.Duration(rand.IntN(100)) * time.Millisecond)
 		p.Kill(t)
 		t.Logf("kill %d at %d of %d effects", i+1, d.count(t, "effects"), len(ids))
 		p = nd.startReady()
 	}
-	waitFor(t, 5*time.Minute, "every effect and every outbox row published", func() bool {
+	until(t, w, nil, 5*time.Minute, "every effect and every outbox row published", func() bool {
 		return d.count(t, "effects") >= len(ids) && d.count(t, "outbox WHERE published_at IS NULL") == 0
 	})
 	rows, _ := checkEffects(t, d, len(ids))
@@ -174,7 +175,7 @@ func webhookBody(id string) []byte {
 // deliverAll sends each id with clients senders, each delivery retried with the same id
 // and body until a 2xx; dup of them are delivered once more after their 2xx (a sender's
 // duplicate), which must be answered 2xx too. done counts ids answered 2xx.
-func deliverAll(t *testing.T, url string, ids []string, clients int, dupEvery int, done *atomic.Int64, onStatus func(*http.Response)) (attempts int64, statuses map[int]int) {
+func deliverAll(t *testing.T, url string, ids []string, clients int, dupEvery int, done *tally, onStatus func(*http.Response)) (attempts int64, statuses map[int]int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -257,7 +258,7 @@ func TestReceiverCrashLoop(t *testing.T) {
 	for i := range ids {
 		ids[i] = fmt.Sprintf("evt_rcl_%06d", i)
 	}
-	var done atomic.Int64
+	var done tally
 	type result struct {
 		attempts int64
 		statuses map[int]int
@@ -269,7 +270,7 @@ func TestReceiverCrashLoop(t *testing.T) {
 		res <- result{a, s}
 	}()
 	for i, at := range thresholds(kills, n, 0.05, 0.9) {
-		waitFor(t, 3*time.Minute, fmt.Sprintf("%d ids answered before kill %d", at, i+1), func() bool { return done.Load() >= int64(at) })
+		done.waitFor(t, 3*time.Minute, fmt.Sprintf("%d ids answered before kill %d", at, i+1), int64(at))
 		p.Kill(t)
 		p = nd.start() // not waiting: senders meet refused connections and retry
 	}
@@ -309,6 +310,7 @@ func TestRelayKilledBetweenPublishAndMark(t *testing.T) {
 	p := nd.startReady()
 	require.Equal(t, 0, p.Stop(t, stopTimeout))
 	nd.vars["IDEMD_ROLES"] = "relay"
+	w := d.watch(t, "outbox")
 	ids := make([]string, n)
 	store := outbox.New(&outbox.Config{Schema: d.schema})
 	ctx := context.Background()
@@ -331,7 +333,7 @@ func TestRelayKilledBetweenPublishAndMark(t *testing.T) {
 	last := 0
 	for i, at := range thresholds(kills, n, 0.05, 0.85) {
 		at = max(at, last+1)
-		waitFor(t, 3*time.Minute, fmt.Sprintf("%d rows marked before kill %d", at, i+1), func() bool { return published() >= at })
+		until(t, w, nil, 3*time.Minute, fmt.Sprintf("%d rows marked before kill %d", at, i+1), func() bool { return published() >= at })
 		// The broker kills the relay when its next produce request arrives, then stores the
 		// records: they are published, and their rows can never be marked by this process.
 		armed.Store(p)
@@ -345,7 +347,7 @@ func TestRelayKilledBetweenPublishAndMark(t *testing.T) {
 		t.Logf("kill %d with %d of %d rows marked", i+1, last, n)
 		p = nd.start()
 	}
-	waitFor(t, 3*time.Minute, "every outbox row published", func() bool { return published() == n })
+	until(t, w, nil, 3*time.Minute, "every outbox row published", func() bool { return published() == n })
 
 	recs := kafkatest.ReadAtLeastFrom(t, brokers, topic, n, 60*time.Second, 300*time.Millisecond)
 	byCause := map[string]map[string]int{}
@@ -394,6 +396,7 @@ func TestConsumerGroupMemberKilled(t *testing.T) {
 	for i, nd := range nodes {
 		nd.waitReady(procs[i])
 	}
+	w := d.watch(t, "effects", "outbox")
 	msgs, ids := messages(n, "g")
 	// Produce over a few seconds so that the group has settled and every member works.
 	start := time.Now()
@@ -406,7 +409,7 @@ func TestConsumerGroupMemberKilled(t *testing.T) {
 			time.Sleep(200 * time.Millisecond)
 		}
 	}()
-	waitFor(t, 3*time.Minute, "a third of the effects, from all three members", func() bool {
+	until(t, w, nil, 3*time.Minute, "a third of the effects, from all three members", func() bool {
 		return d.count(t, "effects") >= len(ids)/3 && d.int(t, "SELECT count(DISTINCT applied_by) FROM {s}.effects") == 3
 	})
 	var victim int
@@ -433,7 +436,7 @@ WHERE applied_by = $1 ORDER BY 1`, d.schema), nodes[victim].name)
 	killedAt := time.Now()
 	t.Logf("killed %s after %d effects; it had partitions %v", nodes[victim].name, best, parts)
 	<-produced
-	waitFor(t, 5*time.Minute, "every effect and every outbox row published", func() bool {
+	until(t, w, nil, 5*time.Minute, "every effect and every outbox row published", func() bool {
 		return d.count(t, "effects") >= len(ids) && d.count(t, "outbox WHERE published_at IS NULL") == 0
 	})
 	total, _ := checkEffects(t, d, len(ids))

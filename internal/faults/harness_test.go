@@ -197,16 +197,88 @@ func (d *db) int(t *testing.T, sql string) int {
 	return n
 }
 
-// waitFor polls cond every 20 ms until it holds or timeout passes: the effects happen in
-// other processes, so polling the database is the only signal.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+// watch returns a watcher of the schema's tables (names relative to it: "effects",
+// "outbox"): the effects happen in idemd processes, and their commits are the signal.
+// idemd's own tables exist once a process has migrated the schema.
+func (d *db) watch(t *testing.T, tables ...string) *pgtest.Watcher {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+	qualified := make([]string, len(tables))
+	for i, table := range tables {
+		qualified[i] = d.schema + "." + table
+	}
+	return pgtest.Watch(t, qualified...)
+}
+
+// until waits until cond holds, checking it again after each commit to the tables w
+// watches; it fails the test when timeout passes first, or when p (if not nil) exits.
+func until(t *testing.T, w *pgtest.Watcher, p *proc, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if p != nil {
+		go func() {
+			select {
+			case <-p.Done():
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+	}
+	if err := w.Wait(ctx, cond); err != nil {
+		if p != nil && p.Exited() {
+			t.Fatalf("idemd exited (%v) while the test waited for %s", p.Err(), what)
 		}
-		time.Sleep(20 * time.Millisecond)
+		t.Fatalf("timed out after %s waiting for %s: %v", timeout, what, err)
+	}
+}
+
+// tally counts what the test's own goroutines did (ids answered 2xx) and wakes a test
+// waiting for a count: no polling.
+type tally struct {
+	mu      sync.Mutex
+	n       int64
+	changed chan struct{} // closed (and replaced) by each Add
+}
+
+// Add adds d to the count.
+func (c *tally) Add(d int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n += d
+	if c.changed != nil {
+		close(c.changed)
+		c.changed = nil
+	}
+}
+
+// Load returns the count.
+func (c *tally) Load() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
+}
+
+// waitFor waits until the count reaches n, or fails the test after timeout.
+func (c *tally) waitFor(t *testing.T, timeout time.Duration, what string, n int64) {
+	t.Helper()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	for {
+		c.mu.Lock()
+		if c.n >= n {
+			c.mu.Unlock()
+			return
+		}
+		if c.changed == nil {
+			c.changed = make(chan struct{})
+		}
+		changed := c.changed
+		c.mu.Unlock()
+		select {
+		case <-changed:
+		case <-timer.C:
+			t.Fatalf("timed out after %s waiting for %s (%d of %d)", timeout, what, c.Load(), n)
+		}
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -135,13 +136,14 @@ subscriptions:
 	pu.Host = proxy.ln.Addr().String()
 	nd.vars["IDEMD_DATABASE_URL"] = withAppName(pu.String(), nd.name)
 	p := nd.startReady()
+	w := d.watch(t, "ledger", "outbox")
 
 	ids := make([]string, n)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("evt_pg_%06d", i)
 	}
 	var (
-		done                 atomic.Int64
+		done                 tally
 		unavailable, withRA  atomic.Int64
 		inOutage             atomic.Bool
 		duringOutage503      atomic.Int64
@@ -176,7 +178,7 @@ subscriptions:
 	}()
 	for o := range outages {
 		at := int64(n * (o + 1) / (outages + 2))
-		waitFor(t, 3*time.Minute, "load before the outage", func() bool { return done.Load() >= at })
+		done.waitFor(t, 3*time.Minute, "load before the outage", at)
 		// Short cuts first: a connection lost now and then.
 		for range 5 {
 			terminated += terminate(t, d, nd.name)
@@ -197,7 +199,7 @@ subscriptions:
 		require.False(t, p.Exited(), "idemd survives the outage without a restart (%v)", p.Err())
 	}
 	statuses := <-res
-	waitFor(t, 3*time.Minute, "every ledger row and every outbox row published", func() bool {
+	until(t, w, p, 3*time.Minute, "every ledger row and every outbox row published", func() bool {
 		return d.count(t, "ledger") >= n && d.count(t, "outbox WHERE published_at IS NULL") == 0
 	})
 	require.False(t, p.Exited(), "idemd was never restarted")
@@ -271,14 +273,15 @@ func TestBrokerOutage(t *testing.T) {
 	nd := newNode(t, d.schema, receiverFile(t, d.schema, topic), "receiver,relay", b.brokers(),
 		map[string]string{"FAULTS_STRIPE_SECRET": faultsStripeSecret})
 	p := nd.startReady()
+	w := d.watch(t, "outbox")
 	url := "http://" + nd.httpAddr + "/webhooks/stripe"
 	before := make([]string, n1)
 	for i := range before {
 		before[i] = fmt.Sprintf("evt_bo_a_%06d", i)
 	}
-	var done atomic.Int64
+	var done tally
 	deliverAll(t, url, before, 8, 0, &done, nil)
-	waitFor(t, time.Minute, "the first rows published", func() bool { return d.count(t, "outbox WHERE published_at IS NULL") == 0 })
+	until(t, w, p, time.Minute, "the first rows published", func() bool { return d.count(t, "outbox WHERE published_at IS NULL") == 0 })
 
 	start := time.Now()
 	b.down()
@@ -290,13 +293,15 @@ func TestBrokerOutage(t *testing.T) {
 	require.Equal(t, map[int]int{200: n2}, statuses, "the receiver does not depend on the broker")
 	backlog := d.count(t, "outbox WHERE published_at IS NULL")
 	require.Equal(t, n2, backlog, "the backlog grows by every row written during the outage")
-	time.Sleep(3 * time.Second) // the relay retries against no broker meanwhile
+	// The relay logs each failed attempt: let it fail three more times against no broker.
+	const failed = "error publishing to a topic"
+	require.NoError(t, p.WaitLog(failed, strings.Count(p.Stderr(), failed)+3, time.Minute))
 	require.Equal(t, n2, d.count(t, "outbox WHERE published_at IS NULL"), "nothing is marked published without a broker")
 	outage := time.Since(start)
 
 	b.up()
 	kafkatest.CreateTopicOn(t, b.brokers(), topic, 3)
-	waitFor(t, 2*time.Minute, "the backlog drains", func() bool { return d.count(t, "outbox WHERE published_at IS NULL") == 0 })
+	until(t, w, p, 2*time.Minute, "the backlog drains", func() bool { return d.count(t, "outbox WHERE published_at IS NULL") == 0 })
 	drained := time.Since(start) - outage
 	records, distinct := checkTopic(t, b.brokers(), topic, "stripe", during)
 	checkEffects(t, d, n1+n2)

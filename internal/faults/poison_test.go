@@ -61,8 +61,8 @@ func TestConsumerHostileIDs(t *testing.T) {
 			produce(t, brokers, in, msgs)
 			nd := newNode(t, d.schema, subscriptionFile(t, d.schema, in, out, "g-"+d.schema), "consumer,relay", brokers, nil)
 			p := nd.startReady()
-			waitFor(t, 30*time.Second, "the valid records after the hostile one", func() bool {
-				return p.Exited() || d.count(t, "effects WHERE message_id LIKE 'ok-%'") >= valid
+			until(t, d.watch(t, "effects"), p, 30*time.Second, "the valid records after the hostile one", func() bool {
+				return d.count(t, "effects WHERE message_id LIKE 'ok-%'") >= valid
 			})
 			require.False(t, p.Exited(), "the daemon keeps running")
 			require.Equal(t, valid, d.count(t, "effects WHERE message_id LIKE 'ok-%'"))

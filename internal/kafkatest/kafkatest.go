@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"regexp"
@@ -20,6 +21,9 @@ import (
 	"github.com/testcontainers/testcontainers-go"
 	tckafka "github.com/testcontainers/testcontainers-go/modules/kafka"
 	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/idemd/idemd/internal/kafkatopic"
+	"github.com/idemd/idemd/internal/retry"
 )
 
 // KafkaImage is the image started through testcontainers when a Docker engine answers.
@@ -113,8 +117,8 @@ func Topic(tb testing.TB, partitions int) string {
 	return topic
 }
 
-// CreateTopic creates the named topic on the shared broker and waits until its metadata is
-// visible.
+// CreateTopic creates the named topic on the shared broker; it is visible with its
+// partitions when CreateTopic returns.
 func CreateTopic(tb testing.TB, topic string, partitions int) {
 	tb.Helper()
 	CreateTopicOn(tb, Brokers(tb), topic, partitions)
@@ -122,37 +126,26 @@ func CreateTopic(tb testing.TB, topic string, partitions int) {
 
 // CreateTopicOn is CreateTopic on the cluster at brokers (a test's own broker). A request
 // that fails on the way (after a broker came back, pooled connections to the old one fail
-// once) is retried for up to 30 seconds; an error the broker answers is not.
+// once, or answer that the broker is not available yet) is retried with a growing backoff
+// for up to 30 seconds; the broker's refusal of the topic is not.
 func CreateTopicOn(tb testing.TB, brokers []string, topic string, partitions int) {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cl := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second}
-	for {
-		resp, err := cl.CreateTopics(ctx, &kafka.CreateTopicsRequest{
-			Topics: []kafka.TopicConfig{{Topic: topic, NumPartitions: partitions, ReplicationFactor: 1}},
-		})
-		if err == nil {
-			if err := resp.Errors[topic]; err != nil {
-				tb.Fatalf("kafkatest: creating topic %s: %v", topic, err)
-			}
-			break
+	for attempt := 1; ; attempt++ {
+		err := kafkatopic.Create(ctx, cl, kafka.TopicConfig{Topic: topic, NumPartitions: partitions, ReplicationFactor: 1})
+		var refused *kafkatopic.RefusedError
+		switch {
+		case err == nil:
+			return
+		case errors.As(err, &refused), ctx.Err() != nil:
+			tb.Fatalf("kafkatest: creating topic %s: %v", topic, err)
 		}
 		select {
 		case <-ctx.Done():
 			tb.Fatalf("kafkatest: creating topic %s: %v", topic, err)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-	for {
-		md, err := cl.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
-		if err == nil && len(md.Topics) == 1 && md.Topics[0].Error == nil && len(md.Topics[0].Partitions) == partitions {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			tb.Fatalf("kafkatest: topic %s did not appear: %v", topic, err)
-		case <-time.After(20 * time.Millisecond):
+		case <-time.After(retry.Backoff(50*time.Millisecond, time.Second, attempt)):
 		}
 	}
 }

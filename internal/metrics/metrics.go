@@ -61,8 +61,13 @@ var (
 	}, nil)
 	// OutboxPublished counts records the relay published, per topic.
 	OutboxPublished = counter("idemd_outbox_published_total", "Outbox rows published to Kafka.", "topic")
-	// OutboxPublishErrors counts failed publish attempts.
-	OutboxPublishErrors = counter("idemd_outbox_publish_errors_total", "Failed attempts to publish outbox batches.")
+	// OutboxPublishErrors counts failed attempts to publish a topic's rows, per topic.
+	OutboxPublishErrors = counter("idemd_outbox_publish_errors_total", "Failed attempts to publish outbox rows, per topic.", "topic")
+	// OutboxTopicFailing is 1 for each topic whose last publish failed: its rows wait for a
+	// retry (and are dead-lettered if it keeps failing persistently); other topics go on.
+	OutboxTopicFailing = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "idemd_outbox_topic_failing", Help: "1 while the relay's last publish to the topic failed; its rows wait for a retry.",
+	}, []string{"topic"})
 	// RelayLeader is 1 in the process that holds the relay leadership.
 	RelayLeader = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "idemd_relay_leader", Help: "1 when this process is the active outbox relay.",
@@ -91,7 +96,7 @@ func init() {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		Received, Processed, Duplicates, Conflicts, DeadLettered, Stale, InFlight, Rejected, Retries,
 		TxDuration, TxBatchSize, RequestDuration,
-		OutboxBacklog, OutboxOldestAge, OutboxPublished, OutboxPublishErrors, RelayLeader,
+		OutboxBacklog, OutboxOldestAge, OutboxPublished, OutboxPublishErrors, OutboxTopicFailing, RelayLeader,
 		ConsumerLag, ConsumerLagErrors, Pruned,
 		poolStats, kafkaReaders, kafkaWriters,
 	)

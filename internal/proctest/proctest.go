@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -167,14 +168,20 @@ func (p *Proc) Kill(tb testing.TB) {
 	}
 }
 
-// WaitReady polls http://adminAddr/readyz (a subprocess gives no other signal) until it
-// answers 200. It returns an error if the process exits first or timeout passes.
+// ReadyLine is what the daemon logs (at info) once every role runs.
+const ReadyLine = "idemd is serving"
+
+// WaitReady waits for the daemon's ReadyLine in stderr (the process's signal that it
+// serves; it needs IDEMD_LOG_LEVEL info or lower), then asks http://adminAddr/readyz,
+// which must answer 200; an orchestrator's probe would ask again, so a failed answer is
+// asked again after a short growing pause. It returns an error if the process exits first
+// or timeout passes.
 func (p *Proc) WaitReady(adminAddr string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		if p.Exited() {
-			return fmt.Errorf("exited before it was ready (%v)", p.err)
-		}
+	if err := p.WaitLog(ReadyLine, 1, timeout); err != nil {
+		return fmt.Errorf("did not become ready: %w", err)
+	}
+	for wait := 10 * time.Millisecond; ; wait = min(2*wait, time.Second) {
 		resp, err := http.Get("http://" + adminAddr + "/readyz")
 		if err == nil {
 			resp.Body.Close()
@@ -182,9 +189,38 @@ func (p *Proc) WaitReady(adminAddr string, timeout time.Duration) error {
 				return nil
 			}
 		}
-		time.Sleep(25 * time.Millisecond)
+		switch {
+		case p.Exited():
+			return fmt.Errorf("exited before it was ready (%v)", p.Err())
+		case time.Now().Add(wait).After(deadline):
+			return fmt.Errorf("logged %q but /readyz does not answer 200 (%v)", ReadyLine, err)
+		}
+		time.Sleep(wait)
 	}
-	return fmt.Errorf("did not become ready")
+}
+
+// WaitLog waits until stderr holds sub at least n times. It wakes on each write of the
+// process, not on a timer; it returns an error if the process exits first or timeout
+// passes.
+func (p *Proc) WaitLog(sub string, n int, timeout time.Duration) error {
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	for {
+		text, changed := p.stderr.snapshot()
+		if strings.Count(text, sub) >= n {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-p.done:
+			if text, _ := p.stderr.snapshot(); strings.Count(text, sub) >= n {
+				return nil
+			}
+			return fmt.Errorf("exited before logging %q %d times (%v)", sub, n, p.err)
+		case <-timer.C:
+			return fmt.Errorf("did not log %q %d times within %s", sub, n, timeout)
+		}
+	}
 }
 
 // FreeAddr returns a loopback address with a port free right now.
@@ -198,16 +234,32 @@ func FreeAddr(tb testing.TB) string {
 	return ln.Addr().String()
 }
 
-// buffer is a bytes.Buffer safe for a writer and readers at once.
+// buffer is a bytes.Buffer safe for a writer and readers at once, which tells readers that
+// it grew.
 type buffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+	mu      sync.Mutex
+	b       bytes.Buffer
+	changed chan struct{} // closed (and replaced) by each write
 }
 
 func (s *buffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.changed != nil {
+		close(s.changed)
+		s.changed = nil
+	}
 	return s.b.Write(p)
+}
+
+// snapshot returns the content and a channel closed by the next write.
+func (s *buffer) snapshot() (string, <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.changed == nil {
+		s.changed = make(chan struct{})
+	}
+	return s.b.String(), s.changed
 }
 
 func (s *buffer) String() string {

@@ -1,4 +1,4 @@
-package daemon
+package main
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 // startDeliverer runs the outbound HTTP sink (publish.http) as part of the relay role: both
 // move committed outbox events out of the database, one to Kafka, the other by POST. It
 // starts nothing when no pipeline publishes by HTTP.
-func (d *Daemon) startDeliverer(start starter) error {
+func (d *daemon) startDeliverer(start starter) error {
 	endpoints := d.cfg.Pipelines.DeliveryEndpoints()
 	if len(endpoints) == 0 {
 		return nil
@@ -24,11 +24,11 @@ func (d *Daemon) startDeliverer(start starter) error {
 		return fmt.Errorf("error starting the HTTP deliverer: %w", err)
 	}
 	dctx, cancel := context.WithCancel(context.Background())
-	p := &part{name: RoleRelay + " http"}
+	p := &part{role: roleRelay, name: "the HTTP deliverer"}
 	p.stop = func(ctx context.Context) error {
 		// Attempts in flight end with ctx; their rows' leases run out and they are retried,
 		// with the same Idempotency-Key, by the next deliverer.
-		return p.cancelAndWait(ctx, cancel, "the HTTP deliverer")
+		return p.cancelAndWait(ctx, cancel)
 	}
 	start(p, func(context.Context) error { return dl.Run(dctx) })
 	return nil

@@ -1,4 +1,4 @@
-package daemon
+package main
 
 import (
 	"crypto/tls"
@@ -12,7 +12,7 @@ import (
 // only one of the two files is given or they do not load. Loading at New, not at the first
 // handshake, makes a bad certificate a configuration error (exit 2) instead of a daemon
 // that is ready but fails every connection.
-func receiverTLS(c *Config) (*tls.Config, error) {
+func receiverTLS(c *daemonConfig) (*tls.Config, error) {
 	switch {
 	case c.TLSCertFile == "" && c.TLSKeyFile == "":
 		return nil, nil
@@ -32,7 +32,7 @@ func receiverTLS(c *Config) (*tls.Config, error) {
 }
 
 // listenReceiver wraps the receiver's listener in TLS when a certificate is configured.
-func (d *Daemon) listenReceiver(ln net.Listener) net.Listener {
+func (d *daemon) listenReceiver(ln net.Listener) net.Listener {
 	if d.tls == nil {
 		return ln
 	}

@@ -1,4 +1,4 @@
-package pruner_test
+package main
 
 import (
 	"context"
@@ -8,10 +8,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemd/idemd/internal/pgtest"
-	"github.com/idemd/idemd/internal/pruner"
 )
 
-func TestOncePrunesOnlyWhatExpired(t *testing.T) {
+func TestPrunerOncePrunesOnlyWhatExpired(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
 	db.Exec(t, db.Q(`INSERT INTO {schema}.processed_messages (scope, message_id, fingerprint, status, expires_at)
@@ -22,7 +21,7 @@ VALUES ('s', 'live', '\x00', 'done', now() + interval '1 day')`))
 SELECT gen_random_uuid(), 'p', 'm' || i, 't', '', CASE WHEN i <= 10 THEN now() - interval '2 days' END
 FROM generate_series(1, 15) i`))
 
-	p, err := pruner.New(db.Pool, &pruner.Config{Schema: db.Schema, BatchSize: 7, OutboxRetention: 24 * time.Hour})
+	p, err := newPruner(db.Pool, &prunerConfig{Schema: db.Schema, BatchSize: 7, OutboxRetention: 24 * time.Hour})
 	require.NoError(t, err)
 	records, rows := p.Once(context.Background())
 	require.EqualValues(t, 30, records)

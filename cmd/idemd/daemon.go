@@ -1,10 +1,4 @@
-// Package daemon runs idemd's roles in one process — the HTTP receiver, the Kafka
-// consumers, the outbox relay and the pruner — with the admin server beside them.
-// Guarantee: on shutdown the roles stop in the order that loses nothing: the receiver stops
-// accepting and finishes its in-flight requests, the consumers apply what they hold and
-// commit its offsets, then the relay publishes the outbox rows they wrote, all within
-// Config.ShutdownTimeout; Run reports an error when that bound was not met.
-package daemon
+package main
 
 import (
 	"cmp"
@@ -15,43 +9,29 @@ import (
 	"net"
 	"net/http"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/sirupsen/logrus"
 
 	"github.com/idemd/idemd/config"
 	"github.com/idemd/idemd/consumer"
 	"github.com/idemd/idemd/internal/metrics"
+	"github.com/idemd/idemd/internal/testsignal"
 	"github.com/idemd/idemd/migrations"
 	"github.com/idemd/idemd/outbox"
 	"github.com/idemd/idemd/receiver"
 )
 
-// Roles a process can run.
+// Defaults of daemonConfig.
 const (
-	RoleReceiver = "receiver"
-	RoleConsumer = "consumer"
-	RoleRelay    = "relay"
-	RolePruner   = "pruner"
+	shutdownTimeoutDefault = 30 * time.Second
+	maxConnsDefault        = 20
 )
 
-// RolesDefault are the roles of `idemd serve` unless IDEMD_ROLES says otherwise.
-var RolesDefault = []string{RoleReceiver, RoleConsumer, RoleRelay, RolePruner}
-
-// Defaults of Config.
-const (
-	ShutdownTimeoutDefault = 30 * time.Second
-	MaxConnsDefault        = 20
-	PruneIntervalDefault   = time.Minute
-	OutboxRetentionDefault = 24 * time.Hour
-)
-
-// Config configures a Daemon. cmd/idemd fills it from the environment.
-type Config struct {
+// daemonConfig configures a daemon. serve and dev fill it from the environment (Env).
+type daemonConfig struct {
 	// DatabaseURL is the PostgreSQL connection string. Required.
 	DatabaseURL string
 	// SearchPath, when set, is the search_path of every connection: where the unqualified
@@ -68,8 +48,8 @@ type Config struct {
 	CreateTopics bool
 	// Pipelines is the validated pipelines file. Required.
 	Pipelines *config.File
-	// Roles to run. Defaults to RolesDefault.
-	Roles []string
+	// Roles to run. Defaults to rolesDefault.
+	Roles []role
 	// Migrate applies the migrations at start. Without it, the process waits (not ready)
 	// until someone else applied them.
 	Migrate bool
@@ -87,6 +67,10 @@ type Config struct {
 	PruneInterval time.Duration
 	// OutboxRetention is how long published outbox rows are kept. Defaults to 24 h.
 	OutboxRetention time.Duration
+	// RelayMaxFailingFor is how long a topic may keep refusing the relay's publishes (missing
+	// topic, authorization) before its outbox rows are dead-lettered. Defaults to the
+	// relay's (outbox.RelayMaxFailingForDefault).
+	RelayMaxFailingFor time.Duration
 	// KafkaSessionTimeout is the consumer groups' session and rebalance timeout: how long
 	// a dead member keeps its partitions before the group moves them. Defaults to the
 	// consumer's (30 s).
@@ -99,44 +83,57 @@ type Config struct {
 	OnReady func(httpAddr, adminAddr string)
 }
 
-// Daemon is one idemd process.
-type Daemon struct {
-	cfg   Config
-	log   *logrus.Entry
-	admin *admin
-	pool  *pgxpool.Pool
-	tls   *tls.Config
+// daemon runs idemd's roles in one process — the HTTP receiver, the Kafka consumers, the
+// outbox relay and the pruner — with the admin server beside them. Guarantee: on shutdown
+// the roles stop in the order that loses nothing: the receiver stops accepting and finishes
+// its in-flight requests, the consumers apply what they hold and commit its offsets, then
+// the relay publishes the outbox rows they wrote, all within daemonConfig.ShutdownTimeout;
+// Run reports an error when that bound was not met.
+type daemon struct {
+	cfg     daemonConfig
+	log     *logrus.Entry
+	admin   *admin
+	pool    *pgxpool.Pool
+	tls     *tls.Config
+	signals daemonSignals
 }
 
-// New checks cfg and prepares the connection pool; nothing connects until Run.
-func New(cfg *Config) (*Daemon, error) {
+// daemonSignals are the daemon's test signals (internal/testsignal): inert unless a test
+// initialised them before Run.
+type daemonSignals struct {
+	// topicsCreated carries the topics CreateTopics made (or found) before serving.
+	topicsCreated testsignal.Signal[[]string]
+	// ready carries the receiver's and the admin server's addresses once every role runs.
+	ready testsignal.Signal[[2]string]
+	// drained carries the outcome of the relay's flush on shutdown (nil: flushed, or not
+	// the leader).
+	drained testsignal.Signal[error]
+}
+
+// newDaemon checks cfg and prepares the connection pool; nothing connects until Run.
+func newDaemon(cfg *daemonConfig) (*daemon, error) {
 	c := *cfg
 	c.Schema = cmp.Or(c.Schema, migrations.SchemaDefault)
-	c.MaxConns = cmp.Or(c.MaxConns, MaxConnsDefault)
+	c.MaxConns = cmp.Or(c.MaxConns, maxConnsDefault)
 	c.HTTPAddr = cmp.Or(c.HTTPAddr, ":8080")
 	c.AdminAddr = cmp.Or(c.AdminAddr, ":9090")
-	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, ShutdownTimeoutDefault)
-	c.PruneInterval = cmp.Or(c.PruneInterval, PruneIntervalDefault)
-	c.OutboxRetention = cmp.Or(c.OutboxRetention, OutboxRetentionDefault)
+	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, shutdownTimeoutDefault)
+	c.PruneInterval = cmp.Or(c.PruneInterval, pruneIntervalDefault)
+	c.OutboxRetention = cmp.Or(c.OutboxRetention, outboxRetentionDefault)
 	if len(c.Roles) == 0 {
-		c.Roles = RolesDefault
+		c.Roles = rolesDefault
 	}
 	if c.Logger == nil {
 		c.Logger = logrus.NewEntry(logrus.StandardLogger())
 	}
 	var errs []error
-	for _, r := range c.Roles {
-		if !slices.Contains(RolesDefault, r) {
-			errs = append(errs, fmt.Errorf("IDEMD_ROLES: unknown role %q (known: %s)", r, strings.Join(RolesDefault, ", ")))
-		}
-	}
 	if c.Pipelines == nil {
 		errs = append(errs, errors.New("pipelines file is required"))
 	}
 	if c.DatabaseURL == "" {
 		errs = append(errs, errors.New("IDEMD_DATABASE_URL is required"))
 	}
-	needsKafka := (c.has(RoleConsumer) && c.Pipelines != nil && len(c.Pipelines.Subscriptions) > 0) || c.has(RoleRelay)
+	needsKafka := (c.has(roleConsumer) && c.Pipelines != nil && len(c.Pipelines.Subscriptions) > 0) || c.has(roleRelay)
 	if needsKafka && len(c.Brokers) == 0 {
 		errs = append(errs, errors.New("IDEMD_KAFKA_BROKERS is required by the consumer and relay roles"))
 	}
@@ -164,7 +161,7 @@ func New(cfg *Config) (*Daemon, error) {
 	if err != nil {
 		return nil, fmt.Errorf("error creating the connection pool: %w", err)
 	}
-	return &Daemon{
+	return &daemon{
 		cfg:   c,
 		log:   c.Logger.WithField("component", "daemon"),
 		admin: &admin{pool: pool, schema: c.Schema},
@@ -173,13 +170,14 @@ func New(cfg *Config) (*Daemon, error) {
 	}, nil
 }
 
-func (c *Config) has(role string) bool { return slices.Contains(c.Roles, role) }
+func (c *daemonConfig) has(r role) bool { return slices.Contains(c.Roles, r) }
 
-// Pool is the daemon's connection pool (dev creates its example tables with it).
-func (d *Daemon) Pool() *pgxpool.Pool { return d.pool }
-
-// part is one running role; stop ends it and waits for it.
+// part is one running piece of a role (a role may have several: one consumer per
+// subscription; the relay and the HTTP deliverer); stop ends it and waits for it.
 type part struct {
+	// role decides when the part stops (shutdown goes through the roles in order).
+	role role
+	// name says which part it is, in logs and errors ("subscription \"ledger\"").
 	name string
 	done chan struct{}
 	err  error
@@ -187,20 +185,20 @@ type part struct {
 }
 
 // cancelAndWait ends a part that drains when its context is canceled: cancel, then wait for
-// its Run to return, or fail with "<what> did not stop in time" when ctx ends first.
-func (p *part) cancelAndWait(ctx context.Context, cancel context.CancelFunc, what string) error {
+// its Run to return, or fail when ctx ends first.
+func (p *part) cancelAndWait(ctx context.Context, cancel context.CancelFunc) error {
 	cancel()
 	select {
 	case <-p.done:
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("%s did not stop in time", what)
+		return errors.New("did not stop in time")
 	}
 }
 
 // Run serves until ctx ends, then drains within ShutdownTimeout. It returns nil after a
 // clean drain; an error when starting failed, a role failed, or the drain overran.
-func (d *Daemon) Run(ctx context.Context) error {
+func (d *daemon) Run(ctx context.Context) error {
 	defer d.pool.Close()
 	defer metrics.WatchPool(d.pool)()
 	log := d.log
@@ -236,19 +234,19 @@ func (d *Daemon) Run(ctx context.Context) error {
 	stopAll := func() error { return d.shutdown(parts) }
 
 	httpAddr := ""
-	if d.cfg.has(RoleReceiver) && len(d.cfg.Pipelines.Sources) > 0 {
+	if d.cfg.has(roleReceiver) && len(d.cfg.Pipelines.Sources) > 0 {
 		p, addr, err := d.startReceiver(start)
 		if err != nil {
 			return errors.Join(err, stopAll())
 		}
 		_, httpAddr = p, addr
 	}
-	if d.cfg.has(RoleConsumer) {
+	if d.cfg.has(roleConsumer) {
 		if err := d.startConsumers(start); err != nil {
 			return errors.Join(err, stopAll())
 		}
 	}
-	if d.cfg.has(RoleRelay) {
+	if d.cfg.has(roleRelay) {
 		if err := d.startRelay(start); err != nil {
 			return errors.Join(err, stopAll())
 		}
@@ -256,7 +254,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 			return errors.Join(err, stopAll())
 		}
 	}
-	if d.cfg.has(RolePruner) {
+	if d.cfg.has(rolePruner) {
 		d.startPruner(start)
 	}
 
@@ -265,10 +263,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.cfg.OnReady(httpAddr, adminLn.Addr().String())
 	}
 	log.WithFields(logrus.Fields{
-		"roles": strings.Join(d.cfg.Roles, ","), "http_addr": httpAddr, "admin_addr": adminLn.Addr().String(),
+		"roles": joinRoles(d.cfg.Roles), "http_addr": httpAddr, "admin_addr": adminLn.Addr().String(),
 		"sources": len(d.cfg.Pipelines.Sources), "subscriptions": len(d.cfg.Pipelines.Subscriptions),
 	}).Info("idemd is serving")
 	d.admin.started.Store(true)
+	d.signals.ready.Signal([2]string{httpAddr, adminLn.Addr().String()})
 
 	var runErr error
 	select {
@@ -276,13 +275,13 @@ func (d *Daemon) Run(ctx context.Context) error {
 		log.Info("shutdown requested; draining")
 	case p := <-failed:
 		runErr = fmt.Errorf("%s stopped: %w", p.name, p.err)
-		log.WithError(p.err).WithField("role", p.name).Error("a role stopped; shutting down")
+		log.WithError(p.err).WithField("role", p.role.String()).WithField("part", p.name).Error("a role stopped; shutting down")
 	}
 	return errors.Join(runErr, stopAll())
 }
 
 // prepare connects, migrates, creates topics and checks the effect SQL.
-func (d *Daemon) prepare(ctx context.Context) error {
+func (d *daemon) prepare(ctx context.Context) error {
 	if err := waitForDatabase(ctx, d.pool, d.log); err != nil {
 		return err
 	}
@@ -300,9 +299,11 @@ func (d *Daemon) prepare(ctx context.Context) error {
 		return fmt.Errorf("the pipelines file is not valid:\n%w", err)
 	}
 	if d.cfg.CreateTopics && len(d.cfg.Brokers) > 0 {
-		if err := CreateTopics(ctx, d.cfg.Brokers, d.cfg.Pipelines.Topics()); err != nil {
+		topics := d.cfg.Pipelines.Topics()
+		if err := createTopics(ctx, d.cfg.Brokers, topics); err != nil {
 			return err
 		}
+		d.signals.topicsCreated.Signal(topics)
 	}
 	return nil
 }
@@ -335,7 +336,7 @@ func waitForDatabase(ctx context.Context, pool *pgxpool.Pool, log *logrus.Entry)
 
 type starter func(p *part, run func(ctx context.Context) error) *part
 
-func (d *Daemon) startReceiver(start starter) (*part, string, error) {
+func (d *daemon) startReceiver(start starter) (*part, string, error) {
 	cfg := d.cfg.Pipelines.Receiver()
 	cfg.Schema = d.cfg.Schema
 	cfg.Logger = d.cfg.Logger
@@ -354,7 +355,7 @@ func (d *Daemon) startReceiver(start starter) (*part, string, error) {
 	srv := receiver.NewServer("", rcv, &receiver.ServerConfig{
 		WriteTimeout: cmp.Or(cfg.ApplyTimeout, receiver.ApplyTimeoutDefault) + cmp.Or(cfg.MaxWait, receiver.MaxWaitDefault) + 5*time.Second,
 	})
-	p := start(&part{name: RoleReceiver, stop: func(ctx context.Context) error {
+	p := start(&part{role: roleReceiver, name: "the receiver", stop: func(ctx context.Context) error {
 		// Shutdown closes the listener, then waits for the requests in progress: each one
 		// is answered after its transaction, so nothing acknowledged is lost.
 		err := srv.Shutdown(ctx)
@@ -369,7 +370,7 @@ func (d *Daemon) startReceiver(start starter) (*part, string, error) {
 	return p, ln.Addr().String(), nil
 }
 
-func (d *Daemon) startConsumers(start starter) error {
+func (d *daemon) startConsumers(start starter) error {
 	cfgs := d.cfg.Pipelines.Consumers()
 	var consumers []*consumer.Consumer
 	for _, cfg := range cfgs {
@@ -387,77 +388,71 @@ func (d *Daemon) startConsumers(start starter) error {
 	}
 	for _, c := range consumers {
 		cctx, cancel := context.WithCancel(context.Background())
-		p := &part{name: RoleConsumer + " " + c.Name()}
-		p.stop = func(ctx context.Context) error {
-			return p.cancelAndWait(ctx, cancel, fmt.Sprintf("subscription %q", c.Name()))
-		}
+		p := &part{role: roleConsumer, name: fmt.Sprintf("subscription %q", c.Name())}
+		p.stop = func(ctx context.Context) error { return p.cancelAndWait(ctx, cancel) }
 		start(p, func(context.Context) error { return c.Run(cctx) })
 	}
 	return d.startLagMonitors(start, consumers)
 }
 
-func (d *Daemon) startRelay(start starter) error {
+func (d *daemon) startRelay(start starter) error {
 	relay, err := outbox.NewRelay(d.pool, &outbox.RelayConfig{
-		Schema:  d.cfg.Schema,
-		Brokers: d.cfg.Brokers,
-		Logger:  d.cfg.Logger.WithField("component", "relay"),
+		Schema:        d.cfg.Schema,
+		Brokers:       d.cfg.Brokers,
+		MaxFailingFor: d.cfg.RelayMaxFailingFor,
+		Logger:        d.cfg.Logger.WithField("component", "relay"),
 	})
 	if err != nil {
 		return fmt.Errorf("error starting the relay: %w", err)
 	}
 	rctx, cancel := context.WithCancel(context.Background())
-	p := &part{name: RoleRelay}
-	stopStats := metrics.WatchKafkaWriter(RoleRelay, relay)
+	p := &part{role: roleRelay, name: "the relay"}
+	stopStats := metrics.WatchKafkaWriter(roleRelay.String(), relay)
 	p.stop = func(ctx context.Context) error {
 		defer stopStats()
-		// Flush: the leader publishes what the receiver and consumers wrote before they
-		// stopped, so that a rolling restart adds no publish delay.
-		if relay.IsLeader() {
-			d.waitOutboxEmpty(ctx)
-		}
-		return p.cancelAndWait(ctx, cancel, "the relay")
+		err := d.drainRelay(ctx, relay)
+		d.signals.drained.Signal(err)
+		return p.cancelAndWait(ctx, cancel)
 	}
 	start(p, func(context.Context) error { return relay.Run(rctx) })
 	return nil
 }
 
-// waitOutboxEmpty waits until no outbox row is unpublished, or until ctx has less than a
-// second left (kept for stopping the relay itself).
-func (d *Daemon) waitOutboxEmpty(ctx context.Context) {
-	q := "SELECT EXISTS (SELECT 1 FROM " + pgx.Identifier{d.cfg.Schema, "outbox"}.Sanitize() + " WHERE published_at IS NULL)"
-	for {
-		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < time.Second {
-			d.log.Warn("outbox not flushed before the shutdown timeout; the next leader publishes the rest")
-			return
-		}
-		var pending bool
-		qctx, cancel := context.WithTimeout(ctx, time.Second)
-		err := d.pool.QueryRow(qctx, q).Scan(&pending)
-		cancel()
-		if err == nil && !pending {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(50 * time.Millisecond):
-		}
+// drainRelay flushes the outbox when this process's relay leads: it publishes what the
+// receiver and consumers wrote before they stopped, so that a rolling restart adds no
+// publish delay. It keeps the last second of ctx for stopping the relay itself. A standby
+// has nothing to flush: the leader, in another process, publishes the rows.
+func (d *daemon) drainRelay(ctx context.Context, relay *outbox.Relay) error {
+	if dl, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, dl.Add(-time.Second))
+		defer cancel()
 	}
+	err := relay.Drain(ctx)
+	switch {
+	case err == nil:
+		d.log.Info("outbox flushed")
+	case errors.Is(err, outbox.ErrNotLeader):
+		err = nil
+	default:
+		d.log.WithError(err).Warn("outbox not flushed before the shutdown timeout; the next leader publishes the rest")
+	}
+	return err
 }
 
-// shutdown stops the parts in order: receiver, consumers, relay, pruner.
-func (d *Daemon) shutdown(parts []*part) error {
+// shutdown stops the parts role by role, in the order of the role constants (receiver,
+// consumers, relay, pruner); the parts of one role stop together.
+func (d *daemon) shutdown(parts []*part) error {
 	d.admin.draining.Store(true)
 	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.ShutdownTimeout)
 	defer cancel()
 	started := time.Now()
-	order := []string{RoleReceiver, RoleConsumer, RoleRelay, RolePruner}
 	var errs []error
-	for _, role := range order {
+	for r := range role(len(roleNames)) {
 		var wg sync.WaitGroup
 		var mu sync.Mutex
 		for _, p := range parts {
-			if p.name != role && !strings.HasPrefix(p.name, role+" ") {
+			if p.role != r {
 				continue
 			}
 			wg.Add(1)

@@ -1,8 +1,4 @@
-// Package pruner is the daemon's pruner role: it deletes expired dedup records, old
-// conflicts, published outbox rows and finished HTTP deliveries in bounded batches, so that no statement holds many
-// locks or runs long. Guarantee: a dedup record is deleted only after its retention passed
-// (until then its id stays a duplicate), and an outbox row only after it was published.
-package pruner
+package main
 
 import (
 	"cmp"
@@ -18,15 +14,14 @@ import (
 	"github.com/idemd/idemd/processed"
 )
 
-// Defaults of Config.
+// Defaults of prunerConfig.
 const (
-	IntervalDefault        = time.Minute
-	OutboxRetentionDefault = 24 * time.Hour
-	BatchSizeDefault       = 1000
+	pruneIntervalDefault   = time.Minute
+	outboxRetentionDefault = 24 * time.Hour
 )
 
-// Config configures a Pruner.
-type Config struct {
+// prunerConfig configures a pruner.
+type prunerConfig struct {
 	// Schema holds idemd's tables. Defaults to "idemd".
 	Schema string
 	// Interval is the pause between two pruning rounds. Defaults to 1 minute.
@@ -34,31 +29,34 @@ type Config struct {
 	// OutboxRetention is how long published outbox rows, and finished (delivered or dead)
 	// HTTP deliveries, are kept for inspection and replays. Defaults to 24 hours.
 	OutboxRetention time.Duration
-	// BatchSize bounds each DELETE. Defaults to 1000.
+	// BatchSize bounds each DELETE. Defaults to the stores' (1000).
 	BatchSize int
 	// Logger receives the pruner's logs. Defaults to logrus's standard logger.
 	Logger *logrus.Entry
 }
 
-// Pruner deletes what has expired.
-type Pruner struct {
+// pruner is the pruner role: it deletes expired dedup records, old conflicts, published
+// outbox rows and finished HTTP deliveries through the stores' Prune methods, in bounded
+// batches, so that no statement holds many locks or runs long. Guarantee: a dedup record is
+// deleted only after its retention passed (until then its id stays a duplicate), and an
+// outbox row only after it was published.
+type pruner struct {
 	pool      *pgxpool.Pool
-	cfg       Config
+	cfg       prunerConfig
 	processed *processed.Store
 	outbox    *outbox.Store
 	delivery  *delivery.Store
 	log       *logrus.Entry
 }
 
-// New returns a Pruner on pool.
-func New(pool *pgxpool.Pool, cfg *Config) (*Pruner, error) {
-	c := Config{}
+// newPruner returns a pruner on pool.
+func newPruner(pool *pgxpool.Pool, cfg *prunerConfig) (*pruner, error) {
+	c := prunerConfig{}
 	if cfg != nil {
 		c = *cfg
 	}
-	c.Interval = cmp.Or(c.Interval, IntervalDefault)
-	c.OutboxRetention = cmp.Or(c.OutboxRetention, OutboxRetentionDefault)
-	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
+	c.Interval = cmp.Or(c.Interval, pruneIntervalDefault)
+	c.OutboxRetention = cmp.Or(c.OutboxRetention, outboxRetentionDefault)
 	if c.Logger == nil {
 		c.Logger = logrus.NewEntry(logrus.StandardLogger())
 	}
@@ -66,7 +64,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Pruner, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Pruner{
+	return &pruner{
 		pool: pool, cfg: c, processed: ps,
 		outbox:   outbox.New(&outbox.Config{Schema: c.Schema}),
 		delivery: delivery.NewStore(c.Schema),
@@ -75,7 +73,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Pruner, error) {
 }
 
 // Run prunes every Interval until ctx ends.
-func (p *Pruner) Run(ctx context.Context) error {
+func (p *pruner) Run(ctx context.Context) error {
 	for {
 		p.Once(ctx)
 		select {
@@ -89,7 +87,7 @@ func (p *Pruner) Run(ctx context.Context) error {
 // Once runs one pruning round and returns how many dedup records and outbox rows (HTTP
 // deliveries included) it deleted. Errors are logged, not returned: the next round tries
 // again.
-func (p *Pruner) Once(ctx context.Context) (records, rows int64) {
+func (p *pruner) Once(ctx context.Context) (records, rows int64) {
 	records, err := p.processed.Prune(ctx, p.pool, p.cfg.BatchSize)
 	metrics.Pruned.WithLabelValues("processed_messages").Add(float64(records))
 	if err != nil && ctx.Err() == nil {
@@ -110,4 +108,27 @@ func (p *Pruner) Once(ctx context.Context) (records, rows int64) {
 		p.log.WithField("records", records).WithField("outbox_rows", rows).Info("pruned expired rows")
 	}
 	return records, rows
+}
+
+// startPruner runs the pruner role every PruneInterval. Several pruners (one per process)
+// are harmless: each batch is its own short transaction and deleting an already deleted row
+// is a no-op.
+func (d *daemon) startPruner(start starter) {
+	pctx, cancel := context.WithCancel(context.Background())
+	p := &part{role: rolePruner, name: "the pruner"}
+	p.stop = func(ctx context.Context) error {
+		// A pruner cut short loses nothing: the next one deletes the rest.
+		_ = p.cancelAndWait(ctx, cancel)
+		return nil
+	}
+	start(p, func(context.Context) error {
+		pr, err := newPruner(d.pool, &prunerConfig{
+			Schema: d.cfg.Schema, Interval: d.cfg.PruneInterval, OutboxRetention: d.cfg.OutboxRetention,
+			Logger: d.cfg.Logger,
+		})
+		if err != nil {
+			return err
+		}
+		return pr.Run(pctx)
+	})
 }

@@ -1,4 +1,4 @@
-package daemon
+package main
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 // from the brokers' committed group offsets, for the partitions this process holds (so a
 // sum over replicas counts each partition once, and a rebalance moves the series), and stop
 // with the consumers.
-func (d *Daemon) startLagMonitors(start starter, consumers []*consumer.Consumer) error {
+func (d *daemon) startLagMonitors(start starter, consumers []*consumer.Consumer) error {
 	for _, c := range consumers {
 		cfg := c.Config()
 		m, err := consumer.NewLagMonitor(&consumer.LagConfig{
@@ -22,10 +22,8 @@ func (d *Daemon) startLagMonitors(start starter, consumers []*consumer.Consumer)
 			return fmt.Errorf("error starting the lag monitor of subscription %q: %w", cfg.Name, err)
 		}
 		mctx, cancel := context.WithCancel(context.Background())
-		p := &part{name: RoleConsumer + " lag " + cfg.Name}
-		p.stop = func(ctx context.Context) error {
-			return p.cancelAndWait(ctx, cancel, fmt.Sprintf("the lag monitor of subscription %q", cfg.Name))
-		}
+		p := &part{role: roleConsumer, name: fmt.Sprintf("the lag monitor of subscription %q", cfg.Name)}
+		p.stop = func(ctx context.Context) error { return p.cancelAndWait(ctx, cancel) }
 		start(p, func(context.Context) error { return m.Run(mctx) })
 	}
 	return nil

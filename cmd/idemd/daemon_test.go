@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemd/idemd/config"
+	"github.com/idemd/idemd/internal/kafkatest"
+	"github.com/idemd/idemd/internal/pgtest"
+)
+
+// inProcess runs a daemon in this process, with its test signals initialised, until the
+// returned stop is called (or the test ends); stop returns Run's error.
+func inProcess(t *testing.T, cfg *daemonConfig) (d *daemon, stop func() error) {
+	t.Helper()
+	quiet := logrus.New()
+	quiet.SetOutput(io.Discard)
+	cfg.Logger = logrus.NewEntry(quiet)
+	d, err := newDaemon(cfg)
+	require.NoError(t, err)
+	d.signals.topicsCreated.Init(t)
+	d.signals.ready.Init(t)
+	d.signals.drained.Init(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	var runErr error
+	stopped := false
+	stop = func() error {
+		if !stopped {
+			stopped = true
+			cancel()
+			runErr = <-done
+		}
+		return runErr
+	}
+	t.Cleanup(func() { _ = stop() })
+	return d, stop
+}
+
+// TestDaemonFlushesTheOutboxOnShutdown: the daemon creates the pipelines' topic before it
+// serves, and on shutdown its relay drains through Relay.Drain: rows committed just before
+// the shutdown — here written without the NOTIFY that would wake the relay, with the
+// relay's poll a second away — are published before Run returns.
+func TestDaemonFlushesTheOutboxOnShutdown(t *testing.T) {
+	t.Parallel()
+	schema := testSchema(t)
+	topic := kafkatest.Name(t, "flush")
+	f, err := config.Parse("idemd.yaml", fmt.Appendf(nil, `sources:
+  - name: stripe
+    verify: {scheme: stripe, secrets_env: [FLUSH_STRIPE_SECRET]}
+    publish: {topic: %s}
+`, topic), func(string) (string, bool) { return stripeSecret, true })
+	require.NoError(t, err)
+	d, stop := inProcess(t, &daemonConfig{
+		DatabaseURL: pgtest.URL(), Schema: schema, MaxConns: 6, Brokers: kafkatest.Brokers(t), CreateTopics: true,
+		Pipelines: f, Roles: []role{roleReceiver, roleRelay}, Migrate: true,
+		HTTPAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", ShutdownTimeout: 20 * time.Second,
+	})
+	require.Equal(t, []string{topic}, d.signals.topicsCreated.Wait(t))
+	addrs := d.signals.ready.Wait(t)
+
+	resp, err := http.DefaultClient.Do(stripeRequest(t, "http://"+addrs[0]+"/webhooks/stripe", stripeSecret, []byte(`{"id":"evt_flush"}`)))
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	pool := pgtest.Pool(t, 1)
+	_, err = pool.Exec(context.Background(), `INSERT INTO `+schema+`.outbox (operation_id, pipeline, causation_id, topic, payload)
+SELECT gen_random_uuid(), 'stripe', 'quiet-' || i, $1, '{}' FROM generate_series(1, 50) i`, topic)
+	require.NoError(t, err)
+
+	require.NoError(t, stop())
+	require.NoError(t, d.signals.drained.Wait(t), "the leader flushed the outbox")
+	var unpublished int
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(*) FROM `+schema+`.outbox WHERE published_at IS NULL`).Scan(&unpublished))
+	require.Zero(t, unpublished)
+	require.Len(t, kafkatest.ReadAll(t, topic, 51, 30*time.Second), 51)
+}
