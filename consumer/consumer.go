@@ -443,6 +443,7 @@ func (c *Consumer) process(ctx context.Context, batch []*record) error {
 		m := &exactlyonce.Message{
 			Scope:       c.cfg.Name,
 			Fingerprint: fingerprint.Body(r.msg.Value),
+			Payload:     r.msg.Value,
 			Retention:   c.cfg.Retention,
 			Effect:      c.effect,
 			MaxAttempts: c.cfg.DeadLetter.MaxAttempts,

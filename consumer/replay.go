@@ -71,7 +71,7 @@ func (c *Consumer) claimFound(ctx context.Context, tx pgx.Tx, r *record) error {
 		return fmt.Errorf("the record's message id cannot be claimed: %w", ErrMalformedMessageID)
 	}
 	res, err := c.unit.Processed().ClaimBatchTx(ctx, tx, []processed.Claim{{
-		Scope: c.cfg.Name, MessageID: id, Fingerprint: fingerprint.Body(r.msg.Value), Retention: c.cfg.Retention,
+		Scope: c.cfg.Name, MessageID: id, Fingerprint: fingerprint.Body(r.msg.Value), Payload: r.msg.Value, Retention: c.cfg.Retention,
 	}})
 	if err != nil {
 		return err

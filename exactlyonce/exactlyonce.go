@@ -68,6 +68,9 @@ type Message struct {
 	Fingerprint []byte
 	// Retention of the processed record; zero means the store's default.
 	Retention time.Duration
+	// Payload is the message's body, kept with a conflict (processed.Claim.Payload).
+	// Defaults to none.
+	Payload []byte
 	// Effect runs when the id is new. Nil means the claim is the whole effect.
 	Effect Effect
 	// MaxAttempts is how many times a permanently failing effect is tried before
@@ -251,7 +254,7 @@ func (u *Unit) try(ctx context.Context, msgs []*Message, careful bool) (err erro
 	claims := make([]processed.Claim, len(msgs))
 	for i, m := range msgs {
 		claims[i] = processed.Claim{
-			Scope: m.Scope, MessageID: m.ID, Fingerprint: m.Fingerprint, Retention: m.Retention,
+			Scope: m.Scope, MessageID: m.ID, Fingerprint: m.Fingerprint, Retention: m.Retention, Payload: m.Payload,
 		}
 	}
 	results, err := u.cfg.Processed.ClaimBatchTx(ctx, tx, claims)

@@ -117,6 +117,7 @@ func (r *Receiver) apiMessage(c *call) *exactlyonce.Message {
 	return &exactlyonce.Message{
 		Scope: c.scope, ID: c.req.Key,
 		Fingerprint:   fingerprint.Request(c.req.Method, c.req.Path, c.req.Body),
+		Payload:       c.req.Body,
 		Retention:     c.src.retention,
 		MaxAttempts:   c.src.maxAttempts,
 		StoreResponse: true,

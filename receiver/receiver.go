@@ -257,6 +257,7 @@ func (r *Receiver) webhookMessage(c *call) *exactlyonce.Message {
 	return &exactlyonce.Message{
 		Scope: c.scope, ID: c.req.MessageID,
 		Fingerprint: fingerprint.Body(c.req.Body, c.src.ignore...),
+		Payload:     c.req.Body,
 		Retention:   c.src.retention,
 		MaxAttempts: c.src.maxAttempts,
 		Value:       c,

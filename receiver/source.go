@@ -57,7 +57,7 @@ func compileSource(ctx context.Context, pool *pgxpool.Pool, s Source) (*source, 
 	}
 	c := &source{
 		name:        s.Name,
-		path:        cmp.Or(s.Path, "/webhooks/"+s.Name),
+		path:        SourcePath(s),
 		api:         s.Idempotency != nil,
 		retention:   cmp.Or(s.Retention, RetentionDefault),
 		bodyLimit:   cmp.Or(s.BodyLimit, BodyLimitDefault),
