@@ -168,7 +168,7 @@ const (
 
 // replayOne replays letter id and audits it. It returns the audited outcome and the
 // replayer's error.
-func (s *Server) replayOne(ctx context.Context, r *http.Request, id int64, requestID uuid.UUID) (string, error) {
+func (s *Server) replayOne(ctx context.Context, r *http.Request, id int64, requestID uuid.UUID, bulk bool) (string, error) {
 	err := s.cfg.Replayer.Replay(ctx, id)
 	outcome, detail := ReplayReplayed, ""
 	switch {
@@ -186,7 +186,11 @@ func (s *Server) replayOne(ctx context.Context, r *http.Request, id int64, reque
 	}); aerr != nil {
 		s.log.WithError(aerr).WithField("dead_letter", id).Error("replay not audited")
 	}
-	s.writeLogged(r, ActionReplay, target, auditOutcome, err)
+	if bulk { // one info line per bulk replay, with its counts
+		s.log.WithFields(map[string]any{"actor": actorOf(r), "dead_letter": id, "outcome": auditOutcome}).Debug("bulk replay: letter")
+	} else {
+		s.writeLogged(r, ActionReplay, target, auditOutcome, err)
+	}
 	return outcome, err
 }
 
@@ -200,7 +204,7 @@ func (s *Server) apiReplay(w http.ResponseWriter, r *http.Request) {
 		s.problem(w, r, http.StatusServiceUnavailable, "unavailable", "Replay unavailable", errNoReplayer.Error())
 		return
 	}
-	outcome, err := s.replayOne(r.Context(), r, id, uuid.New())
+	outcome, err := s.replayOne(r.Context(), r, id, uuid.New(), false)
 	switch {
 	case errors.Is(err, deadletter.ErrNotFound):
 		s.notFound(w, r, fmt.Sprintf("no dead letter %d", id))
@@ -291,11 +295,15 @@ func (s *Server) BulkReplay(ctx context.Context, r *http.Request, req BulkReplay
 	}
 	requestID := uuid.New()
 	res.RequestID = requestID.String()
+	defer func() {
+		s.log.WithFields(map[string]any{"actor": actorOf(r), "request_id": res.RequestID, "matched": res.Matched,
+			"replayed": res.Replayed, "skipped": res.Skipped, "failed": res.Failed}).Info("admin write: bulk replay")
+	}()
 	for _, id := range ids {
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
-		outcome, err := s.replayOne(ctx, r, id, requestID)
+		outcome, err := s.replayOne(ctx, r, id, requestID, true)
 		switch outcome {
 		case ReplayReplayed:
 			res.Replayed++
@@ -334,8 +342,6 @@ func (s *Server) apiBulkReplay(w http.ResponseWriter, r *http.Request) {
 	case err != nil && r.Context().Err() == nil:
 		s.internal(w, r, err)
 	default:
-		s.log.WithFields(map[string]any{"actor": actorOf(r), "matched": res.Matched, "replayed": res.Replayed,
-			"skipped": res.Skipped, "failed": res.Failed, "dry_run": res.DryRun}).Info("bulk replay")
 		writeJSON(w, http.StatusOK, res)
 	}
 }

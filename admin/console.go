@@ -83,29 +83,29 @@ func (c *console) register() {
 	s := c.s
 	static, _ := fs.Sub(uiFS, "ui/static")
 	files := http.StripPrefix("/ui/static/", http.FileServerFS(static))
-	s.handle("GET", "/ui/static/", open, false, func(w http.ResponseWriter, r *http.Request) {
+	s.handle("GET", "/ui/static/", open, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "max-age=3600")
 		files.ServeHTTP(w, r)
 	})
-	s.handle("GET", "/{$}", open, false, func(w http.ResponseWriter, r *http.Request) {
+	s.handle("GET", "/{$}", open, func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/ui/messages", http.StatusSeeOther)
 	})
-	s.handle("GET", "/ui/login", open, false, func(w http.ResponseWriter, r *http.Request) { c.login(w, r, http.StatusOK, "") })
-	s.handle("POST", "/ui/login", open, false, c.signIn)
-	s.handle("POST", "/ui/logout", open, false, c.signOut)
-	s.handle("GET", "/ui/messages", read, false, c.messages)
-	s.handle("GET", "/ui/messages/{pipeline}/{id}", read, false, c.message)
-	s.handle("GET", "/ui/dead-letters", read, false, c.deadLetters)
-	s.handle("GET", "/ui/dead-letters/{id}", read, false, c.deadLetter)
-	s.handle("POST", "/ui/dead-letters/{id}/replay", write, false, c.replay)
-	s.handle("POST", "/ui/dead-letters/replay", write, false, c.bulkReplay)
-	s.handle("GET", "/ui/conflicts", read, false, c.conflicts)
-	s.handle("GET", "/ui/outbox", read, false, c.outbox)
-	s.handle("GET", "/ui/deliveries", read, false, c.deliveries)
-	s.handle("POST", "/ui/endpoints/{name}/disable", write, false, func(w http.ResponseWriter, r *http.Request) { c.setEndpoint(w, r, true) })
-	s.handle("POST", "/ui/endpoints/{name}/enable", write, false, func(w http.ResponseWriter, r *http.Request) { c.setEndpoint(w, r, false) })
-	s.handle("POST", "/ui/deliveries/{id}/requeue", write, false, c.requeue)
-	s.handle("GET", "/ui/consumers", read, false, c.consumers)
+	s.handle("GET", "/ui/login", open, func(w http.ResponseWriter, r *http.Request) { c.login(w, r, http.StatusOK, "") })
+	s.handle("POST", "/ui/login", open, c.signIn)
+	s.handle("POST", "/ui/logout", open, c.signOut)
+	s.handle("GET", "/ui/messages", read, c.messages)
+	s.handle("GET", "/ui/messages/{pipeline}/{id}", read, c.message)
+	s.handle("GET", "/ui/dead-letters", read, c.deadLetters)
+	s.handle("GET", "/ui/dead-letters/{id}", read, c.deadLetter)
+	s.handle("POST", "/ui/dead-letters/{id}/replay", write, c.replay)
+	s.handle("POST", "/ui/dead-letters/replay", write, c.bulkReplay)
+	s.handle("GET", "/ui/conflicts", read, c.conflicts)
+	s.handle("GET", "/ui/outbox", read, c.outbox)
+	s.handle("GET", "/ui/deliveries", read, c.deliveries)
+	s.handle("POST", "/ui/endpoints/{name}/disable", write, func(w http.ResponseWriter, r *http.Request) { c.setEndpoint(w, r, true) })
+	s.handle("POST", "/ui/endpoints/{name}/enable", write, func(w http.ResponseWriter, r *http.Request) { c.setEndpoint(w, r, false) })
+	s.handle("POST", "/ui/deliveries/{id}/requeue", write, c.requeue)
+	s.handle("GET", "/ui/consumers", read, c.consumers)
 }
 
 // view is what every page template gets.
@@ -288,7 +288,7 @@ func (c *console) replay(w http.ResponseWriter, r *http.Request) {
 		c.redirectWithFlash(w, r, errNoReplayer.Error())
 		return
 	}
-	outcome, err := c.s.replayOne(r.Context(), r, id, uuid.New())
+	outcome, err := c.s.replayOne(r.Context(), r, id, uuid.New(), false)
 	switch {
 	case errors.Is(err, deadletter.ErrAlreadyReplayed):
 		c.redirectWithFlash(w, r, fmt.Sprintf("Dead letter %d was replayed before: not run again.", id))

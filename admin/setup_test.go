@@ -12,6 +12,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/sirupsen/logrus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemd/idemd/admin"
@@ -65,7 +66,9 @@ func setup(t *testing.T, o options) *bundle {
 		Verify:      receiver.Verify{Scheme: receiver.SchemeBearer, Tokens: map[string]string{"tok-acme-0123456789": "acme"}},
 		Idempotency: &receiver.Idempotency{Required: true},
 	}}
-	rcv, err := receiver.New(db.Pool, &receiver.Config{Schema: db.Schema, Sources: sources})
+	quiet := logrus.New()
+	quiet.SetOutput(io.Discard)
+	rcv, err := receiver.New(db.Pool, &receiver.Config{Schema: db.Schema, Sources: sources, Logger: logrus.NewEntry(quiet)})
 	require.NoError(t, err)
 	t.Cleanup(rcv.Close)
 	hooks := httptest.NewServer(rcv)
@@ -75,7 +78,7 @@ func setup(t *testing.T, o options) *bundle {
 	require.NoError(t, err)
 	adm, err := admin.New(db.Pool, &admin.Config{
 		Schema: db.Schema, Tokens: tokens, InsecureReads: o.insecureReads,
-		Replayer: admin.ReplayerFunc(rcv.Replay), Consumers: o.consumers, Sources: sources,
+		Replayer: admin.ReplayerFunc(rcv.Replay), Consumers: o.consumers, Sources: sources, Logger: logrus.NewEntry(quiet),
 	})
 	require.NoError(t, err)
 	adm.Started()
@@ -188,4 +191,12 @@ func (r reply) problemType(t *testing.T) string {
 	m := r.json(t)
 	require.EqualValues(t, r.status, m["status"])
 	return strings.TrimPrefix(m["type"].(string), admin.ProblemTypeBase)
+}
+
+// get serves one GET on h and returns the status.
+func get(t *testing.T, h http.Handler, path string) int {
+	t.Helper()
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest("GET", path, nil))
+	return w.Code
 }
