@@ -263,8 +263,8 @@ func pathID(r *http.Request, name string) (int64, error) {
 }
 
 // writeLogged logs a write at info, as every write must be.
-func (s *Server) writeLogged(r *http.Request, action, target, outcome string, err error) {
-	e := s.log.WithFields(map[string]any{"actor": actorOf(r), "action": action, "target": target, "outcome": outcome})
+func (s *Server) writeLogged(actor, action, target, outcome string, err error) {
+	e := s.log.WithFields(map[string]any{"actor": actor, "action": action, "target": target, "outcome": outcome})
 	if err != nil {
 		e = e.WithField("error", err.Error())
 	}

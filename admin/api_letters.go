@@ -54,6 +54,9 @@ type LetterFilter struct {
 	Until     *time.Time `json:"until,omitempty"`
 }
 
+// LetterQuery is the store query of f.
+func LetterQuery(f LetterFilter) deadletter.Query { return f.query() }
+
 func (f LetterFilter) query() deadletter.Query {
 	q := deadletter.Query{Pipeline: f.Pipeline, Origin: f.Origin, Reason: f.Reason, MessageID: f.MessageID}
 	if f.Since != nil {
@@ -166,10 +169,26 @@ const (
 	ReplaySkipped  = "skipped"
 )
 
+// DeadLetter returns one letter as the API shows it: payload, headers with secrets
+// stripped, URLs redacted, and its audited replays.
+func (s *Server) DeadLetter(ctx context.Context, id int64) (*DeadLetter, error) {
+	return s.letter(ctx, id)
+}
+
 // replayOne replays letter id and audits it. It returns the audited outcome and the
 // replayer's error.
-func (s *Server) replayOne(ctx context.Context, r *http.Request, id int64, requestID uuid.UUID, bulk bool) (string, error) {
+func (s *Server) replayOne(ctx context.Context, actor string, id int64, requestID uuid.UUID, bulk bool) (string, error) {
 	err := s.cfg.Replayer.Replay(ctx, id)
+	return s.recordReplay(ctx, actor, id, requestID, bulk, err), err
+}
+
+// RecordReplay audits and logs a replay of letter id made outside the Server (err is its
+// result) and returns its outcome, as a replay through the Server would.
+func (s *Server) RecordReplay(ctx context.Context, actor string, id int64, err error) string {
+	return s.recordReplay(ctx, actor, id, uuid.New(), false, err)
+}
+
+func (s *Server) recordReplay(ctx context.Context, actor string, id int64, requestID uuid.UUID, bulk bool, err error) string {
 	outcome, detail := ReplayReplayed, ""
 	switch {
 	case err == nil:
@@ -182,16 +201,16 @@ func (s *Server) replayOne(ctx context.Context, r *http.Request, id int64, reque
 	target := strconv.FormatInt(id, 10)
 	// The audit row is written even when the caller went away: the replay committed.
 	if aerr := s.audit.Write(context.WithoutCancel(ctx), s.pool, Entry{
-		Actor: actorOf(r), Action: ActionReplay, Target: target, Outcome: auditOutcome, Detail: detail, RequestID: requestID,
+		Actor: actor, Action: ActionReplay, Target: target, Outcome: auditOutcome, Detail: detail, RequestID: requestID,
 	}); aerr != nil {
 		s.log.WithError(aerr).WithField("dead_letter", id).Error("replay not audited")
 	}
 	if bulk { // one info line per bulk replay, with its counts
-		s.log.WithFields(map[string]any{"actor": actorOf(r), "dead_letter": id, "outcome": auditOutcome}).Debug("bulk replay: letter")
+		s.log.WithFields(map[string]any{"actor": actor, "dead_letter": id, "outcome": auditOutcome}).Debug("bulk replay: letter")
 	} else {
-		s.writeLogged(r, ActionReplay, target, auditOutcome, err)
+		s.writeLogged(actor, ActionReplay, target, auditOutcome, err)
 	}
-	return outcome, err
+	return outcome
 }
 
 func (s *Server) apiReplay(w http.ResponseWriter, r *http.Request) {
@@ -204,7 +223,7 @@ func (s *Server) apiReplay(w http.ResponseWriter, r *http.Request) {
 		s.problem(w, r, http.StatusServiceUnavailable, "unavailable", "Replay unavailable", errNoReplayer.Error())
 		return
 	}
-	outcome, err := s.replayOne(r.Context(), r, id, uuid.New(), false)
+	outcome, err := s.replayOne(r.Context(), actorOf(r), id, uuid.New(), false)
 	switch {
 	case errors.Is(err, deadletter.ErrNotFound):
 		s.notFound(w, r, fmt.Sprintf("no dead letter %d", id))
@@ -257,9 +276,9 @@ const bulkErrorsShown = 20
 
 // BulkReplay replays every not-yet-replayed letter f selects, oldest first, each exactly
 // once (a letter another replay took meanwhile is skipped). The letters are chosen when it
-// starts, so letters written during the run wait for the next one. progress, when set, is
-// called after each letter.
-func (s *Server) BulkReplay(ctx context.Context, r *http.Request, req BulkReplayRequest, progress func(BulkReplayResult)) (BulkReplayResult, error) {
+// starts, so letters written during the run wait for the next one. Each replay is audited
+// as actor's. progress, when set, is called after each letter.
+func (s *Server) BulkReplay(ctx context.Context, actor string, req BulkReplayRequest, progress func(BulkReplayResult)) (BulkReplayResult, error) {
 	limit := req.Limit
 	if limit <= 0 || limit > BulkLimitMax {
 		limit = BulkLimitMax
@@ -296,14 +315,14 @@ func (s *Server) BulkReplay(ctx context.Context, r *http.Request, req BulkReplay
 	requestID := uuid.New()
 	res.RequestID = requestID.String()
 	defer func() {
-		s.log.WithFields(map[string]any{"actor": actorOf(r), "request_id": res.RequestID, "matched": res.Matched,
+		s.log.WithFields(map[string]any{"actor": actor, "request_id": res.RequestID, "matched": res.Matched,
 			"replayed": res.Replayed, "skipped": res.Skipped, "failed": res.Failed}).Info("admin write: bulk replay")
 	}()
 	for _, id := range ids {
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
-		outcome, err := s.replayOne(ctx, r, id, requestID, true)
+		outcome, err := s.replayOne(ctx, actor, id, requestID, true)
 		switch outcome {
 		case ReplayReplayed:
 			res.Replayed++
@@ -335,7 +354,7 @@ func (s *Server) apiBulkReplay(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(bulkWriteTimeout))
-	res, err := s.BulkReplay(r.Context(), r, req, nil)
+	res, err := s.BulkReplay(r.Context(), actorOf(r), req, nil)
 	switch {
 	case errors.Is(err, errNoReplayer):
 		s.problem(w, r, http.StatusServiceUnavailable, "unavailable", "Replay unavailable", err.Error())

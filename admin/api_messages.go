@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"context"
 	"encoding/hex"
 	"errors"
 	"net/http"
@@ -144,8 +145,7 @@ type Effect struct {
 }
 
 // story collects the story of (scope, id).
-func (s *Server) story(r *http.Request, rec *processed.Record) (*Story, error) {
-	ctx := r.Context()
+func (s *Server) story(ctx context.Context, rec *processed.Record) (*Story, error) {
 	st := &Story{Message: messageOf(rec), Outbox: []OutboxRow{}, Deliveries: []Delivery{}, Conflicts: []Conflict{}, DeadLetters: []DeadLetterBrief{}}
 	if rec.Response != nil {
 		st.Response = &StoredResponse{Status: rec.Response.Status, Headers: rec.Response.Headers, Body: encodeBody(rec.Response.Body)}
@@ -195,13 +195,22 @@ func (s *Server) story(r *http.Request, rec *processed.Record) (*Story, error) {
 	return st, nil
 }
 
-// findRecord finds the record of pipeline/id (the tenant parameter picks an API source's
-// tenant; without it the newest record of the id in the pipeline is shown).
-func (s *Server) findRecord(r *http.Request, pipeline, id, tenant string) (*processed.Record, error) {
-	if tenant != "" {
-		return s.processed.GetRecord(r.Context(), s.pool, processed.Scope(pipeline, tenant), id)
+// Story returns the whole story of message id of pipeline (tenant picks an API source's
+// tenant; without it, the newest record of the id in the pipeline). It fails with
+// processed.ErrNotFound when there is no record.
+func (s *Server) Story(ctx context.Context, pipeline, id, tenant string) (*Story, error) {
+	rec, err := s.findRecord(ctx, pipeline, id, tenant)
+	if err != nil {
+		return nil, err
 	}
-	recs, err := s.processed.ListRecords(r.Context(), s.pool, processed.RecordFilter{Pipeline: pipeline, MessageID: id, Limit: 1})
+	return s.story(ctx, rec)
+}
+
+func (s *Server) findRecord(ctx context.Context, pipeline, id, tenant string) (*processed.Record, error) {
+	if tenant != "" {
+		return s.processed.GetRecord(ctx, s.pool, processed.Scope(pipeline, tenant), id)
+	}
+	recs, err := s.processed.ListRecords(ctx, s.pool, processed.RecordFilter{Pipeline: pipeline, MessageID: id, Limit: 1})
 	if err != nil {
 		return nil, err
 	}
@@ -213,16 +222,11 @@ func (s *Server) findRecord(r *http.Request, pipeline, id, tenant string) (*proc
 
 func (s *Server) apiMessage(w http.ResponseWriter, r *http.Request) {
 	pipeline, id := r.PathValue("pipeline"), r.PathValue("id")
-	rec, err := s.findRecord(r, pipeline, id, r.URL.Query().Get("tenant"))
+	st, err := s.Story(r.Context(), pipeline, id, r.URL.Query().Get("tenant"))
 	if errors.Is(err, processed.ErrNotFound) {
 		s.notFound(w, r, "no record of message "+quote(id)+" in pipeline "+quote(pipeline)+" (never received, or pruned after its retention)")
 		return
 	}
-	if err != nil {
-		s.internal(w, r, err)
-		return
-	}
-	st, err := s.story(r, rec)
 	if err != nil {
 		s.internal(w, r, err)
 		return

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -208,34 +209,34 @@ func (s *Server) apiEndpoints(w http.ResponseWriter, r *http.Request) {
 }
 
 // setEndpoint disables or enables an endpoint, logged and audited.
-func (s *Server) setEndpoint(r *http.Request, name string, disable bool) error {
+func (s *Server) setEndpoint(ctx context.Context, actor, name string, disable bool) error {
 	action := ActionEndpointEnable
 	var err error
 	if disable {
 		action = ActionEndpointDisable
-		err = s.delivery.Disable(r.Context(), s.pool, name, "disabled by "+actorOf(r)+" through the admin API")
+		err = s.delivery.Disable(ctx, s.pool, name, "disabled by "+actor+" through the admin API")
 	} else {
-		err = s.delivery.Enable(r.Context(), s.pool, name)
+		err = s.delivery.Enable(ctx, s.pool, name)
 	}
-	s.audited(r, action, name, err)
+	s.audited(ctx, actor, action, name, err)
 	return err
 }
 
 // audited logs and audits a write that is not a replay.
-func (s *Server) audited(r *http.Request, action, target string, err error) {
+func (s *Server) audited(ctx context.Context, actor, action, target string, err error) {
 	outcome, detail := OutcomeDone, ""
 	if err != nil {
 		outcome, detail = OutcomeFailed, err.Error()
 	}
-	if aerr := s.audit.Write(r.Context(), s.pool, Entry{Actor: actorOf(r), Action: action, Target: target, Outcome: outcome, Detail: detail}); aerr != nil {
+	if aerr := s.audit.Write(ctx, s.pool, Entry{Actor: actor, Action: action, Target: target, Outcome: outcome, Detail: detail}); aerr != nil {
 		s.log.WithError(aerr).WithField("action", action).Error("write not audited")
 	}
-	s.writeLogged(r, action, target, outcome, err)
+	s.writeLogged(actor, action, target, outcome, err)
 }
 
 func (s *Server) apiSetEndpoint(w http.ResponseWriter, r *http.Request, disable bool) {
 	name := r.PathValue("name")
-	err := s.setEndpoint(r, name, disable)
+	err := s.setEndpoint(r.Context(), actorOf(r), name, disable)
 	switch {
 	case errors.Is(err, delivery.ErrNotFound):
 		s.notFound(w, r, fmt.Sprintf("no endpoint %q (endpoints appear once a deliverer registered them)", name))
@@ -250,10 +251,10 @@ func (s *Server) apiDisable(w http.ResponseWriter, r *http.Request) { s.apiSetEn
 func (s *Server) apiEnable(w http.ResponseWriter, r *http.Request)  { s.apiSetEndpoint(w, r, false) }
 
 // requeue makes a finished delivery pending again (same operation id), logged and audited.
-func (s *Server) requeue(r *http.Request, id int64) error {
+func (s *Server) requeue(ctx context.Context, actor string, id int64) error {
 	// RequeueTx refuses a pending delivery: clearing its lease could send it twice.
-	err := pgx.BeginFunc(r.Context(), s.pool, func(tx pgx.Tx) error { return s.delivery.RequeueTx(r.Context(), tx, id) })
-	s.audited(r, ActionDeliveryRequeue, strconv.FormatInt(id, 10), err)
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return s.delivery.RequeueTx(ctx, tx, id) })
+	s.audited(ctx, actor, ActionDeliveryRequeue, strconv.FormatInt(id, 10), err)
 	return err
 }
 
@@ -263,7 +264,7 @@ func (s *Server) apiRequeue(w http.ResponseWriter, r *http.Request) {
 		s.badRequest(w, r, err)
 		return
 	}
-	err = s.requeue(r, id)
+	err = s.requeue(r.Context(), actorOf(r), id)
 	switch {
 	case errors.Is(err, delivery.ErrNotFound):
 		s.notFound(w, r, fmt.Sprintf("no delivery %d", id))

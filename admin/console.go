@@ -225,16 +225,11 @@ func (c *console) messages(w http.ResponseWriter, r *http.Request) {
 
 func (c *console) message(w http.ResponseWriter, r *http.Request) {
 	pipeline, id := r.PathValue("pipeline"), r.PathValue("id")
-	rec, err := c.s.findRecord(r, pipeline, id, r.URL.Query().Get("tenant"))
+	st, err := c.s.Story(r.Context(), pipeline, id, r.URL.Query().Get("tenant"))
 	if errors.Is(err, processed.ErrNotFound) {
 		c.s.notFound(w, r, "no record of message "+quote(id)+" in pipeline "+quote(pipeline)+" (never received, or pruned after its retention)")
 		return
 	}
-	if err != nil {
-		c.s.internal(w, r, err)
-		return
-	}
-	st, err := c.s.story(r, rec)
 	if err != nil {
 		c.s.internal(w, r, err)
 		return
@@ -288,7 +283,7 @@ func (c *console) replay(w http.ResponseWriter, r *http.Request) {
 		c.redirectWithFlash(w, r, errNoReplayer.Error())
 		return
 	}
-	outcome, err := c.s.replayOne(r.Context(), r, id, uuid.New(), false)
+	outcome, err := c.s.replayOne(r.Context(), actorOf(r), id, uuid.New(), false)
 	switch {
 	case errors.Is(err, deadletter.ErrAlreadyReplayed):
 		c.redirectWithFlash(w, r, fmt.Sprintf("Dead letter %d was replayed before: not run again.", id))
@@ -309,7 +304,7 @@ func (c *console) bulkReplay(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(bulkWriteTimeout))
-	res, err := c.s.BulkReplay(r.Context(), r, req, nil)
+	res, err := c.s.BulkReplay(r.Context(), actorOf(r), req, nil)
 	if err != nil {
 		c.redirectWithFlash(w, r, "Bulk replay stopped: "+err.Error())
 		return
@@ -393,7 +388,7 @@ func (c *console) deliveries(w http.ResponseWriter, r *http.Request) {
 
 func (c *console) setEndpoint(w http.ResponseWriter, r *http.Request, disable bool) {
 	name := r.PathValue("name")
-	err := c.s.setEndpoint(r, name, disable)
+	err := c.s.setEndpoint(r.Context(), actorOf(r), name, disable)
 	switch {
 	case errors.Is(err, delivery.ErrNotFound):
 		c.redirectWithFlash(w, r, fmt.Sprintf("No endpoint %q.", name))
@@ -412,7 +407,7 @@ func (c *console) requeue(w http.ResponseWriter, r *http.Request) {
 		c.s.badRequest(w, r, err)
 		return
 	}
-	err = c.s.requeue(r, id)
+	err = c.s.requeue(r.Context(), actorOf(r), id)
 	switch {
 	case errors.Is(err, delivery.ErrNotFound):
 		c.redirectWithFlash(w, r, fmt.Sprintf("No delivery %d.", id))

@@ -38,7 +38,8 @@ func init() {
 		{"dev", "", "one-command local run: migrations, in-memory Kafka broker, example pipelines, example requests", (*cli).dev},
 		{"migrate", "", "apply the embedded migrations and exit", (*cli).migrate},
 		{"check", "", "validate the configuration and reach every dependency, reporting all problems", (*cli).check},
-		{"dlq", "list|replay", "list or replay dead letters", (*cli).dlq},
+		{"dlq", "list|show|replay", "list, show or replay dead letters (filters, dry run, bulk)", (*cli).dlq},
+		{"inspect", "PIPELINE ID", "show a message's whole story: record, effect, outbox, deliveries, conflicts, dead letters", (*cli).inspect},
 		{"sign", "", "print a signed example request (curl) for a source", (*cli).sign},
 		{"probe", "URL", "GET a health URL, exit 0 on 2xx (for images without curl)", (*cli).probe},
 		{"version", "", "print the version", (*cli).version},
@@ -94,7 +95,9 @@ func envHelp(w io.Writer) {
 		{"IDEMD_KAFKA_BROKERS", "comma-separated Kafka brokers (dev: in-memory broker when unset)"},
 		{"IDEMD_PIPELINES_FILE", "pipelines file (default idemd.yaml; dev: deploy/idemd.dev.yaml, embedded)"},
 		{"IDEMD_HTTP_ADDR", "receiver address (default :8080)"},
-		{"IDEMD_ADMIN_ADDR", "/metrics, /healthz, /readyz address (default :9090)"},
+		{"IDEMD_ADMIN_ADDR", "admin server: /metrics, /healthz, /readyz, API, console (default 127.0.0.1:9090)"},
+		{"IDEMD_ADMIN_TOKEN", "admin token, or name:token pairs, for the admin API, console and pprof (default none: closed)"},
+		{"IDEMD_ADMIN_INSECURE_READS", "let admin reads through without a token; writes stay refused (default false)"},
 		{"IDEMD_LOG_LEVEL", "trace|debug|info|warn|error (default info)"},
 		{"IDEMD_LOG_FORMAT", "json|text (default json; dev: text)"},
 		{"IDEMD_SHUTDOWN_TIMEOUT", "bound of the drain on SIGTERM (default 30s)"},
@@ -106,9 +109,12 @@ func envHelp(w io.Writer) {
 		{"IDEMD_KAFKA_CREATE_TOPICS", "create the pipelines' topics at start (default false; dev: true)"},
 		{"IDEMD_PRUNE_INTERVAL", "pruner period (default 1m)"},
 		{"IDEMD_OUTBOX_RETENTION", "how long published outbox rows are kept (default 24h)"},
+		{"IDEMD_DEAD_LETTER_RETENTION", "how long dead letters and the admin audit are kept (default 720h)"},
+		{"IDEMD_DEAD_LETTER_REPLAYED_RETENTION", "how long a dead letter is kept after its replay (default 168h)"},
+		{"IDEMD_ENTITY_VERSION_RETENTION", "how long the stale-event guard keeps an entity's last version (default 720h)"},
 	}
 	for _, v := range vars {
-		fmt.Fprintf(w, "  %-26s %s\n", v[0], v[1])
+		fmt.Fprintf(w, "  %-37s %s\n", v[0], v[1])
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/caarlos0/env/v11"
 	"github.com/sirupsen/logrus"
 
+	"github.com/idemd/idemd/admin"
 	"github.com/idemd/idemd/internal/daemon"
 )
 
@@ -21,7 +22,9 @@ type Env struct {
 	KafkaBrokers        []string      `env:"KAFKA_BROKERS" envSeparator:","`
 	PipelinesFile       string        `env:"PIPELINES_FILE" envDefault:"idemd.yaml"`
 	HTTPAddr            string        `env:"HTTP_ADDR" envDefault:":8080"`
-	AdminAddr           string        `env:"ADMIN_ADDR" envDefault:":9090"`
+	AdminAddr           string        `env:"ADMIN_ADDR" envDefault:"127.0.0.1:9090"`
+	AdminToken          string        `env:"ADMIN_TOKEN"`
+	AdminInsecureReads  bool          `env:"ADMIN_INSECURE_READS" envDefault:"false"`
 	LogLevel            string        `env:"LOG_LEVEL" envDefault:"info"`
 	LogFormat           string        `env:"LOG_FORMAT" envDefault:"json"`
 	ShutdownTimeout     time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"30s"`
@@ -34,11 +37,16 @@ type Env struct {
 	PruneInterval       time.Duration `env:"PRUNE_INTERVAL" envDefault:"1m"`
 	OutboxRetention     time.Duration `env:"OUTBOX_RETENTION" envDefault:"24h"`
 	KafkaSessionTimeout time.Duration `env:"KAFKA_SESSION_TIMEOUT" envDefault:"30s"`
+	DeadLetterRetention time.Duration `env:"DEAD_LETTER_RETENTION" envDefault:"720h"`
+	DeadLetterReplayed  time.Duration `env:"DEAD_LETTER_REPLAYED_RETENTION" envDefault:"168h"`
+	EntityVersionRetain time.Duration `env:"ENTITY_VERSION_RETENTION" envDefault:"720h"`
 	TLSCertFile         string        `env:"TLS_CERT_FILE"`
 	TLSKeyFile          string        `env:"TLS_KEY_FILE"`
 
 	// set records which variables were given, for dev's defaults.
 	set map[string]bool
+	// adminTokens is AdminToken parsed.
+	adminTokens []admin.Token
 }
 
 // environment is the process environment as a map, for env and for secret lookups.
@@ -89,6 +97,14 @@ func loadEnv(e environment) (*Env, error) {
 	}
 	if cfg.PruneInterval <= 0 || cfg.OutboxRetention <= 0 {
 		errs = append(errs, errors.New("IDEMD_PRUNE_INTERVAL and IDEMD_OUTBOX_RETENTION must be positive"))
+	}
+	if cfg.DeadLetterRetention <= 0 || cfg.DeadLetterReplayed <= 0 || cfg.EntityVersionRetain <= 0 {
+		errs = append(errs, errors.New("IDEMD_DEAD_LETTER_RETENTION, IDEMD_DEAD_LETTER_REPLAYED_RETENTION and IDEMD_ENTITY_VERSION_RETENTION must be positive"))
+	}
+	if tokens, err := admin.ParseTokens(cfg.AdminToken); err != nil {
+		errs = append(errs, fmt.Errorf("IDEMD_ADMIN_TOKEN: %w", err))
+	} else {
+		cfg.adminTokens = tokens
 	}
 	roles := cfg.Roles[:0]
 	for _, r := range cfg.Roles {

@@ -23,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/sirupsen/logrus"
 
+	"github.com/idemd/idemd/admin"
 	"github.com/idemd/idemd/consumer"
 	"github.com/idemd/idemd/internal/config"
 	"github.com/idemd/idemd/migrations"
@@ -77,8 +78,20 @@ type Config struct {
 	// TLSCertFile and TLSKeyFile, when both set, make the receiver serve HTTPS with that
 	// PEM certificate (chain) and key. Default to plain HTTP.
 	TLSCertFile, TLSKeyFile string
-	// AdminAddr is where /metrics, /healthz and /readyz are served. Defaults to ":9090".
+	// AdminAddr is where the admin server listens (package admin). Defaults to
+	// "127.0.0.1:9090".
 	AdminAddr string
+	// AdminTokens guard the admin API, console and pprof (admin.ParseTokens). Defaults to
+	// none: they answer 401.
+	AdminTokens []admin.Token
+	// AdminInsecureReads opens the admin reads without a token. Defaults to false.
+	AdminInsecureReads bool
+	// NewReplayer builds what the admin API replays dead letters with, on the daemon's
+	// pool. Defaults to none: replays answer 503.
+	NewReplayer func(pool *pgxpool.Pool) admin.Replayer
+	// DeadLetterRetention, DeadLetterReplayedRetention and EntityVersionRetention are the
+	// pruner's (internal/pruner.Config). Default to the pruner's.
+	DeadLetterRetention, DeadLetterReplayedRetention, EntityVersionRetention time.Duration
 	// ShutdownTimeout bounds the drain after ctx ends. Defaults to 30 s.
 	ShutdownTimeout time.Duration
 	// PruneInterval is how often the pruner deletes expired dedup records and old
@@ -102,7 +115,7 @@ type Config struct {
 type Daemon struct {
 	cfg   Config
 	log   *logrus.Entry
-	admin *admin
+	admin *admin.Server
 	pool  *pgxpool.Pool
 	tls   *tls.Config
 }
@@ -113,7 +126,7 @@ func New(cfg *Config) (*Daemon, error) {
 	c.Schema = cmp.Or(c.Schema, migrations.SchemaDefault)
 	c.MaxConns = cmp.Or(c.MaxConns, MaxConnsDefault)
 	c.HTTPAddr = cmp.Or(c.HTTPAddr, ":8080")
-	c.AdminAddr = cmp.Or(c.AdminAddr, ":9090")
+	c.AdminAddr = cmp.Or(c.AdminAddr, "127.0.0.1:9090")
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, ShutdownTimeoutDefault)
 	c.PruneInterval = cmp.Or(c.PruneInterval, PruneIntervalDefault)
 	c.OutboxRetention = cmp.Or(c.OutboxRetention, OutboxRetentionDefault)
@@ -163,10 +176,15 @@ func New(cfg *Config) (*Daemon, error) {
 	if err != nil {
 		return nil, fmt.Errorf("error creating the connection pool: %w", err)
 	}
+	adm, err := newAdmin(&c, pool)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
 	return &Daemon{
 		cfg:   c,
 		log:   c.Logger.WithField("component", "daemon"),
-		admin: &admin{pool: pool, schema: c.Schema},
+		admin: adm,
 		pool:  pool,
 		tls:   tlsConf,
 	}, nil
@@ -207,7 +225,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("error listening on IDEMD_ADMIN_ADDR %s: %w", d.cfg.AdminAddr, err)
 	}
-	adminSrv := &http.Server{Handler: d.admin.handler(), ReadHeaderTimeout: 5 * time.Second}
+	adminSrv := d.admin.HTTPServer()
 	go func() { _ = adminSrv.Serve(adminLn) }()
 	defer adminSrv.Close()
 
@@ -258,7 +276,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.startPruner(start)
 	}
 
-	d.admin.started.Store(true)
+	d.admin.Started()
 	log.WithFields(logrus.Fields{
 		"roles": strings.Join(d.cfg.Roles, ","), "http_addr": httpAddr, "admin_addr": adminLn.Addr().String(),
 		"sources": len(d.cfg.Pipelines.Sources), "subscriptions": len(d.cfg.Pipelines.Subscriptions),
@@ -444,7 +462,7 @@ func (d *Daemon) waitOutboxEmpty(ctx context.Context) {
 
 // shutdown stops the parts in order: receiver, consumers, relay, pruner.
 func (d *Daemon) shutdown(parts []*part) error {
-	d.admin.draining.Store(true)
+	d.admin.Draining()
 	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.ShutdownTimeout)
 	defer cancel()
 	started := time.Now()

@@ -20,7 +20,8 @@ func (d *Daemon) startPruner(start starter) {
 	start(p, func(context.Context) error {
 		pr, err := pruner.New(d.pool, &pruner.Config{
 			Schema: d.cfg.Schema, Interval: d.cfg.PruneInterval, OutboxRetention: d.cfg.OutboxRetention,
-			Logger: d.cfg.Logger,
+			DeadLetterRetention: d.cfg.DeadLetterRetention, DeadLetterReplayedRetention: d.cfg.DeadLetterReplayedRetention,
+			EntityVersionRetention: d.cfg.EntityVersionRetention, Logger: d.cfg.Logger,
 		})
 		if err != nil {
 			return err

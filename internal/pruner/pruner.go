@@ -1,5 +1,6 @@
 // Package pruner is the daemon's pruner role: it deletes expired dedup records, old
-// conflicts, published outbox rows and finished HTTP deliveries in bounded batches, so that no statement holds many
+// conflicts, published outbox rows, finished HTTP deliveries, old dead letters (sooner once
+// replayed), the admin audit and old entity versions in bounded batches, so that no statement holds many
 // locks or runs long. Guarantee: a dedup record is deleted only after its retention passed
 // (until then its id stays a duplicate), and an outbox row only after it was published.
 package pruner
@@ -12,6 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/sirupsen/logrus"
 
+	"github.com/idemd/idemd/admin"
+	"github.com/idemd/idemd/deadletter"
 	"github.com/idemd/idemd/delivery"
 	"github.com/idemd/idemd/internal/metrics"
 	"github.com/idemd/idemd/outbox"
@@ -23,6 +26,8 @@ const (
 	IntervalDefault        = time.Minute
 	OutboxRetentionDefault = 24 * time.Hour
 	BatchSizeDefault       = 1000
+	// EntityVersionRetentionDefault keeps the stale-event guard's versions for 30 days.
+	EntityVersionRetentionDefault = 30 * 24 * time.Hour
 )
 
 // Config configures a Pruner.
@@ -34,6 +39,15 @@ type Config struct {
 	// OutboxRetention is how long published outbox rows, and finished (delivered or dead)
 	// HTTP deliveries, are kept for inspection and replays. Defaults to 24 hours.
 	OutboxRetention time.Duration
+	// DeadLetterRetention is how long a dead letter is kept, replayed or not; the admin
+	// audit is kept as long. Defaults to 30 days (deadletter.RetentionDefault).
+	DeadLetterRetention time.Duration
+	// DeadLetterReplayedRetention is how long a dead letter is kept after its replay.
+	// Defaults to 7 days (deadletter.ReplayedRetentionDefault).
+	DeadLetterReplayedRetention time.Duration
+	// EntityVersionRetention is how long the stale-event guard remembers an entity's last
+	// version after its last update. Defaults to 30 days.
+	EntityVersionRetention time.Duration
 	// BatchSize bounds each DELETE. Defaults to 1000.
 	BatchSize int
 	// Logger receives the pruner's logs. Defaults to logrus's standard logger.
@@ -47,6 +61,8 @@ type Pruner struct {
 	processed *processed.Store
 	outbox    *outbox.Store
 	delivery  *delivery.Store
+	letters   *deadletter.Store
+	audit     *admin.Audit
 	log       *logrus.Entry
 }
 
@@ -59,6 +75,9 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Pruner, error) {
 	c.Interval = cmp.Or(c.Interval, IntervalDefault)
 	c.OutboxRetention = cmp.Or(c.OutboxRetention, OutboxRetentionDefault)
 	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
+	c.DeadLetterRetention = cmp.Or(c.DeadLetterRetention, deadletter.RetentionDefault)
+	c.DeadLetterReplayedRetention = cmp.Or(c.DeadLetterReplayedRetention, deadletter.ReplayedRetentionDefault)
+	c.EntityVersionRetention = cmp.Or(c.EntityVersionRetention, EntityVersionRetentionDefault)
 	if c.Logger == nil {
 		c.Logger = logrus.NewEntry(logrus.StandardLogger())
 	}
@@ -70,6 +89,8 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Pruner, error) {
 		pool: pool, cfg: c, processed: ps,
 		outbox:   outbox.New(&outbox.Config{Schema: c.Schema}),
 		delivery: delivery.NewStore(c.Schema),
+		letters:  deadletter.New(c.Schema),
+		audit:    admin.NewAudit(c.Schema),
 		log:      c.Logger.WithField("component", "pruner"),
 	}, nil
 }
@@ -106,8 +127,38 @@ func (p *Pruner) Once(ctx context.Context) (records, rows int64) {
 		p.log.WithError(err).Warn("error pruning finished HTTP deliveries; retrying next round")
 	}
 	rows += deliveries
+	p.pruneOperatorTables(ctx)
 	if records+rows > 0 {
 		p.log.WithField("records", records).WithField("outbox_rows", rows).Info("pruned expired rows")
 	}
 	return records, rows
+}
+
+// pruneOperatorTables prunes what operators read: dead letters, the admin audit and the
+// stale-event guard's entity versions. Errors are logged; the next round tries again.
+func (p *Pruner) pruneOperatorTables(ctx context.Context) {
+	steps := []struct {
+		table string
+		prune func() (int64, error)
+	}{
+		{"dead_letters", func() (int64, error) {
+			return p.letters.Prune(ctx, p.pool, p.cfg.DeadLetterRetention, p.cfg.DeadLetterReplayedRetention, p.cfg.BatchSize)
+		}},
+		{"admin_audit", func() (int64, error) {
+			return p.audit.Prune(ctx, p.pool, p.cfg.DeadLetterRetention, p.cfg.BatchSize)
+		}},
+		{"entity_versions", func() (int64, error) {
+			return p.processed.PruneEntityVersions(ctx, p.pool, p.cfg.EntityVersionRetention, p.cfg.BatchSize)
+		}},
+	}
+	for _, st := range steps {
+		n, err := st.prune()
+		metrics.Pruned.WithLabelValues(st.table).Add(float64(n))
+		if err != nil && ctx.Err() == nil {
+			p.log.WithError(err).WithField("table", st.table).Warn("error pruning; retrying next round")
+		}
+		if n > 0 {
+			p.log.WithField("table", st.table).WithField("rows", n).Info("pruned old rows")
+		}
+	}
 }
