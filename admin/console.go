@@ -164,8 +164,11 @@ func (c *console) errorPage(w http.ResponseWriter, r *http.Request, status int, 
 
 func (c *console) login(w http.ResponseWriter, r *http.Request, status int, msg string) {
 	next := r.URL.RequestURI()
-	if r.URL.Path == "/ui/login" {
+	switch {
+	case r.URL.Path == "/ui/login":
 		next = r.URL.Query().Get("next")
+	case r.Method != http.MethodGet:
+		next = "/ui/messages" // a form's target is not a page to return to
 	}
 	if len(c.s.auth.tokens) == 0 {
 		msg = "IDEMD_ADMIN_TOKEN is not set on this idemd: the console is closed. Set it and restart."
