@@ -43,18 +43,13 @@ const (
 	profileWriteTimeout = 5 * time.Minute
 )
 
-// Replayer replays one dead letter through the door that wrote it, exactly once: it returns
-// an error wrapping deadletter.ErrAlreadyReplayed for a letter replayed before, and
-// deadletter.ErrNotFound for an unknown one. Any other error means nothing was committed.
+// Replayer replays one dead letter through the door that wrote it, exactly once, and says
+// in a few words what it did: it returns an error wrapping deadletter.ErrAlreadyReplayed for
+// a letter replayed before, and deadletter.ErrNotFound for an unknown one. Any other error
+// means nothing was committed. *deadletter.Replayer, with the doors registered, is one.
 type Replayer interface {
-	Replay(ctx context.Context, id int64) error
+	Replay(ctx context.Context, id int64) (string, error)
 }
-
-// ReplayerFunc is a function that is a Replayer.
-type ReplayerFunc func(ctx context.Context, id int64) error
-
-// Replay calls f.
-func (f ReplayerFunc) Replay(ctx context.Context, id int64) error { return f(ctx, id) }
 
 // ConsumerStatus reports the inbound subscriptions (groups, partitions, lag, last batch).
 type ConsumerStatus interface {

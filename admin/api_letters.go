@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -16,15 +18,19 @@ import (
 
 // DeadLetterBrief is a dead letter in a list.
 type DeadLetterBrief struct {
-	ID         int64          `json:"id"`
-	Pipeline   string         `json:"pipeline"`
-	Origin     string         `json:"origin"`
-	MessageID  string         `json:"message_id,omitempty"`
-	Reason     string         `json:"reason"`
-	Attempts   int            `json:"attempts"`
-	CreatedAt  time.Time      `json:"created_at"`
-	ReplayedAt *time.Time     `json:"replayed_at,omitempty"`
-	Metadata   map[string]any `json:"metadata"`
+	ID       int64  `json:"id"`
+	Pipeline string `json:"pipeline"`
+	// Origin is the door that wrote the letter: http, kafka, relay or delivery.
+	Origin      string         `json:"origin"`
+	OutboxID    int64          `json:"outbox_id,omitempty"`
+	DeliveryID  int64          `json:"delivery_id,omitempty"`
+	OperationID string         `json:"operation_id,omitempty"`
+	MessageID   string         `json:"message_id,omitempty"`
+	Reason      string         `json:"reason"`
+	Attempts    int            `json:"attempts"`
+	CreatedAt   time.Time      `json:"created_at"`
+	ReplayedAt  *time.Time     `json:"replayed_at,omitempty"`
+	Metadata    map[string]any `json:"metadata"`
 }
 
 // DeadLetter is one dead letter, whole.
@@ -37,11 +43,25 @@ type DeadLetter struct {
 	Replays []Entry `json:"replays"`
 }
 
-func briefOf(l *deadletter.Found) DeadLetterBrief {
-	return DeadLetterBrief{
-		ID: l.ID, Pipeline: l.Pipeline, Origin: l.Origin, MessageID: l.MessageID, Reason: redactURLs(l.Reason),
+func briefOf(l *deadletter.Letter) DeadLetterBrief {
+	b := DeadLetterBrief{
+		ID: l.ID, Pipeline: l.Pipeline, Origin: string(l.Origin.Door), OutboxID: l.Origin.OutboxID, DeliveryID: l.Origin.DeliveryID,
+		MessageID: l.MessageID, Reason: redactURLs(l.Reason),
 		Attempts: l.Attempts, CreatedAt: l.CreatedAt, ReplayedAt: l.ReplayedAt, Metadata: redactMetadata(l.Metadata),
 	}
+	if l.Origin.OperationID != uuid.Nil {
+		b.OperationID = l.Origin.OperationID.String()
+	}
+	return b
+}
+
+// origins are the values of the origin filter: the doors.
+func origins() []string {
+	out := make([]string, len(deadletter.Doors))
+	for i, d := range deadletter.Doors {
+		out[i] = string(d)
+	}
+	return out
 }
 
 // LetterFilter is the filter of dead-letter lists and bulk replays.
@@ -58,7 +78,7 @@ type LetterFilter struct {
 func LetterQuery(f LetterFilter) deadletter.Query { return f.query() }
 
 func (f LetterFilter) query() deadletter.Query {
-	q := deadletter.Query{Pipeline: f.Pipeline, Origin: f.Origin, Reason: f.Reason, MessageID: f.MessageID}
+	q := deadletter.Query{Pipeline: f.Pipeline, Door: deadletter.Door(f.Origin), Reason: f.Reason, MessageID: f.MessageID}
 	if f.Since != nil {
 		q.Since = *f.Since
 	}
@@ -69,7 +89,7 @@ func (f LetterFilter) query() deadletter.Query {
 }
 
 func letterFilter(p *params) LetterFilter {
-	f := LetterFilter{Pipeline: p.str("pipeline"), Origin: p.oneOf("origin", deadletter.Origins...), Reason: p.str("reason"), MessageID: p.str("id")}
+	f := LetterFilter{Pipeline: p.str("pipeline"), Origin: p.oneOf("origin", origins()...), Reason: p.str("reason"), MessageID: p.str("id")}
 	if t := p.time("since"); !t.IsZero() {
 		f.Since = &t
 	}
@@ -159,7 +179,9 @@ type ReplayResult struct {
 	// Outcome is replayed, or failed (Error says why; nothing was committed, the letter can
 	// be replayed again once the cause is fixed).
 	Outcome string `json:"outcome"`
-	Error   string `json:"error,omitempty"`
+	// Done says what the replay did (through which door, with which operation id).
+	Done  string `json:"done,omitempty"`
+	Error string `json:"error,omitempty"`
 }
 
 // Replay outcomes.
@@ -177,9 +199,9 @@ func (s *Server) DeadLetter(ctx context.Context, id int64) (*DeadLetter, error) 
 
 // replayOne replays letter id and audits it. It returns the audited outcome and the
 // replayer's error.
-func (s *Server) replayOne(ctx context.Context, actor string, id int64, requestID uuid.UUID, bulk bool) (string, error) {
-	err := s.cfg.Replayer.Replay(ctx, id)
-	return s.recordReplay(ctx, actor, id, requestID, bulk, err), err
+func (s *Server) replayOne(ctx context.Context, actor string, id int64, requestID uuid.UUID, bulk bool) (string, string, error) {
+	done, err := s.cfg.Replayer.Replay(ctx, id)
+	return s.recordReplay(ctx, actor, id, requestID, bulk, err), done, err
 }
 
 // RecordReplay audits and logs a replay of letter id made outside the Server (err is its
@@ -223,7 +245,7 @@ func (s *Server) apiReplay(w http.ResponseWriter, r *http.Request) {
 		s.problem(w, r, http.StatusServiceUnavailable, "unavailable", "Replay unavailable", errNoReplayer.Error())
 		return
 	}
-	outcome, err := s.replayOne(r.Context(), actorOf(r), id, uuid.New(), false)
+	outcome, done, err := s.replayOne(r.Context(), actorOf(r), id, uuid.New(), false)
 	switch {
 	case errors.Is(err, deadletter.ErrNotFound):
 		s.notFound(w, r, fmt.Sprintf("no dead letter %d", id))
@@ -231,7 +253,7 @@ func (s *Server) apiReplay(w http.ResponseWriter, r *http.Request) {
 		s.problem(w, r, http.StatusConflict, "already-replayed", "Dead letter already replayed",
 			fmt.Sprintf("dead letter %d was replayed before; it is not run again", id))
 	default:
-		res := ReplayResult{ID: id, Outcome: outcome}
+		res := ReplayResult{ID: id, Outcome: outcome, Done: done}
 		if err != nil {
 			res.Error = redactURLs(err.Error())
 		}
@@ -322,7 +344,7 @@ func (s *Server) BulkReplay(ctx context.Context, actor string, req BulkReplayReq
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
-		outcome, err := s.replayOne(ctx, actor, id, requestID, true)
+		outcome, _, err := s.replayOne(ctx, actor, id, requestID, true)
 		switch outcome {
 		case ReplayReplayed:
 			res.Replayed++
@@ -349,8 +371,8 @@ func (s *Server) apiBulkReplay(w http.ResponseWriter, r *http.Request) {
 		s.badRequest(w, r, fmt.Errorf("the body must be a JSON object with the filter (pipeline, origin, reason, message_id, since, until), dry_run and limit: %v", err))
 		return
 	}
-	if req.Origin != "" && !validOrigin(req.Origin) {
-		s.badRequest(w, r, fmt.Errorf("origin %q is not one of %v", req.Origin, deadletter.Origins))
+	if req.Origin != "" && !slices.Contains(origins(), req.Origin) {
+		s.badRequest(w, r, fmt.Errorf("origin %q is not one of %s", req.Origin, strings.Join(origins(), ", ")))
 		return
 	}
 	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(bulkWriteTimeout))
@@ -363,13 +385,4 @@ func (s *Server) apiBulkReplay(w http.ResponseWriter, r *http.Request) {
 	default:
 		writeJSON(w, http.StatusOK, res)
 	}
-}
-
-func validOrigin(o string) bool {
-	for _, x := range deadletter.Origins {
-		if x == o {
-			return true
-		}
-	}
-	return false
 }

@@ -149,7 +149,7 @@ func TestDeadLetterFiltersReplayAndAudit(t *testing.T) {
 	all := b.walk(t, "/api/v1/dead-letters", 3, "id")
 	require.Len(t, all, 8)
 	require.Len(t, b.get(t, "/api/v1/dead-letters?pipeline=hooks").data(t), 5)
-	require.Len(t, b.get(t, "/api/v1/dead-letters?origin=source").data(t), 8)
+	require.Len(t, b.get(t, "/api/v1/dead-letters?origin=http").data(t), 8)
 	require.Empty(t, b.get(t, "/api/v1/dead-letters?origin=delivery").data(t))
 	require.Len(t, b.get(t, "/api/v1/dead-letters?reason=NULL+VALUE").data(t), 7, "reason: a case-insensitive substring")
 	redacted := b.get(t, "/api/v1/dead-letters?reason=answered").data(t)

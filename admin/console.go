@@ -243,7 +243,7 @@ func (c *console) message(w http.ResponseWriter, r *http.Request) {
 func (c *console) deadLetters(w http.ResponseWriter, r *http.Request) {
 	p := newParams(r)
 	q := lettersQuery(p)
-	v := view{Title: "Dead letters", Nav: "dead-letters", Data: listView{Extra: deadletter.Origins}}
+	v := view{Title: "Dead letters", Nav: "dead-letters", Data: listView{Extra: origins()}}
 	if p.err != nil {
 		v.Error = p.err.Error()
 		c.render(w, r, http.StatusBadRequest, "dead_letters", v)
@@ -254,7 +254,7 @@ func (c *console) deadLetters(w http.ResponseWriter, r *http.Request) {
 		c.s.internal(w, r, err)
 		return
 	}
-	v.Data, v.Next = listView{Items: items, Extra: deadletter.Origins}, next
+	v.Data, v.Next = listView{Items: items, Extra: origins()}, next
 	c.render(w, r, http.StatusOK, "dead_letters", v)
 }
 
@@ -286,7 +286,7 @@ func (c *console) replay(w http.ResponseWriter, r *http.Request) {
 		c.redirectWithFlash(w, r, errNoReplayer.Error())
 		return
 	}
-	outcome, err := c.s.replayOne(r.Context(), actorOf(r), id, uuid.New(), false)
+	outcome, _, err := c.s.replayOne(r.Context(), actorOf(r), id, uuid.New(), false)
 	switch {
 	case errors.Is(err, deadletter.ErrAlreadyReplayed):
 		c.redirectWithFlash(w, r, fmt.Sprintf("Dead letter %d was replayed before: not run again.", id))

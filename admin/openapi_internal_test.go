@@ -109,7 +109,7 @@ func TestReceiverDocumentMatchesRoutes(t *testing.T) {
 
 	var answered []string
 	for _, src := range sources {
-		base := receiver.SourcePath(src)
+		base := src.RoutePath()
 		for _, path := range []string{base, base + "/some-key", "/elsewhere"} {
 			for _, method := range []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"} {
 				req, err := http.NewRequest(method, srv.URL+path, strings.NewReader("{}"))

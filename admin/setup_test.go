@@ -16,7 +16,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemd/idemd/admin"
+	"github.com/idemd/idemd/deadletter"
 	"github.com/idemd/idemd/internal/pgtest"
+	"github.com/idemd/idemd/pipeline"
 	"github.com/idemd/idemd/receiver"
 )
 
@@ -52,13 +54,13 @@ func setup(t *testing.T, o options) *bundle {
 		Name:            "hooks",
 		Verify:          receiver.Verify{Scheme: receiver.SchemeNone},
 		AllowUnverified: true,
-		MessageID:       receiver.IDSpec{JSON: "/id"},
+		MessageID:       &pipeline.Field{JSON: "/id"},
 		Effect:          receiver.Effect{SQL: db.Q(`INSERT INTO {schema}.effects (message_id, v) VALUES (@message_id, (SELECT v FROM {schema}.gate))`)},
 	}, {
 		Name:            "other",
 		Verify:          receiver.Verify{Scheme: receiver.SchemeNone},
 		AllowUnverified: true,
-		MessageID:       receiver.IDSpec{JSON: "/id"},
+		MessageID:       &pipeline.Field{JSON: "/id"},
 		Effect:          receiver.Effect{SQL: db.Q(`INSERT INTO {schema}.effects (message_id, v) VALUES (@message_id, (SELECT v FROM {schema}.gate))`)},
 	}, {
 		Name:        "orders",
@@ -74,11 +76,14 @@ func setup(t *testing.T, o options) *bundle {
 	hooks := httptest.NewServer(rcv)
 	t.Cleanup(hooks.Close)
 
+	// Replays go through the receiver's door, registered as the daemon registers it.
+	rp := deadletter.NewReplayer(db.Pool, deadletter.New(db.Schema))
+	rcv.RegisterReplay(rp)
 	tokens, err := admin.ParseTokens(o.tokens)
 	require.NoError(t, err)
 	adm, err := admin.New(db.Pool, &admin.Config{
 		Schema: db.Schema, Tokens: tokens, InsecureReads: o.insecureReads,
-		Replayer: admin.ReplayerFunc(rcv.Replay), Consumers: o.consumers, Sources: sources, Logger: logrus.NewEntry(quiet),
+		Replayer: rp, Consumers: o.consumers, Sources: sources, Logger: logrus.NewEntry(quiet),
 	})
 	require.NoError(t, err)
 	adm.Started()

@@ -1,7 +1,5 @@
 package receiver
 
-import "cmp"
-
 // Route is one method and path the receiver answers, for documentation (the OpenAPI
 // document of the receiver's public contract).
 type Route struct {
@@ -17,15 +15,12 @@ type Route struct {
 	KeyRequired bool
 }
 
-// SourcePath is the path a source is served at: Source.Path, or /webhooks/{name}.
-func SourcePath(s Source) string { return cmp.Or(s.Path, "/webhooks/"+s.Name) }
-
 // Routes lists what a Receiver built from sources answers: POST on each source's path, and
 // PUT {path}/{key} on API sources (the key in the URL).
 func Routes(sources []Source) []Route {
 	var out []Route
 	for _, s := range sources {
-		r := Route{Method: "POST", Path: SourcePath(s), Source: s.Name, Scheme: s.Verify.Scheme, API: s.Idempotency != nil}
+		r := Route{Method: "POST", Path: s.RoutePath(), Source: s.Name, Scheme: s.Verify.Scheme, API: s.Idempotency != nil}
 		if r.API {
 			r.KeyRequired = s.Idempotency.Required
 		}

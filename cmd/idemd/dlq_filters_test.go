@@ -42,9 +42,9 @@ func TestDLQFiltersBulkReplayAndInspect(t *testing.T) {
 				reason = "other \x1b[31mred\x1b[0m"
 			}
 			if _, err := letters.WriteTx(ctx, tx, &deadletter.Letter{
-				Pipeline: "stripe", Scope: "stripe", MessageID: fmt.Sprintf("evt_%d", i), Payload: []byte(fmt.Sprintf(`{"amount":%d}`, i)),
+				Pipeline: "stripe", Origin: deadletter.Origin{Door: deadletter.DoorHTTP}, Scope: "stripe", MessageID: fmt.Sprintf("evt_%d", i), Payload: []byte(fmt.Sprintf(`{"amount":%d}`, i)),
 				Headers:  map[string][]string{"Stripe-Signature": {"t=1,v1=abc"}},
-				Metadata: map[string]any{"door": "http", "method": "POST", "path": "/webhooks/stripe"},
+				Metadata: map[string]any{"method": "POST", "path": "/webhooks/stripe"},
 				Reason:   reason, Attempts: 1,
 			}); err != nil {
 				return err
@@ -82,7 +82,7 @@ func TestDLQFiltersBulkReplayAndInspect(t *testing.T) {
 
 	code, out, _ = runIdemd(t, vars, "dlq", "show", "1")
 	require.Equal(t, exitOK, code)
-	require.Contains(t, out, "origin:     source")
+	require.Contains(t, out, "origin:     http")
 	require.Contains(t, out, `{"amount":0}`)
 	require.Contains(t, out, "Stripe-Signature: [redacted]")
 

@@ -16,10 +16,8 @@ func newAdmin(c *Config, pool *pgxpool.Pool) (*admin.Server, error) {
 		Schema: c.Schema, Tokens: c.AdminTokens, InsecureReads: c.AdminInsecureReads,
 		Logger: c.Logger,
 	}
-	if rc, err := ReceiverConfig(c.Pipelines); err == nil {
-		cfg.Sources = rc.Sources
-	}
-	if subs, err := ConsumerConfigs(c.Pipelines); err == nil && len(subs) > 0 {
+	cfg.Sources = c.Pipelines.Receiver().Sources
+	if subs := c.Pipelines.Consumers(); len(subs) > 0 {
 		kc := &admin.KafkaConsumers{Pool: pool, Schema: c.Schema, Brokers: c.Brokers}
 		for _, s := range subs {
 			kc.Subscriptions = append(kc.Subscriptions, admin.KafkaSubscription{

@@ -37,8 +37,8 @@ func TestOncePrunesDeadLettersAuditAndEntityVersions(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
 	letter := func(created, replayed string) {
-		db.Exec(t, db.Q(`INSERT INTO {schema}.dead_letters (pipeline, scope, payload, reason, attempts, created_at, replayed_at)
-VALUES ('p', 'p', '', 'r', 1, now() - $1::interval, now() - nullif($2, '')::interval)`), created, replayed)
+		db.Exec(t, db.Q(`INSERT INTO {schema}.dead_letters (pipeline, door, scope, payload, reason, attempts, created_at, replayed_at)
+VALUES ('p', 'http', 'p', '', 'r', 1, now() - $1::interval, now() - nullif($2, '')::interval)`), created, replayed)
 	}
 	letter("40 days", "")       // too old, never replayed: pruned
 	letter("10 days", "")       // young, never replayed: kept
