@@ -12,6 +12,8 @@ vet:
 	$(GO) vet ./...
 
 unit:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || command -v google-chrome >/dev/null 2>&1 || [ -n "$$IDEMD_CHROMIUM" ] \
+		|| echo "WARNING: headless Chromium is missing: the console's browser tests (admin/browser_test.go) SKIP. Install it: apt-get install -y chromium" >&2
 	$(GO) test -p 2 -count=1 -timeout 15m ./...
 
 fuzz-short:

@@ -49,6 +49,7 @@ func (c *Consumer) messageWithID(r *record, id string, ok bool) *exactlyonce.Mes
 	m := &exactlyonce.Message{
 		Scope:       c.cfg.Name,
 		Fingerprint: fingerprint.Body(r.msg.Value),
+		Payload:     r.msg.Value,
 		Retention:   c.cfg.Retention,
 		MaxAttempts: c.cfg.DeadLetter.MaxAttempts,
 	}

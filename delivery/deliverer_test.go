@@ -289,7 +289,7 @@ func TestGoneDisablesEndpoint(t *testing.T) {
 	b.enqueue(t, event(name, "m1", "", `{}`), event(name, "m2", "", `{}`), event(name, "m3", "", `{}`))
 	d, _ := b.start(t, delivery.Config{Endpoints: []delivery.Endpoint{ep}})
 	b.waitFor(t, delivery.Disabled, 1)
-	d.TestSignals().EndpointState.WaitFor(t, "the endpoint disabled", func(s delivery.EndpointState) bool { return s.Disabled })
+	d.TestSignals().EndpointState.WaitFor(t, "the endpoint disabled", func(s delivery.EndpointSignal) bool { return s.Disabled })
 	require.EqualValues(t, 1, testutil.ToFloat64(delivery.EndpointDisabledGauge.WithLabelValues(name)))
 
 	store := delivery.NewStore(b.db.Schema)

@@ -8,8 +8,8 @@ var BacklogGauge, OldestPendingGauge = backlog, oldestPending
 // DelivererSignals are the deliverer's test signals, for the external tests.
 type DelivererSignals = delivererSignals
 
-// EndpointState is the value of the EndpointState signal.
-type EndpointState = endpointState
+// EndpointSignal is the value of the EndpointState signal.
+type EndpointSignal = endpointState
 
 // TestSignals returns d's test signals; initialise the ones a test waits on before Run.
 func (d *Deliverer) TestSignals() *DelivererSignals { return &d.signals }

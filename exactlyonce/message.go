@@ -23,6 +23,9 @@ type Message struct {
 	Fingerprint []byte
 	// Retention of the processed record; zero means the store's default.
 	Retention time.Duration
+	// Payload is the message's body, kept with a conflict for investigation
+	// (processed.Claim.Payload). Defaults to none.
+	Payload []byte
 	// Also lists more keys claimed with the message, in the same transaction. The message
 	// is applied only when its own key and every one of these are new; when one of them is
 	// known the message is a Duplicate. A webhook whose id is not covered by its signature

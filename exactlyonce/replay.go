@@ -22,7 +22,7 @@ func (u *Unit) ReplayTx(ctx context.Context, tx pgx.Tx, m *Message, claim bool) 
 	}
 	if claim {
 		res, err := u.cfg.Processed.ClaimBatchTx(ctx, tx, []processed.Claim{{
-			Scope: m.Scope, MessageID: m.ID, Fingerprint: m.Fingerprint, Retention: m.Retention,
+			Scope: m.Scope, MessageID: m.ID, Fingerprint: m.Fingerprint, Retention: m.Retention, Payload: m.Payload,
 		}})
 		if err != nil {
 			return err

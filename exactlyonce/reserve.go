@@ -56,7 +56,7 @@ func (u *Unit) reserve(ctx context.Context, m *Message) (uuid.UUID, error) {
 	var token uuid.UUID
 	err := pgx.BeginFunc(ctx, u.pool, func(tx pgx.Tx) error {
 		res, err := u.cfg.Processed.ClaimBatchTx(ctx, tx, []processed.Claim{{
-			Scope: m.Scope, MessageID: m.ID, Fingerprint: m.Fingerprint, Retention: m.Retention, Reserve: true,
+			Scope: m.Scope, MessageID: m.ID, Fingerprint: m.Fingerprint, Retention: m.Retention, Payload: m.Payload, Reserve: true,
 		}})
 		if err != nil {
 			return err

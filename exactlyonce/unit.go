@@ -220,7 +220,7 @@ func newClaimSet(msgs []*Message, reserve bool) *claimSet {
 		return len(cs.claims) - 1
 	}
 	for i, m := range msgs {
-		cs.own[i] = add(i, processed.Claim{Scope: m.Scope, MessageID: m.ID, Fingerprint: m.Fingerprint, Retention: m.Retention, Reserve: reserve})
+		cs.own[i] = add(i, processed.Claim{Scope: m.Scope, MessageID: m.ID, Fingerprint: m.Fingerprint, Retention: m.Retention, Payload: m.Payload, Reserve: reserve})
 		for _, k := range m.Also {
 			cs.also[i] = append(cs.also[i], add(i, processed.Claim{Scope: k.Scope, MessageID: k.ID, Fingerprint: k.Fingerprint, Retention: m.Retention}))
 		}

@@ -96,6 +96,11 @@ type RelayConfig struct {
 // until its retry, so that the other topics keep flowing, and its rows keep their order
 // because none of them is published while an earlier one waits.
 type Relay struct {
+	// decided is closed once Run first learned whether it leads: Drain waits for it, so
+	// that a relay asked to drain just after it started does not answer ErrNotLeader
+	// before it even tried.
+	decided     chan struct{}
+	decidedOnce sync.Once
 	pool      *pgxpool.Pool
 	cfg       RelayConfig
 	writer    Writer
@@ -178,6 +183,7 @@ func NewRelay(pool *pgxpool.Pool, cfg *RelayConfig) (*Relay, error) {
 	}
 	table := pgx.Identifier{c.Schema}.Sanitize() + ".outbox"
 	return &Relay{
+		decided: make(chan struct{}),
 		pool:    pool,
 		cfg:     c,
 		writer:  w,
@@ -216,7 +222,8 @@ type drainWaiter struct {
 // else to publish (rows Kafka refuses for good are dead-lettered, as always). It does not
 // stop the relay.
 //
-// A relay that does not lead returns ErrNotLeader at once, and so does one that stops
+// A relay whose Run has not yet tried to take the leadership first waits until it did. A
+// relay that does not lead returns ErrNotLeader at once, and so does one that stops
 // leading while Drain waits: the leader, in this process or another, publishes the rows,
 // and waiting for a standby to take over would wait for nothing. Drain returns ctx's error
 // when ctx ends first: a broker outage, or a topic that keeps failing while
@@ -224,6 +231,11 @@ type drainWaiter struct {
 // the doors stopped writing and before it cancels Run, so that a rolling restart adds no
 // publish delay.
 func (r *Relay) Drain(ctx context.Context) error {
+	select {
+	case <-r.decided:
+	case <-ctx.Done():
+		return fmt.Errorf("outbox: drain: %w", ctx.Err())
+	}
 	w := &drainWaiter{done: make(chan error, 1)}
 	r.mu.Lock()
 	if !r.leader.Load() {
@@ -244,6 +256,9 @@ func (r *Relay) Drain(ctx context.Context) error {
 		return fmt.Errorf("outbox: drain: %w", ctx.Err())
 	}
 }
+
+// decide records that Run learned whether it leads (Drain waits for it).
+func (r *Relay) decide() { r.decidedOnce.Do(func() { close(r.decided) }) }
 
 // wakeLocked makes the leader run a round now: it ends the leader's idle wait, or, while a
 // round runs, makes it skip the next one. r.mu is held.
@@ -340,12 +355,14 @@ func (r *Relay) lead(ctx context.Context) error {
 		return fmt.Errorf("error trying the relay lock: %w", err)
 	}
 	if !got {
+		r.decide()
 		return nil
 	}
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{r.channel}.Sanitize()); err != nil {
 		return fmt.Errorf("error listening on %s: %w", r.channel, err)
 	}
 	r.setLeader(true)
+	r.decide()
 	r.log.Info("relay is the leader: publishing the outbox")
 	defer r.log.Info("relay stepped down")
 	r.signals.Leading.Signal(struct{}{})

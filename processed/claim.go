@@ -47,6 +47,9 @@ type Claim struct {
 	Fingerprint []byte
 	// Retention overrides the store's retention for this record. Zero means the store's.
 	Retention time.Duration
+	// Payload is the message's body. It is stored only when the claim conflicts, for
+	// investigation: its first MaxConflictPayload bytes, with the conflict. Defaults to none.
+	Payload []byte
 	// Reserve makes the claim a reservation: it is meant to be committed on its own,
 	// before the effect, and protects the id with a lease. Result.LeaseToken then proves
 	// ownership to AcquireTx. Another claimer with the same fingerprint sees InFlight
@@ -264,7 +267,9 @@ func (s *Store) recordConflicts(ctx context.Context, tx pgx.Tx, claims []Claim, 
 		if r.Record != nil {
 			stored = r.Record.Fingerprint
 		}
-		batch.Queue(s.sql.conflict, c.Scope, c.MessageID, stored, c.Fingerprint).QueryRow(func(row pgx.Row) error {
+		payload, truncated := conflictPayload(c.Payload)
+		batch.Queue(s.sql.conflict, c.Scope, c.MessageID, stored, c.Fingerprint, payload, truncated,
+			durationOr(c.Retention, s.retention).Microseconds()).QueryRow(func(row pgx.Row) error {
 			return row.Scan(&r.ConflictCount)
 		})
 	}
@@ -272,6 +277,18 @@ func (s *Store) recordConflicts(ctx context.Context, tx pgx.Tx, claims []Claim, 
 		return fmt.Errorf("error recording conflicts: %w", err)
 	}
 	return nil
+}
+
+// MaxConflictPayload bounds the payload a conflict keeps: a longer one is cut to this many
+// bytes and flagged truncated.
+const MaxConflictPayload = 64 << 10
+
+// conflictPayload is what a conflict stores of payload (nil when there is none).
+func conflictPayload(payload []byte) ([]byte, bool) {
+	if len(payload) > MaxConflictPayload {
+		return payload[:MaxConflictPayload], true
+	}
+	return payload, false
 }
 
 // AcquireTx checks, in the effect transaction tx, that the reservation made by a committed

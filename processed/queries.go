@@ -2,7 +2,7 @@ package processed
 
 // queries are built once per Store, with the schema already quoted in.
 type queries struct {
-	claim, lookup, conflict, complete, acquire, release, forget, prune, pruneConflicts string
+	claim, lookup, conflict, complete, acquire, release, forget, prune, pruneConflicts, pruneConflictsExpired string
 }
 
 func newQueries(schema string) queries {
@@ -38,11 +38,16 @@ SELECT p.scope, p.message_id, p.fingerprint, p.status, p.response_status, p.resp
 FROM unnest($1::text[], $2::text[]) AS c(scope, message_id)
 JOIN ` + t + ` p ON p.scope = c.scope AND p.message_id = c.message_id`,
 
+		// The payload is kept from the first sighting (the same fingerprint means the same
+		// payload); every sighting extends the row's life by the record's retention.
 		conflict: `
-INSERT INTO ` + schema + `.conflicts AS c (scope, message_id, stored_fingerprint, incoming_fingerprint)
-VALUES ($1, $2, $3, $4)
+INSERT INTO ` + schema + `.conflicts AS c (scope, message_id, stored_fingerprint, incoming_fingerprint,
+                                       payload, payload_truncated, expires_at)
+VALUES ($1, $2, $3, $4, $5, $6, now() + $7::bigint * interval '1 microsecond')
 ON CONFLICT (scope, message_id, incoming_fingerprint)
-DO UPDATE SET count = c.count + 1, last_seen_at = now()
+DO UPDATE SET count = c.count + 1, last_seen_at = now(), expires_at = EXCLUDED.expires_at,
+    payload = coalesce(c.payload, EXCLUDED.payload),
+    payload_truncated = CASE WHEN c.payload IS NULL THEN EXCLUDED.payload_truncated ELSE c.payload_truncated END
 RETURNING c.count`,
 
 		complete: `
@@ -73,11 +78,20 @@ DELETE FROM ` + t + ` WHERE ctid = ANY (ARRAY(
     ORDER BY expires_at LIMIT $1
     FOR UPDATE SKIP LOCKED))`,
 
+		// Conflicts recorded before migration 0004 have no expires_at: they go after the
+		// store's retention since they were last seen.
 		pruneConflicts: `
 DELETE FROM ` + schema + `.conflicts WHERE ctid = ANY (ARRAY(
     SELECT ctid FROM ` + schema + `.conflicts
-    WHERE last_seen_at <= now() - $2::bigint * interval '1 microsecond'
+    WHERE expires_at IS NULL AND last_seen_at <= now() - $2::bigint * interval '1 microsecond'
     ORDER BY last_seen_at LIMIT $1
+    FOR UPDATE SKIP LOCKED))`,
+
+		pruneConflictsExpired: `
+DELETE FROM ` + schema + `.conflicts WHERE ctid = ANY (ARRAY(
+    SELECT ctid FROM ` + schema + `.conflicts
+    WHERE expires_at <= now()
+    ORDER BY expires_at LIMIT $1
     FOR UPDATE SKIP LOCKED))`,
 	}
 }

@@ -254,6 +254,7 @@ type call struct {
 func (s *source) message(c *call) *exactlyonce.Message {
 	m := &exactlyonce.Message{
 		Scope: c.scope, ID: c.req.MessageID,
+		Payload:     c.req.Body,
 		Retention:   s.retention,
 		MaxAttempts: s.maxAttempts,
 		Effect:      s.effect(c),

@@ -1,73 +1,33 @@
 package main
 
 import (
-	"context"
-	"encoding/json"
-	"net/http"
-	"sync/atomic"
-	"time"
+	"cmp"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/idemd/idemd/internal/metrics"
-	"github.com/idemd/idemd/migrations"
+	"github.com/idemd/idemd/admin"
+	"github.com/idemd/idemd/consumer"
 )
 
-// admin serves /metrics, /healthz and /readyz. It starts before the migrations so that a
-// probe can tell "alive but not ready" from "dead".
-type admin struct {
-	pool   *pgxpool.Pool
-	schema string
-	// started is set once every role runs; draining once shutdown began (a draining
-	// process answers not ready so that load balancers stop sending it requests).
-	started, draining atomic.Bool
-}
-
-func (a *admin) handler() http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(metrics.Registry, promhttp.HandlerOpts{Registry: metrics.Registry}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-	})
-	mux.HandleFunc("GET /readyz", a.ready)
-	return mux
-}
-
-func (a *admin) ready(w http.ResponseWriter, r *http.Request) {
-	if reason := a.notReady(r.Context()); reason != "" {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not_ready", "reason": reason})
-		return
+// newAdmin builds the admin server of the daemon (package admin): it starts before the
+// migrations, so that a probe can tell "alive but not ready" from "dead".
+func newAdmin(c *daemonConfig, pool *pgxpool.Pool) (*admin.Server, error) {
+	cfg := &admin.Config{
+		Schema: c.Schema, Tokens: c.AdminTokens, InsecureReads: c.AdminInsecureReads,
+		Logger: c.Logger,
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
-}
-
-// notReady returns why the process should not receive traffic, or "".
-func (a *admin) notReady(ctx context.Context) string {
-	if a.draining.Load() {
-		return "shutting down"
+	cfg.Sources = c.Pipelines.Receiver().Sources
+	if subs := c.Pipelines.Consumers(); len(subs) > 0 {
+		kc := &admin.KafkaConsumers{Pool: pool, Schema: c.Schema, Brokers: c.Brokers}
+		for _, s := range subs {
+			kc.Subscriptions = append(kc.Subscriptions, admin.KafkaSubscription{
+				Pipeline: s.Name, Group: cmp.Or(s.Group, consumer.GroupPrefix+s.Name), Topics: s.Topics,
+			})
+		}
+		cfg.Consumers = kc
 	}
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	if err := a.pool.Ping(ctx); err != nil {
-		return "database does not answer"
+	if c.NewReplayer != nil {
+		cfg.Replayer = c.NewReplayer(pool)
 	}
-	st, err := migrations.CurrentStatus(ctx, a.pool, &migrations.Config{Schema: a.schema})
-	if err != nil {
-		return "cannot read the migration status"
-	}
-	if !st.UpToDate() {
-		return "migrations not applied"
-	}
-	if !a.started.Load() {
-		return "starting"
-	}
-	return ""
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
+	return admin.New(pool, cfg)
 }

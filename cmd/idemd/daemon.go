@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/sirupsen/logrus"
 
+	"github.com/idemd/idemd/admin"
 	"github.com/idemd/idemd/config"
 	"github.com/idemd/idemd/consumer"
 	"github.com/idemd/idemd/internal/metrics"
@@ -58,8 +59,20 @@ type daemonConfig struct {
 	// TLSCertFile and TLSKeyFile, when both set, make the receiver serve HTTPS with that
 	// PEM certificate (chain) and key. Default to plain HTTP.
 	TLSCertFile, TLSKeyFile string
-	// AdminAddr is where /metrics, /healthz and /readyz are served. Defaults to ":9090".
+	// AdminAddr is where the admin server listens (package admin). Defaults to
+	// "127.0.0.1:9090".
 	AdminAddr string
+	// AdminTokens guard the admin API, console and pprof (admin.ParseTokens). Defaults to
+	// none: they answer 401.
+	AdminTokens []admin.Token
+	// AdminInsecureReads opens the admin reads without a token. Defaults to false.
+	AdminInsecureReads bool
+	// NewReplayer builds what the admin API replays dead letters with, on the daemon's
+	// pool. Defaults to none: replays answer 503.
+	NewReplayer func(pool *pgxpool.Pool) admin.Replayer
+	// DeadLetterRetention, DeadLetterReplayedRetention and EntityVersionRetention are the
+	// pruner's (internal/pruner.Config). Default to the pruner's.
+	DeadLetterRetention, DeadLetterReplayedRetention, EntityVersionRetention time.Duration
 	// ShutdownTimeout bounds the drain after ctx ends. Defaults to 30 s.
 	ShutdownTimeout time.Duration
 	// PruneInterval is how often the pruner deletes expired dedup records and old
@@ -92,7 +105,7 @@ type daemonConfig struct {
 type daemon struct {
 	cfg     daemonConfig
 	log     *logrus.Entry
-	admin   *admin
+	admin   *admin.Server
 	pool    *pgxpool.Pool
 	tls     *tls.Config
 	signals daemonSignals
@@ -116,7 +129,7 @@ func newDaemon(cfg *daemonConfig) (*daemon, error) {
 	c.Schema = cmp.Or(c.Schema, migrations.SchemaDefault)
 	c.MaxConns = cmp.Or(c.MaxConns, maxConnsDefault)
 	c.HTTPAddr = cmp.Or(c.HTTPAddr, ":8080")
-	c.AdminAddr = cmp.Or(c.AdminAddr, ":9090")
+	c.AdminAddr = cmp.Or(c.AdminAddr, "127.0.0.1:9090")
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, shutdownTimeoutDefault)
 	c.PruneInterval = cmp.Or(c.PruneInterval, pruneIntervalDefault)
 	c.OutboxRetention = cmp.Or(c.OutboxRetention, outboxRetentionDefault)
@@ -161,10 +174,15 @@ func newDaemon(cfg *daemonConfig) (*daemon, error) {
 	if err != nil {
 		return nil, fmt.Errorf("error creating the connection pool: %w", err)
 	}
+	adm, err := newAdmin(&c, pool)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
 	return &daemon{
 		cfg:   c,
 		log:   c.Logger.WithField("component", "daemon"),
-		admin: &admin{pool: pool, schema: c.Schema},
+		admin: adm,
 		pool:  pool,
 		tls:   tlsConf,
 	}, nil
@@ -207,7 +225,7 @@ func (d *daemon) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("error listening on IDEMD_ADMIN_ADDR %s: %w", d.cfg.AdminAddr, err)
 	}
-	adminSrv := &http.Server{Handler: d.admin.handler(), ReadHeaderTimeout: 5 * time.Second}
+	adminSrv := d.admin.HTTPServer()
 	go func() { _ = adminSrv.Serve(adminLn) }()
 	defer adminSrv.Close()
 
@@ -266,7 +284,7 @@ func (d *daemon) Run(ctx context.Context) error {
 		"roles": joinRoles(d.cfg.Roles), "http_addr": httpAddr, "admin_addr": adminLn.Addr().String(),
 		"sources": len(d.cfg.Pipelines.Sources), "subscriptions": len(d.cfg.Pipelines.Subscriptions),
 	}).Info("idemd is serving")
-	d.admin.started.Store(true)
+	d.admin.Started()
 	d.signals.ready.Signal([2]string{httpAddr, adminLn.Addr().String()})
 
 	var runErr error
@@ -443,7 +461,7 @@ func (d *daemon) drainRelay(ctx context.Context, relay *outbox.Relay) error {
 // shutdown stops the parts role by role, in the order of the role constants (receiver,
 // consumers, relay, pruner); the parts of one role stop together.
 func (d *daemon) shutdown(parts []*part) error {
-	d.admin.draining.Store(true)
+	d.admin.Draining()
 	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.ShutdownTimeout)
 	defer cancel()
 	started := time.Now()

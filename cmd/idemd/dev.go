@@ -11,9 +11,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/idemd/idemd/admin"
 	"github.com/idemd/idemd/config"
 	"github.com/idemd/idemd/deploy"
 )
@@ -84,6 +86,16 @@ func (c *cli) dev(args []string) int {
 	if !e.set["IDEMD_KAFKA_CREATE_TOPICS"] {
 		e.KafkaCreateTopics = true
 	}
+	// The console needs a token: dev makes one for this run unless IDEMD_ADMIN_TOKEN is set,
+	// and prints it with the console's address.
+	devToken := ""
+	if e.AdminToken == "" {
+		devToken = "dev-" + strings.ReplaceAll(uuid.NewString(), "-", "")
+		e.AdminToken = devToken
+		if e.adminTokens, err = admin.ParseTokens(devToken); err != nil {
+			return c.fail("dev", exitFailure, err)
+		}
+	}
 	f, example, err := devPipelines(e, c.env)
 	if err != nil {
 		return c.fail("dev", exitUsage, err)
@@ -113,7 +125,7 @@ func (c *cli) dev(args []string) int {
 		}
 	}
 	onReady := func(httpAddr, adminAddr string) {
-		printDevBanner(c.stdout, f, example, inMemory, e, httpAddr, adminAddr, c.env[tokensEnvDev] == "")
+		printDevBanner(c.stdout, f, example, inMemory, e, httpAddr, adminAddr, c.env[tokensEnvDev] == "", devToken)
 	}
 	return c.runDaemon("dev", e, f, onReady)
 }
@@ -161,7 +173,7 @@ func createDevTables(url, schema string) error {
 }
 
 // printDevBanner says, loudly, what dev runs and how to try it.
-func printDevBanner(w io.Writer, f *config.File, example, inMemory bool, e *Env, httpAddr, adminAddr string, showToken bool) {
+func printDevBanner(w io.Writer, f *config.File, example, inMemory bool, e *Env, httpAddr, adminAddr string, showToken bool, devToken string) {
 	base := "http://" + localAddr(httpAddr)
 	var b strings.Builder
 	rule := strings.Repeat("=", 78)
@@ -178,6 +190,12 @@ func printDevBanner(w io.Writer, f *config.File, example, inMemory bool, e *Env,
 		fmt.Fprintf(&b, " Development secrets are in use for %s and %s unless set.\n", secretEnvDev, tokensEnvDev)
 	}
 	fmt.Fprintf(&b, " Receiver: %s   Admin: http://%s/metrics /healthz /readyz\n", base, localAddr(adminAddr))
+	fmt.Fprintf(&b, " Console:  http://%s/  (admin API: /api/v1, OpenAPI: /openapi/admin.yaml)\n", localAddr(adminAddr))
+	if devToken != "" {
+		fmt.Fprintf(&b, " Console token for this run (IDEMD_ADMIN_TOKEN was unset): %s\n", devToken)
+	} else {
+		fmt.Fprintln(&b, " Console token: the value of IDEMD_ADMIN_TOKEN")
+	}
 	fmt.Fprintln(&b, rule)
 	now := time.Now()
 	for i, s := range f.Sources {

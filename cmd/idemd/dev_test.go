@@ -30,6 +30,8 @@ func TestDevBecomesReady(t *testing.T) {
 
 	require.Contains(t, p.Stdout(), "DEVELOPMENT ONLY")
 	require.Contains(t, p.Stdout(), "IN-MEMORY")
+	require.Contains(t, p.Stdout(), "Console:  http://"+adminAddr+"/")
+	require.Contains(t, p.Stdout(), "Console token for this run")
 	require.Len(t, linesWith(p.Stderr(), "level=warning msg=\"DEVELOPMENT ONLY"), 1)
 
 	curls := linesWith(p.Stdout(), "curl ")

@@ -5,27 +5,38 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os/signal"
+	"slices"
+	"sort"
 	"strconv"
+	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/sirupsen/logrus"
 
+	"github.com/idemd/idemd/admin"
 	"github.com/idemd/idemd/config"
 	"github.com/idemd/idemd/consumer"
 	"github.com/idemd/idemd/deadletter"
 	"github.com/idemd/idemd/delivery"
 	"github.com/idemd/idemd/outbox"
+	"github.com/idemd/idemd/processed"
 	"github.com/idemd/idemd/receiver"
 )
 
 func (c *cli) dlq(args []string) int {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "-help" || args[0] == "help" {
-		fmt.Fprintln(c.stdout, "Usage: idemd dlq list [flags]\n       idemd dlq replay [flags] ID...\n\nList dead letters, or run them again through their pipeline once the cause is fixed.\nRun 'idemd dlq list --help' or 'idemd dlq replay --help' for flags.")
+		fmt.Fprintln(c.stdout, "Usage: idemd dlq list [flags]\n       idemd dlq show ID\n       idemd dlq replay [flags] [ID...]\n\n"+
+			"List dead letters, show one whole, or run them again through their pipeline once the cause is\n"+
+			"fixed: by id, or every letter a filter selects (-dry-run counts first).\n"+
+			"Run 'idemd dlq <subcommand> --help' for flags.")
 		if len(args) == 0 {
 			return exitUsage
 		}
@@ -34,64 +45,160 @@ func (c *cli) dlq(args []string) int {
 	switch args[0] {
 	case "list":
 		return c.dlqList(args[1:])
+	case "show":
+		return c.dlqShow(args[1:])
 	case "replay":
 		return c.dlqReplay(args[1:])
 	}
-	return c.fail("dlq", exitUsage, fmt.Errorf("unknown subcommand %q: want list or replay", args[0]))
+	return c.fail("dlq", exitUsage, fmt.Errorf("unknown subcommand %q: want list, show or replay", args[0]))
+}
+
+// letterFlags are the filter flags of dlq list and dlq replay.
+type letterFlags struct {
+	pipeline, origin, reason, since, until *string
+}
+
+func addLetterFlags(fs interface {
+	String(name, value, usage string) *string
+}) letterFlags {
+	return letterFlags{
+		pipeline: fs.String("pipeline", "", "only this pipeline's letters"),
+		origin:   fs.String("origin", "", "only letters of this origin (the door that wrote them): "+doorList()),
+		reason:   fs.String("reason", "", "only letters whose reason contains this text (case-insensitive)"),
+		since:    fs.String("since", "", "only letters written at or after this time (RFC 3339, e.g. 2026-01-02T14:00:00Z)"),
+		until:    fs.String("until", "", "only letters written before this time (RFC 3339)"),
+	}
+}
+
+// filter checks the flags and returns the letters' filter.
+func (f letterFlags) filter() (admin.LetterFilter, error) {
+	lf := admin.LetterFilter{Pipeline: *f.pipeline, Origin: *f.origin, Reason: *f.reason}
+	if lf.Origin != "" && !slices.Contains(deadletter.Doors, deadletter.Door(lf.Origin)) {
+		return lf, fmt.Errorf("-origin %q: want one of %s", lf.Origin, doorList())
+	}
+	for _, t := range []struct {
+		flag, value string
+		into        **time.Time
+	}{{"-since", *f.since, &lf.Since}, {"-until", *f.until, &lf.Until}} {
+		if t.value == "" {
+			continue
+		}
+		v, err := time.Parse(time.RFC3339Nano, t.value)
+		if err != nil {
+			return lf, fmt.Errorf("%s %q is not an RFC 3339 time (like 2026-01-02T14:00:00Z)", t.flag, t.value)
+		}
+		*t.into = &v
+	}
+	return lf, nil
+}
+
+func (f letterFlags) empty() bool {
+	return *f.pipeline == "" && *f.origin == "" && *f.reason == "" && *f.since == "" && *f.until == ""
+}
+
+// doorList names the doors, for help texts and errors.
+func doorList() string {
+	names := make([]string, len(deadletter.Doors))
+	for i, d := range deadletter.Doors {
+		names[i] = string(d)
+	}
+	return strings.Join(names, ", ")
+}
+
+// printable escapes what a terminal would interpret (control characters, escape sequences,
+// invisible runes) in sender-controlled text, so that it is shown, not obeyed.
+func printable(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if r == unicode.ReplacementChar || (!unicode.IsPrint(r) && r != ' ') {
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// dbCommand loads the environment and connects, for the commands that read the database.
+func (c *cli) dbCommand(name string, ctx context.Context) (*Env, *pgxpool.Pool, int) {
+	e, err := loadEnvFor(strings.Fields(name)[0], c.env)
+	if err != nil {
+		return nil, nil, c.fail(name, exitUsage, err)
+	}
+	if e.DatabaseURL == "" {
+		return nil, nil, c.fail(name, exitUsage, errors.New("IDEMD_DATABASE_URL is required"))
+	}
+	pool, err := connect(ctx, e)
+	if err != nil {
+		return nil, nil, c.fail(name, exitFailure, err)
+	}
+	return e, pool, exitOK
 }
 
 func (c *cli) dlqList(args []string) int {
-	fs := c.flags("dlq list", "", "List dead letters in id order (not yet replayed ones unless -all).", true)
-	pipeline := fs.String("pipeline", "", "only this pipeline's letters")
-	after := fs.Int64("after", 0, "only letters with a larger id (paging)")
+	fs := c.flags("dlq list", "", "List dead letters, oldest first (not yet replayed ones unless -all).", true)
+	lf := addLetterFlags(fs)
+	after := fs.Int64("after", 0, "only letters with a larger id (the next page)")
 	limit := fs.Int("limit", 100, "at most this many letters")
 	all := fs.Bool("all", false, "include letters already replayed")
 	asJSON := fs.Bool("json", false, "one JSON object per line, payload and headers included")
 	if code, ok := c.parse(fs, args); !ok {
 		return code
 	}
-	e, err := loadEnv(c.env)
+	f, err := lf.filter()
 	if err != nil {
 		return c.fail("dlq list", exitUsage, err)
 	}
-	if e.DatabaseURL == "" {
-		return c.fail("dlq list", exitUsage, errors.New("IDEMD_DATABASE_URL is required"))
+	if *limit < 1 {
+		return c.fail("dlq list", exitUsage, errors.New("-limit must be positive"))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	pool, err := connect(ctx, e)
+	e, pool, code := c.dbCommand("dlq list", ctx)
+	if pool == nil {
+		return code
+	}
+	defer pool.Close()
+	q := admin.LetterQuery(f)
+	q.AfterID, q.Limit, q.Ascending = *after, *limit+1, true
+	if !*all {
+		no := false
+		q.Replayed = &no
+	}
+	letters, err := deadletter.New(e.DBSchema).Find(ctx, pool, q)
 	if err != nil {
 		return c.fail("dlq list", exitFailure, err)
 	}
-	defer pool.Close()
-	letters, err := deadletter.New(e.DBSchema).List(ctx, pool, deadletter.Filter{
-		Pipeline: *pipeline, AfterID: *after, Limit: *limit, IncludeReplayed: *all,
-	})
-	if err != nil {
-		return c.fail("dlq list", exitFailure, err)
+	cut := len(letters) > *limit
+	if cut {
+		letters = letters[:*limit]
 	}
 	if *asJSON {
 		enc := json.NewEncoder(c.stdout)
 		for _, l := range letters {
 			_ = enc.Encode(map[string]any{
-				"id": l.ID, "pipeline": l.Pipeline, "scope": l.Scope, "message_id": l.MessageID,
+				"id": l.ID, "pipeline": l.Pipeline, "origin": l.Origin.Door, "scope": l.Scope, "message_id": l.MessageID,
 				"reason": l.Reason, "attempts": l.Attempts, "created_at": l.CreatedAt, "replayed_at": l.ReplayedAt,
 				"metadata": l.Metadata, "headers": l.Headers, "payload": string(l.Payload),
 			})
 		}
-		return exitOK
-	}
-	tw := tabwriter.NewWriter(c.stdout, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tPIPELINE\tMESSAGE_ID\tATTEMPTS\tCREATED_AT\tREPLAYED\tREASON")
-	for _, l := range letters {
-		replayed := "-"
-		if l.ReplayedAt != nil {
-			replayed = l.ReplayedAt.Format(time.RFC3339)
+	} else {
+		tw := tabwriter.NewWriter(c.stdout, 2, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tPIPELINE\tORIGIN\tMESSAGE_ID\tATTEMPTS\tCREATED_AT\tREPLAYED\tREASON")
+		for _, l := range letters {
+			replayed := "-"
+			if l.ReplayedAt != nil {
+				replayed = l.ReplayedAt.UTC().Format(time.RFC3339)
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", l.ID, printable(l.Pipeline), l.Origin.Door, printable(l.MessageID), l.Attempts,
+				l.CreatedAt.UTC().Format(time.RFC3339), replayed, truncate(printable(l.Reason), 80))
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\t%s\n", l.ID, l.Pipeline, l.MessageID, l.Attempts,
-			l.CreatedAt.Format(time.RFC3339), replayed, truncate(l.Reason, 80))
+		_ = tw.Flush()
 	}
-	_ = tw.Flush()
+	if cut {
+		fmt.Fprintf(c.stderr, "note: the list is cut at -limit %d; more letters match: add -after %d for the next page\n", *limit, letters[len(letters)-1].ID)
+	}
 	return exitOK
 }
 
@@ -99,21 +206,109 @@ func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	return s[:n-1] + "…"
+	k := n - 1
+	for k > 0 && !utf8.RuneStart(s[k]) {
+		k--
+	}
+	return s[:k] + "…"
 }
 
-func (c *cli) dlqReplay(args []string) int {
-	fs := c.flags("dlq replay", "ID...", "Run dead letters again, exactly once each, through the door that wrote them: a webhook\n"+
-		"through its source and a Kafka record through its subscription (the effect, the publish\n"+
-		"event with the original operation id, and the letter's replayed mark commit together; no\n"+
-		"broker is contacted), an HTTP delivery by requeueing it to its endpoint (same operation\n"+
-		"id). Fix the cause (the effect SQL, the data, the endpoint) first.", true)
-	pipelines := fs.String("pipelines", "", "pipelines file (overrides IDEMD_PIPELINES_FILE)")
+func (c *cli) dlqShow(args []string) int {
+	fs := c.flags("dlq show", "ID", "Show one dead letter whole: where it came from, why it failed, its payload and headers\n(secrets stripped) and its replays.", true)
+	asJSON := fs.Bool("json", false, "print JSON")
 	if code, ok := c.parse(fs, args); !ok {
 		return code
 	}
-	if fs.NArg() == 0 {
-		return c.fail("dlq replay", exitUsage, errors.New("name at least one dead letter id (see idemd dlq list)"))
+	if fs.NArg() != 1 {
+		return c.fail("dlq show", exitUsage, errors.New("name one dead letter id (see idemd dlq list)"))
+	}
+	id, err := strconv.ParseInt(fs.Arg(0), 10, 64)
+	if err != nil || id <= 0 {
+		return c.fail("dlq show", exitUsage, fmt.Errorf("%q is not a dead letter id", fs.Arg(0)))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e, pool, code := c.dbCommand("dlq show", ctx)
+	if pool == nil {
+		return code
+	}
+	defer pool.Close()
+	adm, err := admin.New(pool, &admin.Config{Schema: e.DBSchema, Logger: newLogger(e, c.stderr)})
+	if err != nil {
+		return c.fail("dlq show", exitFailure, err)
+	}
+	l, err := adm.DeadLetter(ctx, id)
+	if errors.Is(err, deadletter.ErrNotFound) {
+		return c.fail("dlq show", exitFailure, fmt.Errorf("no dead letter %d (never written, or pruned)", id))
+	}
+	if err != nil {
+		return c.fail("dlq show", exitFailure, err)
+	}
+	if *asJSON {
+		return c.printJSON(l)
+	}
+	w := c.stdout
+	replayed := "not yet"
+	if l.ReplayedAt != nil {
+		replayed = l.ReplayedAt.UTC().Format(time.RFC3339)
+	}
+	fmt.Fprintf(w, "dead letter %d\n  pipeline:   %s\n  origin:     %s\n  message id: %s\n  reason:     %s\n  attempts:   %d\n  created:    %s\n  replayed:   %s\n",
+		l.ID, printable(l.Pipeline), l.Origin, printable(l.MessageID), printable(l.Reason), l.Attempts, l.CreatedAt.UTC().Format(time.RFC3339), replayed)
+	printMap(w, "metadata", l.Metadata)
+	headers := map[string]any{}
+	for k, v := range l.Headers {
+		headers[k] = strings.Join(v, ", ")
+	}
+	printMap(w, "headers (secrets stripped)", headers)
+	fmt.Fprintf(w, "payload (%s):\n  %s\n", l.Payload.Encoding, strings.ReplaceAll(printable(l.Payload.Data), "\n", "\n  "))
+	if len(l.Replays) > 0 {
+		fmt.Fprintln(w, "replays:")
+		for _, r := range l.Replays {
+			fmt.Fprintf(w, "  %s  %s  %s  %s\n", r.At.UTC().Format(time.RFC3339), printable(r.Actor), r.Outcome, printable(r.Detail))
+		}
+	}
+	return exitOK
+}
+
+func printMap(w io.Writer, title string, m map[string]any) {
+	if len(m) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "%s:\n", title)
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(w, "  %s: %s\n", printable(k), printable(fmt.Sprint(m[k])))
+	}
+}
+
+func (c *cli) printJSON(v any) int {
+	enc := json.NewEncoder(c.stdout)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return c.fail("json", exitFailure, err)
+	}
+	return exitOK
+}
+
+func (c *cli) dlqReplay(args []string) int {
+	fs := c.flags("dlq replay", "[ID...]", "Run dead letters again, exactly once each, through the door that wrote them: a webhook\n"+
+		"through its source and a Kafka record through its subscription (the effect, the publish\n"+
+		"event with the original operation id, and the letter's replayed mark commit together; no\n"+
+		"broker is contacted), an HTTP delivery by requeueing it to its endpoint (same operation\n"+
+		"id). Fix the cause (the effect SQL, the data, the endpoint) first.\n\n"+
+		"Name letters by id, or select them with the filter flags (every letter not yet replayed\n"+
+		"that matches, oldest first); -all selects every letter not yet replayed. -dry-run counts\n"+
+		"what would be replayed. Each replay is audited (admin_audit) as cli:$USER.", true)
+	pipelines := fs.String("pipelines", "", "pipelines file (overrides IDEMD_PIPELINES_FILE)")
+	lf := addLetterFlags(fs)
+	all := fs.Bool("all", false, "with no id and no filter: every letter not yet replayed")
+	dryRun := fs.Bool("dry-run", false, "count the letters that would be replayed; replay nothing")
+	if code, ok := c.parse(fs, args); !ok {
+		return code
 	}
 	var ids []int64
 	for _, a := range fs.Args() {
@@ -123,7 +318,19 @@ func (c *cli) dlqReplay(args []string) int {
 		}
 		ids = append(ids, id)
 	}
-	e, err := loadEnv(c.env)
+	filter, err := lf.filter()
+	if err != nil {
+		return c.fail("dlq replay", exitUsage, err)
+	}
+	switch {
+	case len(ids) > 0 && (!lf.empty() || *all):
+		return c.fail("dlq replay", exitUsage, errors.New("name ids, or give filter flags (or -all), not both"))
+	case len(ids) == 0 && lf.empty() && !*all:
+		return c.fail("dlq replay", exitUsage, errors.New("name dead letter ids, or select letters with -pipeline, -origin, -reason, -since, -until, or -all (see idemd dlq list)"))
+	case len(ids) > 0 && *dryRun:
+		return c.fail("dlq replay", exitUsage, errors.New("-dry-run counts the letters a filter selects; with ids there is nothing to count"))
+	}
+	e, err := loadEnvFor("dlq", c.env)
 	if err != nil {
 		return c.fail("dlq replay", exitUsage, err)
 	}
@@ -133,9 +340,11 @@ func (c *cli) dlqReplay(args []string) int {
 	if e.DatabaseURL == "" {
 		return c.fail("dlq replay", exitUsage, errors.New("IDEMD_DATABASE_URL is required"))
 	}
-	f, err := config.Load(e.PipelinesFile, c.env.lookup)
-	if err != nil {
-		return c.fail("dlq replay", exitUsage, fmt.Errorf("the pipelines file is not valid:\n%w", err))
+	var f *config.File
+	if !*dryRun {
+		if f, err = config.Load(e.PipelinesFile, c.env.lookup); err != nil {
+			return c.fail("dlq replay", exitUsage, fmt.Errorf("the pipelines file is not valid:\n%w", err))
+		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -144,26 +353,93 @@ func (c *cli) dlqReplay(args []string) int {
 		return c.fail("dlq replay", exitFailure, err)
 	}
 	defer pool.Close()
-	r, closeDoors := newReplayer(pool, e, f, newLogger(e, c.stderr))
-	defer closeDoors()
-	failed := 0
-	for _, id := range ids {
-		what, err := r.Replay(ctx, id)
-		switch {
-		case err == nil:
-			fmt.Fprintf(c.stdout, "%d: %s\n", id, what)
-		case errors.Is(err, deadletter.ErrAlreadyReplayed):
-			failed++
-			fmt.Fprintf(c.stdout, "%d: not replayed: it was replayed before; not run again\n", id)
-		default:
-			failed++
-			fmt.Fprintf(c.stdout, "%d: not replayed: %v\n", id, err)
+	log := newLogger(e, c.stderr)
+	cfg := &admin.Config{Schema: e.DBSchema, Logger: log}
+	if f != nil {
+		rep, closeDoors := newReplayer(pool, e, f, log)
+		defer closeDoors()
+		cfg.Replayer = rep
+	}
+	adm, err := admin.New(pool, cfg)
+	if err != nil {
+		return c.fail("dlq replay", exitFailure, err)
+	}
+	actor := "cli:" + cmpOr(c.env["USER"], "unknown")
+	if len(ids) > 0 {
+		failed := 0
+		for _, id := range ids {
+			what, err := cfg.Replayer.Replay(ctx, id)
+			adm.RecordReplay(ctx, actor, id, err)
+			switch {
+			case err == nil:
+				fmt.Fprintf(c.stdout, "%d: %s\n", id, what)
+			case errors.Is(err, deadletter.ErrAlreadyReplayed):
+				failed++
+				fmt.Fprintf(c.stdout, "%d: not replayed: it was replayed before; not run again\n", id)
+			default:
+				failed++
+				fmt.Fprintf(c.stdout, "%d: not replayed: %s\n", id, printable(err.Error()))
+			}
+		}
+		if failed > 0 {
+			return exitFailure
+		}
+		return exitOK
+	}
+	progress := newProgress(c.stderr)
+	res, err := adm.BulkReplay(ctx, actor, admin.BulkReplayRequest{LetterFilter: filter, DryRun: *dryRun}, progress.update)
+	if err != nil {
+		fmt.Fprintf(c.stdout, "stopped: %d matched, %d replayed, %d skipped, %d failed\n", res.Matched, res.Replayed, res.Skipped, res.Failed)
+		return c.fail("dlq replay", exitFailure, err)
+	}
+	if res.DryRun {
+		fmt.Fprintf(c.stdout, "dry run: %d letters match and would be replayed\n", res.Matched)
+	} else {
+		fmt.Fprintf(c.stdout, "%d matched, %d replayed, %d skipped (replayed by someone else meanwhile), %d failed\n", res.Matched, res.Replayed, res.Skipped, res.Failed)
+		for _, e := range res.Errors {
+			fmt.Fprintf(c.stdout, "%d: not replayed: %s\n", e.ID, printable(e.Error))
 		}
 	}
-	if failed > 0 {
+	if res.More {
+		fmt.Fprintf(c.stdout, "note: more than %d letters match; run it again for the rest\n", admin.BulkLimitMax)
+	}
+	if res.Failed > 0 {
 		return exitFailure
 	}
 	return exitOK
+}
+
+func cmpOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// progress prints a line about a long bulk replay at most once a second, and at the end.
+type progress struct {
+	w    io.Writer
+	last time.Time
+}
+
+func newProgress(w io.Writer) *progress { return &progress{w: w, last: time.Now()} }
+
+func (p *progress) update(r admin.BulkReplayResult) {
+	done := r.Replayed + r.Skipped + r.Failed
+	if time.Since(p.last) < time.Second && done != r.Matched {
+		return
+	}
+	p.last = time.Now()
+	fmt.Fprintf(p.w, "progress: %d/%d letters (%d replayed, %d skipped, %d failed)\n", done, r.Matched, r.Replayed, r.Skipped, r.Failed)
+}
+
+// adminReplayer is the daemon's replayer for the admin API: the dlq command's, on the
+// daemon's pool.
+func adminReplayer(e *Env, f *config.File, log *logrus.Entry) func(pool *pgxpool.Pool) admin.Replayer {
+	return func(pool *pgxpool.Pool) admin.Replayer {
+		r, _ := newReplayer(pool, e, f, log) // its doors live as long as the process
+		return r
+	}
 }
 
 // newReplayer registers every door of the pipelines file with a deadletter.Replayer, so
@@ -197,4 +473,93 @@ func newReplayer(pool *pgxpool.Pool, e *Env, f *config.File, log *logrus.Entry) 
 		}
 	}
 	return rp, closeDoors
+}
+
+// inspect prints a message's whole story.
+func (c *cli) inspect(args []string) int {
+	fs := c.flags("inspect", "PIPELINE ID", "Show a message's whole story: its processed record (fingerprint, stored response,\n"+
+		"retention), its effect's outcome, its outbox rows and their publication, its HTTP\n"+
+		"deliveries, its conflicts and its dead letters.", true)
+	tenant := fs.String("tenant", "", "the tenant of an API source's idempotency key (default: the newest record of the id)")
+	asJSON := fs.Bool("json", false, "print JSON (the admin API's GET /api/v1/messages/{pipeline}/{id})")
+	if code, ok := c.parse(fs, args); !ok {
+		return code
+	}
+	if fs.NArg() != 2 {
+		return c.fail("inspect", exitUsage, errors.New("name a pipeline and a message id (or idempotency key)"))
+	}
+	pipeline, id := fs.Arg(0), fs.Arg(1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e, pool, code := c.dbCommand("inspect", ctx)
+	if pool == nil {
+		return code
+	}
+	defer pool.Close()
+	adm, err := admin.New(pool, &admin.Config{Schema: e.DBSchema, Logger: newLogger(e, c.stderr)})
+	if err != nil {
+		return c.fail("inspect", exitFailure, err)
+	}
+	st, err := adm.Story(ctx, pipeline, id, *tenant)
+	if errors.Is(err, processed.ErrNotFound) {
+		return c.fail("inspect", exitFailure, fmt.Errorf("no record of message %q in pipeline %q (never received, or pruned after its retention)", printable(id), printable(pipeline)))
+	}
+	if err != nil {
+		return c.fail("inspect", exitFailure, err)
+	}
+	if *asJSON {
+		return c.printJSON(st)
+	}
+	printStory(c.stdout, st)
+	return exitOK
+}
+
+func printStory(w io.Writer, st *admin.Story) {
+	at := func(t *time.Time) string {
+		if t == nil {
+			return "-"
+		}
+		return t.UTC().Format(time.RFC3339)
+	}
+	fmt.Fprintf(w, "message %s of pipeline %s", printable(st.MessageID), printable(st.Pipeline))
+	if st.Tenant != "" {
+		fmt.Fprintf(w, " (tenant %s)", printable(st.Tenant))
+	}
+	fmt.Fprintf(w, "\n  record:      %s, fingerprint %s\n  received:    %s\n  completed:   %s\n  retention:   until %s (then the id counts as new)\n",
+		st.Status, st.Fingerprint, st.ReceivedAt.UTC().Format(time.RFC3339), at(st.CompletedAt), st.ExpiresAt.UTC().Format(time.RFC3339))
+	effect := st.Effect.Outcome
+	if st.Effect.Attempts > 0 {
+		effect += fmt.Sprintf(" after %d attempts", st.Effect.Attempts)
+	}
+	if st.Effect.Reason != "" {
+		effect += ": " + printable(st.Effect.Reason)
+	}
+	fmt.Fprintf(w, "  effect:      %s\n", effect)
+	if r := st.Response; r != nil {
+		body := ""
+		if r.Body != nil {
+			body = truncate(printable(r.Body.Data), 200)
+		}
+		fmt.Fprintf(w, "  response:    %d %s\n", r.Status, body)
+	}
+	fmt.Fprintf(w, "outbox rows (%d):\n", len(st.Outbox))
+	for _, o := range st.Outbox {
+		pub := "unpublished"
+		if o.PublishedAt != nil {
+			pub = "published " + at(o.PublishedAt)
+		}
+		fmt.Fprintf(w, "  %d  topic %s  operation %s  %s\n", o.ID, printable(o.Topic), o.OperationID, pub)
+	}
+	fmt.Fprintf(w, "deliveries (%d):\n", len(st.Deliveries))
+	for _, d := range st.Deliveries {
+		fmt.Fprintf(w, "  %d  endpoint %s  %s after %d attempts  %s\n", d.ID, printable(d.Endpoint), d.State, d.Attempts, printable(d.LastError))
+	}
+	fmt.Fprintf(w, "conflicts (%d):\n", len(st.Conflicts))
+	for _, cf := range st.Conflicts {
+		fmt.Fprintf(w, "  fingerprint %s seen %d times, last %s\n", cf.IncomingFingerprint, cf.Count, cf.LastSeenAt.UTC().Format(time.RFC3339))
+	}
+	fmt.Fprintf(w, "dead letters (%d):\n", len(st.DeadLetters))
+	for _, l := range st.DeadLetters {
+		fmt.Fprintf(w, "  %d  %s  replayed %s  %s\n", l.ID, l.Origin, at(l.ReplayedAt), truncate(printable(l.Reason), 100))
+	}
 }

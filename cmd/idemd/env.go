@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/caarlos0/env/v11"
+
+	"github.com/idemd/idemd/admin"
 )
 
 // Env is idemd's whole environment (prefix IDEMD_). It is the only place that reads it;
@@ -18,17 +20,19 @@ import (
 // variable (only their --help shows it, and only they report its problems), help is its
 // line in --help, envDefault its default. Tests check --help and the README against them.
 type Env struct {
-	DatabaseURL         string        `env:"DATABASE_URL" cmds:"serve,dev,check,migrate,dlq" help:"PostgreSQL connection string (required; dev: postgres://postgres@127.0.0.1:5432/test)"`
+	DatabaseURL         string        `env:"DATABASE_URL" cmds:"serve,dev,check,migrate,dlq,inspect" help:"PostgreSQL connection string (required; dev: postgres://postgres@127.0.0.1:5432/test)"`
 	KafkaBrokers        []string      `env:"KAFKA_BROKERS" envSeparator:"," cmds:"serve,dev,check,dlq" help:"comma-separated Kafka brokers (required by the consumer and relay roles; dev: an in-memory broker)"`
 	PipelinesFile       string        `env:"PIPELINES_FILE" envDefault:"idemd.yaml" cmds:"serve,dev,check,dlq,sign" help:"the pipelines file (dev and sign: the embedded deploy/idemd.dev.yaml)"`
 	HTTPAddr            string        `env:"HTTP_ADDR" envDefault:":8080" cmds:"serve,dev,check" help:"address of the receiver (HTTP sources)"`
-	AdminAddr           string        `env:"ADMIN_ADDR" envDefault:":9090" cmds:"serve,dev,check" help:"address of /metrics, /healthz and /readyz"`
-	LogLevel            string        `env:"LOG_LEVEL" envDefault:"info" cmds:"serve,dev,check,dlq" help:"trace, debug, info, warning or error"`
-	LogFormat           string        `env:"LOG_FORMAT" envDefault:"json" cmds:"serve,dev,check,dlq" help:"json or text (dev: text)"`
+	AdminAddr           string        `env:"ADMIN_ADDR" envDefault:"127.0.0.1:9090" cmds:"serve,dev,check" help:"address of the admin server: /metrics, /healthz, /readyz (open), the admin API, console and pprof (token); Kubernetes: :9090"`
+	AdminToken          string        `env:"ADMIN_TOKEN" cmds:"serve,dev,check" help:"admin token, or name:token pairs, for the admin API, console and pprof (default: none, they answer 401; dev: one made for the run)"`
+	AdminInsecureReads  bool          `env:"ADMIN_INSECURE_READS" envDefault:"false" cmds:"serve,dev,check" help:"let admin reads through without a token; writes stay refused"`
+	LogLevel            string        `env:"LOG_LEVEL" envDefault:"info" cmds:"serve,dev,check,dlq,inspect" help:"trace, debug, info, warning or error"`
+	LogFormat           string        `env:"LOG_FORMAT" envDefault:"json" cmds:"serve,dev,check,dlq,inspect" help:"json or text (dev: text)"`
 	ShutdownTimeout     time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"30s" cmds:"serve,dev,check" help:"bound of the drain after SIGTERM"`
-	DBSchema            string        `env:"DB_SCHEMA" envDefault:"idemd" cmds:"serve,dev,check,migrate,dlq" help:"schema of idemd's tables"`
+	DBSchema            string        `env:"DB_SCHEMA" envDefault:"idemd" cmds:"serve,dev,check,migrate,dlq,inspect" help:"schema of idemd's tables"`
 	DBMaxConns          int32         `env:"DB_MAX_CONNS" envDefault:"20" cmds:"serve,dev,check" help:"connection pool size (at least 2)"`
-	DBSearchPath        string        `env:"DB_SEARCH_PATH" cmds:"serve,dev,check,migrate,dlq" help:"search_path of every connection, where effect SQL finds unqualified tables (default: the server's)"`
+	DBSearchPath        string        `env:"DB_SEARCH_PATH" cmds:"serve,dev,check,migrate,dlq,inspect" help:"search_path of every connection, where effect SQL finds unqualified tables (default: the server's)"`
 	Roles               []string      `env:"ROLES" envSeparator:"," envDefault:"receiver,consumer,relay,pruner" cmds:"serve,dev,check" help:"roles this process runs"`
 	Migrate             bool          `env:"MIGRATE" envDefault:"true" cmds:"serve,dev,check" help:"apply the migrations at start (false: stay not ready until someone ran idemd migrate)"`
 	KafkaCreateTopics   bool          `env:"KAFKA_CREATE_TOPICS" envDefault:"false" cmds:"serve,dev,check" help:"create the topics the pipelines name at start (dev: true)"`
@@ -36,6 +40,9 @@ type Env struct {
 	OutboxRetention     time.Duration `env:"OUTBOX_RETENTION" envDefault:"24h" cmds:"serve,dev,check" help:"how long published outbox rows and finished HTTP deliveries are kept"`
 	KafkaSessionTimeout time.Duration `env:"KAFKA_SESSION_TIMEOUT" envDefault:"30s" cmds:"serve,dev,check" help:"consumer groups' session and rebalance timeout (at least 6s)"`
 	RelayMaxFailingFor  time.Duration `env:"RELAY_MAX_FAILING_FOR" envDefault:"10m" cmds:"serve,dev,check" help:"a topic refusing every publish this long has its outbox rows dead-lettered (negative: never)"`
+	DeadLetterRetention time.Duration `env:"DEAD_LETTER_RETENTION" envDefault:"720h" cmds:"serve,dev,check" help:"how long dead letters (replayed or not) and the admin audit are kept"`
+	DeadLetterReplayed  time.Duration `env:"DEAD_LETTER_REPLAYED_RETENTION" envDefault:"168h" cmds:"serve,dev,check" help:"how long a dead letter is kept after its replay"`
+	EntityVersionRetain time.Duration `env:"ENTITY_VERSION_RETENTION" envDefault:"720h" cmds:"serve,dev,check" help:"how long the stale-event guard keeps an entity's last version after its last update"`
 	TLSCertFile         string        `env:"TLS_CERT_FILE" cmds:"serve,dev,check" help:"PEM certificate (chain) of the receiver: it serves HTTPS (with IDEMD_TLS_KEY_FILE)"`
 	TLSKeyFile          string        `env:"TLS_KEY_FILE" cmds:"serve,dev,check" help:"PEM private key of IDEMD_TLS_CERT_FILE"`
 
@@ -43,6 +50,8 @@ type Env struct {
 	set map[string]bool
 	// roles are the parsed Roles.
 	roles []role
+	// adminTokens is AdminToken parsed (by its check).
+	adminTokens []admin.Token
 }
 
 // envVar is one variable of Env, as its tags describe it.
@@ -147,6 +156,24 @@ var envChecks = map[string]func(*Env) error{
 	"IDEMD_SHUTDOWN_TIMEOUT": func(c *Env) error { return positive("IDEMD_SHUTDOWN_TIMEOUT", c.ShutdownTimeout) },
 	"IDEMD_PRUNE_INTERVAL":   func(c *Env) error { return positive("IDEMD_PRUNE_INTERVAL", c.PruneInterval) },
 	"IDEMD_OUTBOX_RETENTION": func(c *Env) error { return positive("IDEMD_OUTBOX_RETENTION", c.OutboxRetention) },
+	"IDEMD_DEAD_LETTER_RETENTION": func(c *Env) error {
+		return positive("IDEMD_DEAD_LETTER_RETENTION", c.DeadLetterRetention)
+	},
+	"IDEMD_DEAD_LETTER_REPLAYED_RETENTION": func(c *Env) error {
+		return positive("IDEMD_DEAD_LETTER_REPLAYED_RETENTION", c.DeadLetterReplayed)
+	},
+	"IDEMD_ENTITY_VERSION_RETENTION": func(c *Env) error {
+		return positive("IDEMD_ENTITY_VERSION_RETENTION", c.EntityVersionRetain)
+	},
+	// The token's problems are told without the token.
+	"IDEMD_ADMIN_TOKEN": func(c *Env) error {
+		tokens, err := admin.ParseTokens(c.AdminToken)
+		if err != nil {
+			return fmt.Errorf("IDEMD_ADMIN_TOKEN: %w", err)
+		}
+		c.adminTokens = tokens
+		return nil
+	},
 	"IDEMD_DB_MAX_CONNS": func(c *Env) error {
 		if c.DBMaxConns < 2 {
 			return fmt.Errorf("IDEMD_DB_MAX_CONNS: %d is too small: it must be at least 2", c.DBMaxConns)

@@ -12,7 +12,7 @@ import (
 )
 
 // commandsWithEnv are the commands whose --help has an Environment section.
-var commandsWithEnv = []string{"serve", "dev", "migrate", "check", "dlq", "sign"}
+var commandsWithEnv = []string{"serve", "dev", "migrate", "check", "dlq", "inspect", "sign"}
 
 // TestHelpCoversTheEnvironment reads the tags of Env itself: every variable has a help line
 // and the commands that read it; `idemd help` lists every variable; each command's --help

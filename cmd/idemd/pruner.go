@@ -8,6 +8,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/sirupsen/logrus"
 
+	"github.com/idemd/idemd/admin"
+	"github.com/idemd/idemd/deadletter"
 	"github.com/idemd/idemd/delivery"
 	"github.com/idemd/idemd/internal/metrics"
 	"github.com/idemd/idemd/outbox"
@@ -18,6 +20,8 @@ import (
 const (
 	pruneIntervalDefault   = time.Minute
 	outboxRetentionDefault = 24 * time.Hour
+	// entityVersionRetentionDefault keeps the stale-event guard's versions for 30 days.
+	entityVersionRetentionDefault = 30 * 24 * time.Hour
 )
 
 // prunerConfig configures a pruner.
@@ -29,6 +33,15 @@ type prunerConfig struct {
 	// OutboxRetention is how long published outbox rows, and finished (delivered or dead)
 	// HTTP deliveries, are kept for inspection and replays. Defaults to 24 hours.
 	OutboxRetention time.Duration
+	// DeadLetterRetention is how long a dead letter is kept, replayed or not; the admin
+	// audit is kept as long. Defaults to 30 days (deadletter.RetentionDefault).
+	DeadLetterRetention time.Duration
+	// DeadLetterReplayedRetention is how long a dead letter is kept after its replay.
+	// Defaults to 7 days (deadletter.ReplayedRetentionDefault).
+	DeadLetterReplayedRetention time.Duration
+	// EntityVersionRetention is how long the stale-event guard remembers an entity's last
+	// version after its last update. Defaults to 30 days.
+	EntityVersionRetention time.Duration
 	// BatchSize bounds each DELETE. Defaults to the stores' (1000).
 	BatchSize int
 	// Logger receives the pruner's logs. Defaults to logrus's standard logger.
@@ -46,6 +59,8 @@ type pruner struct {
 	processed *processed.Store
 	outbox    *outbox.Store
 	delivery  *delivery.Store
+	letters   *deadletter.Store
+	audit     *admin.Audit
 	log       *logrus.Entry
 }
 
@@ -57,6 +72,9 @@ func newPruner(pool *pgxpool.Pool, cfg *prunerConfig) (*pruner, error) {
 	}
 	c.Interval = cmp.Or(c.Interval, pruneIntervalDefault)
 	c.OutboxRetention = cmp.Or(c.OutboxRetention, outboxRetentionDefault)
+	c.DeadLetterRetention = cmp.Or(c.DeadLetterRetention, deadletter.RetentionDefault)
+	c.DeadLetterReplayedRetention = cmp.Or(c.DeadLetterReplayedRetention, deadletter.ReplayedRetentionDefault)
+	c.EntityVersionRetention = cmp.Or(c.EntityVersionRetention, entityVersionRetentionDefault)
 	if c.Logger == nil {
 		c.Logger = logrus.NewEntry(logrus.StandardLogger())
 	}
@@ -68,6 +86,8 @@ func newPruner(pool *pgxpool.Pool, cfg *prunerConfig) (*pruner, error) {
 		pool: pool, cfg: c, processed: ps,
 		outbox:   outbox.New(&outbox.Config{Schema: c.Schema}),
 		delivery: delivery.NewStore(c.Schema),
+		letters:  deadletter.New(c.Schema),
+		audit:    admin.NewAudit(c.Schema),
 		log:      c.Logger.WithField("component", "pruner"),
 	}, nil
 }
@@ -104,10 +124,40 @@ func (p *pruner) Once(ctx context.Context) (records, rows int64) {
 		p.log.WithError(err).Warn("error pruning finished HTTP deliveries; retrying next round")
 	}
 	rows += deliveries
+	p.pruneOperatorTables(ctx)
 	if records+rows > 0 {
 		p.log.WithField("records", records).WithField("outbox_rows", rows).Info("pruned expired rows")
 	}
 	return records, rows
+}
+
+// pruneOperatorTables prunes what operators read: dead letters, the admin audit and the
+// stale-event guard's entity versions. Errors are logged; the next round tries again.
+func (p *pruner) pruneOperatorTables(ctx context.Context) {
+	steps := []struct {
+		table string
+		prune func() (int64, error)
+	}{
+		{"dead_letters", func() (int64, error) {
+			return p.letters.Prune(ctx, p.pool, p.cfg.DeadLetterRetention, p.cfg.DeadLetterReplayedRetention, p.cfg.BatchSize)
+		}},
+		{"admin_audit", func() (int64, error) {
+			return p.audit.Prune(ctx, p.pool, p.cfg.DeadLetterRetention, p.cfg.BatchSize)
+		}},
+		{"entity_versions", func() (int64, error) {
+			return p.processed.PruneEntityVersions(ctx, p.pool, p.cfg.EntityVersionRetention, p.cfg.BatchSize)
+		}},
+	}
+	for _, st := range steps {
+		n, err := st.prune()
+		metrics.Pruned.WithLabelValues(st.table).Add(float64(n))
+		if err != nil && ctx.Err() == nil {
+			p.log.WithError(err).WithField("table", st.table).Warn("error pruning; retrying next round")
+		}
+		if n > 0 {
+			p.log.WithField("table", st.table).WithField("rows", n).Info("pruned old rows")
+		}
+	}
 }
 
 // startPruner runs the pruner role every PruneInterval. Several pruners (one per process)
@@ -124,7 +174,8 @@ func (d *daemon) startPruner(start starter) {
 	start(p, func(context.Context) error {
 		pr, err := newPruner(d.pool, &prunerConfig{
 			Schema: d.cfg.Schema, Interval: d.cfg.PruneInterval, OutboxRetention: d.cfg.OutboxRetention,
-			Logger: d.cfg.Logger,
+			DeadLetterRetention: d.cfg.DeadLetterRetention, DeadLetterReplayedRetention: d.cfg.DeadLetterReplayedRetention,
+			EntityVersionRetention: d.cfg.EntityVersionRetention, Logger: d.cfg.Logger,
 		})
 		if err != nil {
 			return err

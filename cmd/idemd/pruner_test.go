@@ -29,3 +29,31 @@ FROM generate_series(1, 15) i`))
 	require.Equal(t, 1, db.Count(t, "{schema}.processed_messages"))
 	require.Equal(t, 5, db.Count(t, "{schema}.outbox"), "unpublished rows stay")
 }
+
+// Dead letters go after their retention, replayed ones sooner; the admin audit with them;
+// entity versions after theirs. What is younger stays.
+func TestOncePrunesDeadLettersAuditAndEntityVersions(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	letter := func(created, replayed string) {
+		db.Exec(t, db.Q(`INSERT INTO {schema}.dead_letters (pipeline, door, scope, payload, reason, attempts, created_at, replayed_at)
+VALUES ('p', 'http', 'p', '', 'r', 1, now() - $1::interval, now() - nullif($2, '')::interval)`), created, replayed)
+	}
+	letter("40 days", "")       // too old, never replayed: pruned
+	letter("10 days", "")       // young, never replayed: kept
+	letter("10 days", "8 days") // replayed long ago: pruned
+	letter("3 days", "1 day")   // replayed recently: kept
+	db.Exec(t, db.Q(`INSERT INTO {schema}.admin_audit (actor, action, target, outcome, at) VALUES
+('a', 'x', '1', 'done', now() - interval '40 days'), ('a', 'x', '2', 'done', now())`))
+	db.Exec(t, db.Q(`INSERT INTO {schema}.entity_versions (scope, entity, version, message_id, updated_at) VALUES
+('s', 'old', 1, 'm1', now() - interval '31 days'), ('s', 'live', 1, 'm2', now() - interval '1 day')`))
+
+	p, err := newPruner(db.Pool, &prunerConfig{Schema: db.Schema, BatchSize: 1})
+	require.NoError(t, err)
+	p.Once(context.Background())
+	require.Equal(t, 2, db.Count(t, "{schema}.dead_letters"))
+	require.Equal(t, 1, db.Count(t, "{schema}.dead_letters WHERE replayed_at IS NULL"))
+	require.Equal(t, 1, db.Count(t, "{schema}.admin_audit"))
+	require.Equal(t, 1, db.Count(t, "{schema}.entity_versions WHERE entity = 'live'"))
+	require.Equal(t, 1, db.Count(t, "{schema}.entity_versions"))
+}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemd/idemd/admin"
 	"github.com/sirupsen/logrus"
 	"github.com/stretchr/testify/require"
 )
@@ -29,7 +30,7 @@ func TestShutdownOrderFollowsRoles(t *testing.T) {
 	t.Parallel()
 	quiet := logrus.New()
 	quiet.SetOutput(io.Discard)
-	d := &daemon{cfg: daemonConfig{ShutdownTimeout: 10 * time.Second}, admin: &admin{}, log: logrus.NewEntry(quiet)}
+	d := &daemon{cfg: daemonConfig{ShutdownTimeout: 10 * time.Second}, admin: &admin.Server{}, log: logrus.NewEntry(quiet)}
 
 	var (
 		mu      sync.Mutex
@@ -55,5 +56,5 @@ func TestShutdownOrderFollowsRoles(t *testing.T) {
 	}
 	require.NoError(t, d.shutdown(parts))
 	require.Equal(t, []role{roleReceiver, roleConsumer, roleConsumer, roleRelay, roleRelay, rolePruner}, stopped)
-	require.True(t, d.admin.draining.Load(), "not ready once the drain began")
+	require.True(t, d.admin.IsDraining(), "not ready once the drain began")
 }

@@ -57,6 +57,12 @@ func (c *cli) runDaemon(cmd string, e *Env, f *config.File, onReady func(httpAdd
 	defer stop()
 	log.WithField("component", "daemon").WithField("version", versionString()).
 		WithField("database", redactURL(e.DatabaseURL)).WithField("schema", e.DBSchema).Info("starting idemd")
+	switch {
+	case len(e.adminTokens) == 0 && e.AdminInsecureReads:
+		log.WithField("component", "admin").Warn("IDEMD_ADMIN_TOKEN is not set and IDEMD_ADMIN_INSECURE_READS is true: anyone reaching IDEMD_ADMIN_ADDR reads the admin API and console; writes answer 401")
+	case len(e.adminTokens) == 0:
+		log.WithField("component", "admin").Warn("IDEMD_ADMIN_TOKEN is not set: the admin API, console and pprof answer 401")
+	}
 	if err := d.Run(ctx); err != nil {
 		log.WithField("component", "daemon").WithError(err).Error("idemd stopped with an error")
 		return exitFailure
@@ -67,26 +73,32 @@ func (c *cli) runDaemon(cmd string, e *Env, f *config.File, onReady func(httpAdd
 // daemonConfigFrom maps the environment onto the daemon's configuration.
 func daemonConfigFrom(e *Env, f *config.File, log *logrus.Entry, onReady func(string, string)) *daemonConfig {
 	return &daemonConfig{
-		DatabaseURL:         e.DatabaseURL,
-		SearchPath:          e.DBSearchPath,
-		MaxConns:            e.DBMaxConns,
-		Schema:              e.DBSchema,
-		Brokers:             e.KafkaBrokers,
-		CreateTopics:        e.KafkaCreateTopics,
-		Pipelines:           f,
-		Roles:               e.roles,
-		Migrate:             e.Migrate,
-		HTTPAddr:            e.HTTPAddr,
-		TLSCertFile:         e.TLSCertFile,
-		TLSKeyFile:          e.TLSKeyFile,
-		AdminAddr:           e.AdminAddr,
-		ShutdownTimeout:     e.ShutdownTimeout,
-		PruneInterval:       e.PruneInterval,
-		OutboxRetention:     e.OutboxRetention,
-		KafkaSessionTimeout: e.KafkaSessionTimeout,
-		RelayMaxFailingFor:  e.RelayMaxFailingFor,
-		Logger:              log,
-		OnReady:             onReady,
+		DatabaseURL:                 e.DatabaseURL,
+		SearchPath:                  e.DBSearchPath,
+		MaxConns:                    e.DBMaxConns,
+		Schema:                      e.DBSchema,
+		Brokers:                     e.KafkaBrokers,
+		CreateTopics:                e.KafkaCreateTopics,
+		Pipelines:                   f,
+		Roles:                       e.roles,
+		Migrate:                     e.Migrate,
+		HTTPAddr:                    e.HTTPAddr,
+		TLSCertFile:                 e.TLSCertFile,
+		TLSKeyFile:                  e.TLSKeyFile,
+		AdminAddr:                   e.AdminAddr,
+		AdminTokens:                 e.adminTokens,
+		AdminInsecureReads:          e.AdminInsecureReads,
+		NewReplayer:                 adminReplayer(e, f, log),
+		DeadLetterRetention:         e.DeadLetterRetention,
+		DeadLetterReplayedRetention: e.DeadLetterReplayed,
+		EntityVersionRetention:      e.EntityVersionRetain,
+		ShutdownTimeout:             e.ShutdownTimeout,
+		PruneInterval:               e.PruneInterval,
+		OutboxRetention:             e.OutboxRetention,
+		KafkaSessionTimeout:         e.KafkaSessionTimeout,
+		RelayMaxFailingFor:          e.RelayMaxFailingFor,
+		Logger:                      log,
+		OnReady:                     onReady,
 	}
 }
 

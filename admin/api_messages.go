@@ -1,0 +1,310 @@
+package admin
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/idemd/idemd/deadletter"
+	"github.com/idemd/idemd/delivery"
+	"github.com/idemd/idemd/outbox"
+	"github.com/idemd/idemd/processed"
+)
+
+// Outcomes of processed records as the API names them (the outcome filter's values).
+const (
+	OutcomeProcessed    = "processed"
+	OutcomeDeadLettered = "dead_lettered"
+	OutcomeInFlight     = "in_flight"
+)
+
+var outcomeStates = map[string]processed.State{
+	OutcomeProcessed: processed.StateDone, OutcomeDeadLettered: processed.StateDead, OutcomeInFlight: processed.StateInFlight,
+}
+
+func outcomeOf(st processed.State) string {
+	for o, s := range outcomeStates {
+		if s == st {
+			return o
+		}
+	}
+	return string(st)
+}
+
+// Message is a processed record as the API shows it.
+type Message struct {
+	Pipeline       string     `json:"pipeline"`
+	Tenant         string     `json:"tenant,omitempty"`
+	MessageID      string     `json:"message_id"`
+	Status         string     `json:"status"`
+	Fingerprint    string     `json:"fingerprint"`
+	ResponseStatus *int       `json:"response_status,omitempty"`
+	ReceivedAt     time.Time  `json:"received_at"`
+	CompletedAt    *time.Time `json:"completed_at,omitempty"`
+	ExpiresAt      time.Time  `json:"expires_at"`
+}
+
+func messageOf(rec *processed.Record) Message {
+	p, t := processed.ScopeTenant(rec.Scope)
+	m := Message{
+		Pipeline: p, Tenant: t, MessageID: rec.MessageID, Status: outcomeOf(rec.State),
+		Fingerprint: hex.EncodeToString(rec.Fingerprint), ReceivedAt: rec.ReceivedAt,
+		CompletedAt: rec.CompletedAt, ExpiresAt: rec.ExpiresAt,
+	}
+	if rec.Response != nil {
+		m.ResponseStatus = &rec.Response.Status
+	}
+	return m
+}
+
+type messageCursor struct {
+	ReceivedAt time.Time `json:"t"`
+	Scope      string    `json:"s"`
+	MessageID  string    `json:"i"`
+}
+
+// messageFilter reads the filters of GET /api/v1/messages (and of the console's search).
+func messageFilter(p *params) processed.RecordFilter {
+	f := processed.RecordFilter{
+		Pipeline: p.str("pipeline"), Tenant: p.str("tenant"), MessageID: p.str("id"),
+		State: outcomeStates[p.oneOf("outcome", OutcomeProcessed, OutcomeDeadLettered, OutcomeInFlight)],
+		Since: p.time("since"), Until: p.time("until"), Limit: p.limit(),
+	}
+	var c messageCursor
+	if p.cursor(&c) {
+		f.After = &processed.RecordCursor{ReceivedAt: c.ReceivedAt, Scope: c.Scope, MessageID: c.MessageID}
+	}
+	return f
+}
+
+// listMessages runs f and returns the page and its next cursor.
+func (s *Server) listMessages(r *http.Request, f processed.RecordFilter) ([]Message, string, error) {
+	recs, err := s.processed.ListRecords(r.Context(), s.pool, f)
+	if err != nil {
+		return nil, "", err
+	}
+	out := make([]Message, len(recs))
+	for i, rec := range recs {
+		out[i] = messageOf(rec)
+	}
+	next := ""
+	if len(recs) == f.Limit {
+		last := recs[len(recs)-1]
+		next = encodeCursor(messageCursor{ReceivedAt: last.ReceivedAt, Scope: last.Scope, MessageID: last.MessageID})
+	}
+	return out, next, nil
+}
+
+func (s *Server) apiMessages(w http.ResponseWriter, r *http.Request) {
+	p := newParams(r)
+	f := messageFilter(p)
+	if p.err != nil {
+		s.badRequest(w, r, p.err)
+		return
+	}
+	out, next, err := s.listMessages(r, f)
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, page{Data: out, Next: next})
+}
+
+// Story is one message's whole story: its record, what its effect did, what it published
+// and delivered, and the conflicts and dead letters of its id.
+type Story struct {
+	Message
+	// Response is the stored answer (API sources), replayed to retries.
+	Response *StoredResponse `json:"response,omitempty"`
+	// Effect says what became of the effect.
+	Effect      Effect            `json:"effect"`
+	Outbox      []OutboxRow       `json:"outbox"`
+	Deliveries  []Delivery        `json:"deliveries"`
+	Conflicts   []Conflict        `json:"conflicts"`
+	DeadLetters []DeadLetterBrief `json:"dead_letters"`
+}
+
+// StoredResponse is an answer stored for an API request.
+type StoredResponse struct {
+	Status  int               `json:"status"`
+	Headers map[string]string `json:"headers,omitempty"`
+	Body    *body             `json:"body,omitempty"`
+}
+
+// Effect is the outcome of a message's effect.
+type Effect struct {
+	// Outcome is applied, dead_lettered or in_flight.
+	Outcome string `json:"outcome"`
+	// Attempts is how many times the effect ran, when a dead letter says it.
+	Attempts int `json:"attempts,omitempty"`
+	// Reason is the dead letter's reason.
+	Reason string `json:"reason,omitempty"`
+}
+
+// story collects the story of (scope, id).
+func (s *Server) story(ctx context.Context, rec *processed.Record) (*Story, error) {
+	st := &Story{Message: messageOf(rec), Outbox: []OutboxRow{}, Deliveries: []Delivery{}, Conflicts: []Conflict{}, DeadLetters: []DeadLetterBrief{}}
+	if rec.Response != nil {
+		st.Response = &StoredResponse{Status: rec.Response.Status, Headers: rec.Response.Headers, Body: encodeBody(rec.Response.Body)}
+	}
+	switch rec.State {
+	case processed.StateDone:
+		st.Effect.Outcome = "applied"
+	case processed.StateDead:
+		st.Effect.Outcome = OutcomeDeadLettered
+	default:
+		st.Effect.Outcome = OutcomeInFlight
+	}
+	pipeline, tenant := processed.ScopeTenant(rec.Scope)
+	rows, err := s.outbox.Rows(ctx, s.pool, outbox.RowFilter{Pipeline: pipeline, CausationID: rec.MessageID, Limit: ListLimitMax})
+	if err != nil {
+		return nil, err
+	}
+	for _, row := range rows {
+		st.Outbox = append(st.Outbox, outboxRowOf(row))
+	}
+	ds, err := s.delivery.Deliveries(ctx, s.pool, delivery.DeliveryFilter{Pipeline: pipeline, CausationID: rec.MessageID, Limit: ListLimitMax})
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range ds {
+		st.Deliveries = append(st.Deliveries, deliveryOf(d))
+	}
+	cs, err := s.processed.ListConflicts(ctx, s.pool, processed.ConflictFilter{Pipeline: pipeline, Tenant: tenant, MessageID: rec.MessageID, Limit: ListLimitMax})
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range cs {
+		if c.Scope == rec.Scope {
+			st.Conflicts = append(st.Conflicts, conflictOf(c))
+		}
+	}
+	ls, err := s.letters.Find(ctx, s.pool, deadletter.Query{Pipeline: pipeline, MessageID: rec.MessageID, Limit: ListLimitMax})
+	if err != nil {
+		return nil, err
+	}
+	for _, l := range ls {
+		st.DeadLetters = append(st.DeadLetters, briefOf(l))
+	}
+	if len(ls) > 0 && rec.State == processed.StateDead {
+		st.Effect.Attempts, st.Effect.Reason = ls[len(ls)-1].Attempts, ls[len(ls)-1].Reason
+	}
+	return st, nil
+}
+
+// Story returns the whole story of message id of pipeline (tenant picks an API source's
+// tenant; without it, the newest record of the id in the pipeline). It fails with
+// processed.ErrNotFound when there is no record.
+func (s *Server) Story(ctx context.Context, pipeline, id, tenant string) (*Story, error) {
+	rec, err := s.findRecord(ctx, pipeline, id, tenant)
+	if err != nil {
+		return nil, err
+	}
+	return s.story(ctx, rec)
+}
+
+func (s *Server) findRecord(ctx context.Context, pipeline, id, tenant string) (*processed.Record, error) {
+	if tenant != "" {
+		return s.processed.GetRecord(ctx, s.pool, processed.Scope(pipeline, tenant), id)
+	}
+	recs, err := s.processed.ListRecords(ctx, s.pool, processed.RecordFilter{Pipeline: pipeline, MessageID: id, Limit: 1})
+	if err != nil {
+		return nil, err
+	}
+	if len(recs) == 0 {
+		return nil, processed.ErrNotFound
+	}
+	return recs[0], nil
+}
+
+func (s *Server) apiMessage(w http.ResponseWriter, r *http.Request) {
+	pipeline, id := r.PathValue("pipeline"), r.PathValue("id")
+	st, err := s.Story(r.Context(), pipeline, id, r.URL.Query().Get("tenant"))
+	if errors.Is(err, processed.ErrNotFound) {
+		s.notFound(w, r, "no record of message "+quote(id)+" in pipeline "+quote(pipeline)+" (never received, or pruned after its retention)")
+		return
+	}
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+// Conflict is a recorded conflict as the API shows it.
+type Conflict struct {
+	Pipeline            string     `json:"pipeline"`
+	Tenant              string     `json:"tenant,omitempty"`
+	MessageID           string     `json:"message_id"`
+	StoredFingerprint   string     `json:"stored_fingerprint"`
+	IncomingFingerprint string     `json:"incoming_fingerprint"`
+	Count               int64      `json:"count"`
+	FirstSeenAt         time.Time  `json:"first_seen_at"`
+	LastSeenAt          time.Time  `json:"last_seen_at"`
+	ExpiresAt           *time.Time `json:"expires_at,omitempty"`
+	Payload             *body      `json:"payload,omitempty"`
+	PayloadTruncated    bool       `json:"payload_truncated"`
+}
+
+func conflictOf(c *processed.ConflictRecord) Conflict {
+	p, t := processed.ScopeTenant(c.Scope)
+	return Conflict{
+		Pipeline: p, Tenant: t, MessageID: c.MessageID,
+		StoredFingerprint: hex.EncodeToString(c.StoredFingerprint), IncomingFingerprint: hex.EncodeToString(c.IncomingFingerprint),
+		Count: c.Count, FirstSeenAt: c.FirstSeenAt, LastSeenAt: c.LastSeenAt, ExpiresAt: c.ExpiresAt,
+		Payload: encodeBody(c.Payload), PayloadTruncated: c.PayloadTruncated,
+	}
+}
+
+type conflictCursor struct {
+	FirstSeenAt time.Time `json:"t"`
+	Scope       string    `json:"s"`
+	MessageID   string    `json:"i"`
+	Incoming    []byte    `json:"f"`
+}
+
+func conflictFilter(p *params) processed.ConflictFilter {
+	f := processed.ConflictFilter{Pipeline: p.str("pipeline"), Tenant: p.str("tenant"), MessageID: p.str("id"), Since: p.time("since"), Limit: p.limit()}
+	var c conflictCursor
+	if p.cursor(&c) {
+		f.After = &processed.ConflictCursor{FirstSeenAt: c.FirstSeenAt, Scope: c.Scope, MessageID: c.MessageID, IncomingFingerprint: c.Incoming}
+	}
+	return f
+}
+
+func (s *Server) listConflicts(r *http.Request, f processed.ConflictFilter) ([]Conflict, string, error) {
+	cs, err := s.processed.ListConflicts(r.Context(), s.pool, f)
+	if err != nil {
+		return nil, "", err
+	}
+	out := make([]Conflict, len(cs))
+	for i, c := range cs {
+		out[i] = conflictOf(c)
+	}
+	next := ""
+	if len(cs) == f.Limit {
+		last := cs[len(cs)-1]
+		next = encodeCursor(conflictCursor{FirstSeenAt: last.FirstSeenAt, Scope: last.Scope, MessageID: last.MessageID, Incoming: last.IncomingFingerprint})
+	}
+	return out, next, nil
+}
+
+func (s *Server) apiConflicts(w http.ResponseWriter, r *http.Request) {
+	p := newParams(r)
+	f := conflictFilter(p)
+	if p.err != nil {
+		s.badRequest(w, r, p.err)
+		return
+	}
+	out, next, err := s.listConflicts(r, f)
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, page{Data: out, Next: next})
+}
+
+func quote(s string) string { return strconv.Quote(s) }

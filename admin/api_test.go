@@ -1,0 +1,331 @@
+package admin_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemd/idemd/admin"
+)
+
+// page walks a list with limit and returns every item, checking that no item repeats.
+func (b *bundle) walk(t *testing.T, path string, limit int, key string) []map[string]any {
+	t.Helper()
+	var all []map[string]any
+	seen := map[string]bool{}
+	after := ""
+	for pages := 0; ; pages++ {
+		require.Less(t, pages, 100)
+		sep := "?"
+		if strings.Contains(path, "?") {
+			sep = "&"
+		}
+		r := b.get(t, fmt.Sprintf("%s%slimit=%d&after=%s", path, sep, limit, url.QueryEscape(after)))
+		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+		items := r.data(t)
+		require.LessOrEqual(t, len(items), limit)
+		for _, it := range items {
+			k := fmt.Sprint(it[key], "/", it["pipeline"], "/", it["tenant"])
+			require.False(t, seen[k], "item %s repeated across pages", k)
+			seen[k] = true
+		}
+		all = append(all, items...)
+		if after = r.next(t); after == "" {
+			return all
+		}
+	}
+}
+
+func ids(items []map[string]any, key string) []string {
+	out := make([]string, len(items))
+	for i, it := range items {
+		out[i] = fmt.Sprint(it[key])
+	}
+	return out
+}
+
+func TestMessagesFiltersAndPagination(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{tokens: testToken})
+	// Records at known times: 5 done in hooks, 2 dead in hooks, 3 done in other; one API
+	// key per tenant.
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	ins := func(scope, id, status string, at time.Time) {
+		b.db.Exec(t, b.db.Q(`INSERT INTO {schema}.processed_messages (scope, message_id, fingerprint, status, received_at, completed_at, expires_at)
+			VALUES ($1, $2, '\xab', $3, $4::timestamptz, $4::timestamptz, $4::timestamptz + interval '7 days')`), scope, id, status, at)
+	}
+	for i := 0; i < 5; i++ {
+		ins("hooks", fmt.Sprintf("h-%d", i), "done", base.Add(time.Duration(i)*time.Minute))
+	}
+	ins("hooks", "h-dead-1", "dead", base.Add(10*time.Minute))
+	ins("hooks", "h-dead-2", "dead", base.Add(11*time.Minute))
+	for i := 0; i < 3; i++ {
+		ins("other", fmt.Sprintf("o-%d", i), "done", base.Add(time.Duration(i)*time.Minute))
+	}
+	ins("orders\x1facme", "k-1", "done", base)
+	ins("orders\x1fglobex", "k-1", "done", base.Add(time.Minute))
+
+	all := b.walk(t, "/api/v1/messages", 3, "message_id")
+	require.Len(t, all, 12)
+	for i := 1; i < len(all); i++ {
+		require.GreaterOrEqual(t, all[i-1]["received_at"], all[i]["received_at"], "newest first")
+	}
+
+	hooks := b.walk(t, "/api/v1/messages?pipeline=hooks", 2, "message_id")
+	require.Equal(t, []string{"h-dead-2", "h-dead-1", "h-4", "h-3", "h-2", "h-1", "h-0"}, ids(hooks, "message_id"))
+	require.Equal(t, "dead_lettered", hooks[0]["status"])
+	require.Equal(t, "ab", hooks[0]["fingerprint"])
+
+	dead := b.get(t, "/api/v1/messages?outcome=dead_lettered").data(t)
+	require.Equal(t, []string{"h-dead-2", "h-dead-1"}, ids(dead, "message_id"))
+
+	window := b.get(t, "/api/v1/messages?pipeline=hooks&since="+base.Add(time.Minute).Format(time.RFC3339)+"&until="+base.Add(3*time.Minute).Format(time.RFC3339)).data(t)
+	require.Equal(t, []string{"h-2", "h-1"}, ids(window, "message_id"), "since inclusive, until exclusive")
+
+	byID := b.get(t, "/api/v1/messages?id=k-1").data(t)
+	require.Len(t, byID, 2)
+	acme := b.get(t, "/api/v1/messages?pipeline=orders&tenant=acme").data(t)
+	require.Len(t, acme, 1)
+	require.Equal(t, "acme", acme[0]["tenant"])
+	require.Equal(t, "orders", acme[0]["pipeline"])
+	require.Len(t, b.get(t, "/api/v1/messages?tenant=globex").data(t), 1)
+	require.Len(t, b.get(t, "/api/v1/messages?pipeline=orders").data(t), 2, "a pipeline's filter covers all its tenants")
+
+	for _, bad := range []string{"?since=yesterday", "?limit=0", "?limit=1001", "?outcome=maybe", "?after=%21%21"} {
+		r := b.get(t, "/api/v1/messages"+bad)
+		require.Equal(t, http.StatusBadRequest, r.status, bad)
+		require.Equal(t, "bad-request", r.problemType(t))
+	}
+
+	one := b.get(t, "/api/v1/messages/orders/k-1?tenant=acme")
+	require.Equal(t, http.StatusOK, one.status, "%s", one.body)
+	require.Equal(t, "acme", one.json(t)["tenant"])
+	require.Equal(t, http.StatusNotFound, b.get(t, "/api/v1/messages/hooks/nope").status)
+}
+
+// A message's story: its record, the effect's outcome, its dead letter, and a conflict with
+// the conflicting payload.
+func TestMessageStoryAndConflicts(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{tokens: testToken})
+	require.Equal(t, http.StatusAccepted, b.webhook(t, "hooks", "evt-1", `,"amount":1`))
+	require.Equal(t, http.StatusUnprocessableEntity, b.webhook(t, "hooks", "evt-1", `,"amount":2`))
+
+	st := b.get(t, "/api/v1/messages/hooks/evt-1")
+	require.Equal(t, http.StatusOK, st.status, "%s", st.body)
+	m := st.json(t)
+	require.Equal(t, "dead_lettered", m["status"])
+	require.Equal(t, "dead_lettered", m["effect"].(map[string]any)["outcome"])
+	require.Contains(t, m["effect"].(map[string]any)["reason"], "null value")
+	require.Len(t, m["dead_letters"], 1)
+	conflicts := m["conflicts"].([]any)
+	require.Len(t, conflicts, 1)
+	c := conflicts[0].(map[string]any)
+	require.JSONEq(t, `{"id":"evt-1","amount":2}`, c["payload"].(map[string]any)["data"].(string))
+	require.NotEqual(t, c["stored_fingerprint"], c["incoming_fingerprint"])
+
+	list := b.get(t, "/api/v1/conflicts?pipeline=hooks").data(t)
+	require.Len(t, list, 1)
+	require.EqualValues(t, 1, list[0]["count"])
+	require.Equal(t, false, list[0]["payload_truncated"])
+	require.NotEmpty(t, list[0]["expires_at"])
+	require.Empty(t, b.get(t, "/api/v1/conflicts?pipeline=other").data(t))
+}
+
+func TestDeadLetterFiltersReplayAndAudit(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{tokens: "alice:" + aliceToken + ",ops:" + testToken})
+	b.deadLetters(t, "hooks", "h", 5)
+	b.deadLetters(t, "other", "o", 3)
+	b.db.Exec(t, b.db.Q(`UPDATE {schema}.dead_letters SET created_at = '2026-03-01T12:00:00Z'::timestamptz + id * interval '1 minute'`))
+	b.db.Exec(t, b.db.Q(`UPDATE {schema}.dead_letters SET reason = 'the endpoint https://erp.example/services/T1/B2/secret answered 500' WHERE pipeline = 'other' AND message_id = 'o-0000'`))
+
+	all := b.walk(t, "/api/v1/dead-letters", 3, "id")
+	require.Len(t, all, 8)
+	require.Len(t, b.get(t, "/api/v1/dead-letters?pipeline=hooks").data(t), 5)
+	require.Len(t, b.get(t, "/api/v1/dead-letters?origin=http").data(t), 8)
+	require.Empty(t, b.get(t, "/api/v1/dead-letters?origin=delivery").data(t))
+	require.Len(t, b.get(t, "/api/v1/dead-letters?reason=NULL+VALUE").data(t), 7, "reason: a case-insensitive substring")
+	redacted := b.get(t, "/api/v1/dead-letters?reason=answered").data(t)
+	require.Len(t, redacted, 1)
+	require.NotContains(t, redacted[0]["reason"], "secret", "URLs in reasons are shown as scheme, host and port")
+	window := b.get(t, "/api/v1/dead-letters?since=2026-03-01T12:02:00Z&until=2026-03-01T12:04:00Z").data(t)
+	require.Len(t, window, 2)
+	require.Equal(t, http.StatusBadRequest, b.get(t, "/api/v1/dead-letters?origin=mars").status)
+
+	first := int64(all[len(all)-1]["id"].(float64)) // oldest
+	one := b.get(t, fmt.Sprintf("/api/v1/dead-letters/%d", first)).json(t)
+	require.Equal(t, "utf-8", one["payload"].(map[string]any)["encoding"])
+	require.Contains(t, one["payload"].(map[string]any)["data"], `"id"`)
+
+	// Replay fails while the cause is not fixed; nothing commits, the letter stays.
+	r := b.call(t, "POST", fmt.Sprintf("/api/v1/dead-letters/%d/replay", first), aliceToken, nil)
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	require.Equal(t, "failed", r.json(t)["outcome"])
+	require.Len(t, b.get(t, "/api/v1/dead-letters?replayed=false").data(t), 8)
+
+	b.db.Exec(t, b.db.Q(`INSERT INTO {schema}.gate VALUES (1)`))
+	r = b.call(t, "POST", fmt.Sprintf("/api/v1/dead-letters/%d/replay", first), aliceToken, nil)
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	require.Equal(t, "replayed", r.json(t)["outcome"])
+	r = b.call(t, "POST", fmt.Sprintf("/api/v1/dead-letters/%d/replay", first), testToken, nil)
+	require.Equal(t, http.StatusConflict, r.status, "a letter is replayed once")
+	require.Equal(t, "already-replayed", r.problemType(t))
+	require.Equal(t, http.StatusNotFound, b.call(t, "POST", "/api/v1/dead-letters/999999/replay", testToken, nil).status)
+	require.Equal(t, 1, b.db.Count(t, "{schema}.effects"))
+	require.Len(t, b.get(t, "/api/v1/dead-letters?replayed=true").data(t), 1)
+
+	replays := b.get(t, fmt.Sprintf("/api/v1/dead-letters/%d", first)).json(t)["replays"].([]any)
+	require.Len(t, replays, 3)
+	got := []string{}
+	for _, e := range replays {
+		m := e.(map[string]any)
+		got = append(got, m["actor"].(string)+":"+m["outcome"].(string))
+	}
+	require.Equal(t, []string{"alice:failed", "alice:done", "ops:skipped"}, got)
+
+	// Bulk: the dry run counts and changes nothing; the run replays the rest of hooks.
+	dry := b.call(t, "POST", "/api/v1/dead-letters/replay", testToken, map[string]any{"pipeline": "hooks", "dry_run": true}).json(t)
+	require.EqualValues(t, 4, dry["matched"])
+	require.EqualValues(t, 0, dry["replayed"])
+	require.Equal(t, 1, b.db.Count(t, "{schema}.effects"))
+	run := b.call(t, "POST", "/api/v1/dead-letters/replay", testToken, map[string]any{"pipeline": "hooks"}).json(t)
+	require.EqualValues(t, 4, run["matched"])
+	require.EqualValues(t, 4, run["replayed"])
+	require.Equal(t, 5, b.db.Count(t, "{schema}.effects"))
+	require.Equal(t, http.StatusBadRequest, b.call(t, "POST", "/api/v1/dead-letters/replay", testToken, map[string]any{"pipelin": "typo"}).status)
+}
+
+// Two bulk replays of the same 1,000 letters at once: every letter's effect runs exactly
+// once, every letter is marked replayed, and the two results add up.
+func TestBulkReplayConcurrentExactlyOnce(t *testing.T) {
+	t.Parallel()
+	const n = 1000
+	b := setup(t, options{tokens: testToken})
+	b.deadLetters(t, "hooks", "bulk", n)
+	b.deadLetters(t, "other", "keep", 10)
+	require.Equal(t, n, b.db.Count(t, "{schema}.dead_letters WHERE pipeline = 'hooks'"))
+	b.db.Exec(t, b.db.Q(`INSERT INTO {schema}.gate VALUES (7)`))
+
+	filter := map[string]any{"pipeline": "hooks", "reason": "null value"}
+	var wg sync.WaitGroup
+	results := make([]map[string]any, 2)
+	for i := range results {
+		wg.Go(func() {
+			r := b.call(t, "POST", "/api/v1/dead-letters/replay", testToken, filter)
+			if r.status == http.StatusOK {
+				results[i] = r.json(t)
+			}
+		})
+	}
+	wg.Wait()
+	var replayed, skipped, failed float64
+	for _, r := range results {
+		require.NotNil(t, r)
+		require.LessOrEqual(t, r["matched"], float64(n))
+		require.Equal(t, r["matched"], r["replayed"].(float64)+r["skipped"].(float64)+r["failed"].(float64))
+		replayed += r["replayed"].(float64)
+		skipped += r["skipped"].(float64)
+		failed += r["failed"].(float64)
+	}
+	require.EqualValues(t, n, replayed, "each letter replayed by exactly one of the two")
+	require.EqualValues(t, 0, failed)
+	t.Logf("replayed %v, skipped %v (by the other replay)", replayed, skipped)
+
+	require.Equal(t, n, b.db.Count(t, "{schema}.effects"))
+	require.Equal(t, 0, b.db.Count(t, "(SELECT message_id FROM {schema}.effects GROUP BY message_id HAVING count(*) > 1) AS twice"))
+	require.Equal(t, 0, b.db.Count(t, "{schema}.dead_letters WHERE pipeline = 'hooks' AND replayed_at IS NULL"))
+	require.Equal(t, 10, b.db.Count(t, "{schema}.dead_letters WHERE pipeline = 'other' AND replayed_at IS NULL"), "outside the filter: untouched")
+	require.Equal(t, n, b.db.Count(t, "{schema}.admin_audit WHERE action = $1 AND outcome = 'done'", admin.ActionReplay))
+	require.Equal(t, int(skipped), b.db.Count(t, "{schema}.admin_audit WHERE action = $1 AND outcome = 'skipped'", admin.ActionReplay))
+}
+
+func TestOutboxDeliveriesAndEndpoints(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{tokens: testToken})
+	b.db.Exec(t, b.db.Q(`INSERT INTO {schema}.outbox (operation_id, pipeline, causation_id, topic, payload, created_at, published_at) VALUES
+		('00000000-0000-0000-0000-000000000001', 'hooks', 'evt-1', 'a', '{}', now() - interval '1 hour', NULL),
+		('00000000-0000-0000-0000-000000000002', 'hooks', 'evt-2', 'a', '{}', now() - interval '5 minutes', NULL),
+		('00000000-0000-0000-0000-000000000003', 'hooks', 'evt-3', 'b', '\xff', now(), NULL),
+		('00000000-0000-0000-0000-000000000004', 'hooks', 'evt-4', 'b', '{}', now(), now())`))
+	backlog := b.get(t, "/api/v1/outbox/backlog").data(t)
+	require.Len(t, backlog, 2)
+	require.Equal(t, "a", backlog[0]["topic"], "the topic with the oldest unpublished row first")
+	require.EqualValues(t, 2, backlog[0]["unpublished"])
+	require.Greater(t, backlog[0]["oldest_age_seconds"], 3500.0)
+	require.Len(t, b.get(t, "/api/v1/outbox?topic=b").data(t), 2)
+	require.Len(t, b.get(t, "/api/v1/outbox?topic=b&unpublished=true").data(t), 1)
+	row := b.get(t, "/api/v1/outbox?operation_id=00000000-0000-0000-0000-000000000003").data(t)
+	require.Len(t, row, 1)
+	require.Equal(t, "base64", row[0]["payload"].(map[string]any)["encoding"])
+	require.Len(t, b.get(t, "/api/v1/outbox?causation_id=evt-2").data(t), 1)
+	require.Len(t, b.walk(t, "/api/v1/outbox", 1, "id"), 4)
+	require.Equal(t, http.StatusBadRequest, b.get(t, "/api/v1/outbox?operation_id=nope").status)
+
+	b.db.Exec(t, b.db.Q(`INSERT INTO {schema}.http_endpoints (name, url) VALUES ('erp', 'https://erp.example:8443/services/T/B/secret')`))
+	b.db.Exec(t, b.db.Q(`INSERT INTO {schema}.http_deliveries (endpoint, operation_id, pipeline, causation_id, payload, state, attempts, last_status, last_error, finished_at) VALUES
+		('erp', '00000000-0000-0000-0000-00000000000a', 'hooks', 'evt-1', '{}', 'dead', 20, 500, 'Post "https://erp.example:8443/services/T/B/secret": EOF', now()),
+		('erp', '00000000-0000-0000-0000-00000000000b', 'hooks', 'evt-2', '{}', 'pending', 1, NULL, NULL, NULL)`))
+	eps := b.get(t, "/api/v1/endpoints").data(t)
+	require.Len(t, eps, 1)
+	require.Equal(t, "https://erp.example:8443/[redacted]", eps[0]["url"])
+	require.EqualValues(t, 1, eps[0]["pending"])
+	require.EqualValues(t, 1, eps[0]["dead"])
+	dead := b.get(t, "/api/v1/deliveries?endpoint=erp&state=dead").data(t)
+	require.Len(t, dead, 1)
+	require.NotContains(t, dead[0]["last_error"], "secret")
+
+	require.Equal(t, http.StatusOK, b.call(t, "POST", "/api/v1/endpoints/erp/disable", testToken, nil).status)
+	require.Equal(t, true, b.get(t, "/api/v1/endpoints").data(t)[0]["disabled"])
+	require.Equal(t, http.StatusOK, b.call(t, "POST", "/api/v1/endpoints/erp/enable", testToken, nil).status)
+	require.Equal(t, false, b.get(t, "/api/v1/endpoints").data(t)[0]["disabled"])
+	require.Equal(t, http.StatusNotFound, b.call(t, "POST", "/api/v1/endpoints/nope/disable", testToken, nil).status)
+
+	deadID := int64(dead[0]["id"].(float64))
+	require.Equal(t, http.StatusOK, b.call(t, "POST", fmt.Sprintf("/api/v1/deliveries/%d/requeue", deadID), testToken, nil).status)
+	require.Len(t, b.get(t, "/api/v1/deliveries?state=pending").data(t), 2)
+	r := b.call(t, "POST", fmt.Sprintf("/api/v1/deliveries/%d/requeue", deadID), testToken, nil)
+	require.Equal(t, http.StatusConflict, r.status, "a pending delivery is not requeued (it could be sent twice)")
+	require.Equal(t, 5, b.db.Count(t, "{schema}.admin_audit"), "every write is audited, failed ones too")
+	require.Equal(t, 2, b.db.Count(t, "{schema}.admin_audit WHERE outcome = 'failed'"))
+}
+
+// /readyz reuses its database checks for ReadyCache, and answers draining at once.
+func TestReadyzCachedAndDraining(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	require.Equal(t, http.StatusOK, b.call(t, "GET", "/readyz", "", nil).status)
+	// The migrations "disappear": the cached answer stands for the cache's second…
+	b.db.Exec(t, b.db.Q(`UPDATE {schema}.schema_version SET version = 1`))
+	adm, err := admin.New(b.db.Pool, &admin.Config{Schema: b.db.Schema, ReadyCache: time.Hour})
+	require.NoError(t, err)
+	adm.Started()
+	b.db.Exec(t, b.db.Q(`UPDATE {schema}.schema_version SET version = (SELECT max(version) FROM {schema}.schema_version) + 3`))
+	require.Equal(t, http.StatusOK, get(t, adm, "/readyz"))
+	b.db.Exec(t, b.db.Q(`UPDATE {schema}.schema_version SET version = 1`))
+	require.Equal(t, http.StatusOK, get(t, adm, "/readyz"), "cached: the database is asked at most once per ReadyCache")
+	adm.Draining()
+	require.Equal(t, http.StatusServiceUnavailable, get(t, adm, "/readyz"), "draining is not cached")
+
+	fresh, err := admin.New(b.db.Pool, &admin.Config{Schema: b.db.Schema})
+	require.NoError(t, err)
+	fresh.Started()
+	require.Equal(t, http.StatusServiceUnavailable, get(t, fresh, "/readyz"), "migrations not applied")
+}
+
+func TestHTTPServerLimits(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	s := b.adm.HTTPServer()
+	require.Positive(t, s.ReadHeaderTimeout)
+	require.Positive(t, s.ReadTimeout)
+	require.Positive(t, s.WriteTimeout)
+	require.Positive(t, s.IdleTimeout)
+	require.Positive(t, s.MaxHeaderBytes)
+}

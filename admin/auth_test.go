@@ -1,0 +1,167 @@
+package admin_test
+
+import (
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemd/idemd/admin"
+)
+
+func TestParseTokens(t *testing.T) {
+	t.Parallel()
+	tokens, err := admin.ParseTokens(testToken)
+	require.NoError(t, err)
+	require.Len(t, tokens, 1)
+	require.Equal(t, "admin", tokens[0].Name)
+
+	tokens, err = admin.ParseTokens("alice:" + aliceToken + ", ops-bot:" + testToken)
+	require.NoError(t, err)
+	require.Equal(t, "alice", tokens[0].Name)
+	require.Equal(t, "ops-bot", tokens[1].Name)
+
+	for _, bad := range []string{"short", "alice:short", ":" + testToken, "a b:" + testToken, "x:" + testToken + ",x:" + aliceToken} {
+		_, err := admin.ParseTokens(bad)
+		require.Error(t, err, bad)
+		require.NotContains(t, err.Error(), testToken, "errors never quote a token")
+	}
+}
+
+// The authorization rules of SPEC 2.7b: probes open; everything else needs the token; a
+// wrong token is refused like none; without IDEMD_ADMIN_TOKEN everything is closed; the
+// read-only opt-out opens reads and still refuses writes.
+func TestAuthorization(t *testing.T) {
+	t.Parallel()
+	writes := []string{"/api/v1/dead-letters/1/replay", "/api/v1/dead-letters/replay", "/api/v1/endpoints/x/disable", "/api/v1/deliveries/1/requeue"}
+	reads := []string{"/api/v1/messages", "/api/v1/dead-letters", "/api/v1/conflicts", "/api/v1/outbox/backlog", "/api/v1/consumers", "/openapi/admin.yaml", "/debug/pprof/"}
+
+	t.Run("token", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, options{tokens: testToken})
+		for _, p := range []string{"/healthz", "/readyz", "/metrics"} {
+			require.Equal(t, http.StatusOK, b.call(t, "GET", p, "", nil).status, p)
+		}
+		for _, p := range reads {
+			r := b.call(t, "GET", p, "", nil)
+			require.Equal(t, http.StatusUnauthorized, r.status, "no token: %s", p)
+			require.Equal(t, "unauthorized", r.problemType(t))
+			require.Contains(t, r.header.Get("WWW-Authenticate"), "Bearer")
+			require.Equal(t, http.StatusUnauthorized, b.call(t, "GET", p, "wrong-token-0123456789", nil).status, "wrong token: %s", p)
+			require.Equal(t, http.StatusUnauthorized, b.call(t, "GET", p, testToken+"x", nil).status, "longer token: %s", p)
+			require.Equal(t, http.StatusOK, b.call(t, "GET", p, testToken, nil).status, "token: %s", p)
+		}
+		for _, p := range writes {
+			require.Equal(t, http.StatusUnauthorized, b.call(t, "POST", p, "", map[string]any{}).status, p)
+			require.Equal(t, http.StatusUnauthorized, b.call(t, "POST", p, "wrong-token-0123456789", map[string]any{}).status, p)
+		}
+	})
+
+	t.Run("no token configured", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, options{})
+		r := b.call(t, "GET", "/api/v1/messages", "", nil)
+		require.Equal(t, http.StatusUnauthorized, r.status)
+		require.Contains(t, r.json(t)["detail"], "IDEMD_ADMIN_TOKEN is not set")
+		require.Equal(t, http.StatusUnauthorized, b.call(t, "GET", "/api/v1/messages", testToken, nil).status)
+		require.Equal(t, http.StatusOK, b.call(t, "GET", "/healthz", "", nil).status)
+	})
+
+	t.Run("insecure reads", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, options{insecureReads: true})
+		for _, p := range reads {
+			require.Equal(t, http.StatusOK, b.call(t, "GET", p, "", nil).status, p)
+		}
+		for _, p := range writes {
+			r := b.call(t, "POST", p, "", map[string]any{"dry_run": true})
+			require.Equal(t, http.StatusUnauthorized, r.status, "a write stays refused: %s", p)
+		}
+		// A wrong token is not an anonymous reader.
+		require.Equal(t, http.StatusUnauthorized, b.call(t, "GET", "/api/v1/messages", "wrong-token-0123456789", nil).status)
+	})
+}
+
+// The console's sign-in sets an HttpOnly, SameSite=Strict session cookie; writes made with
+// it need the page's CSRF token; the audit names the token.
+func TestSessionCookieAndCSRF(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{tokens: "alice:" + aliceToken})
+	jar, err := cookiejar.New(nil)
+	require.NoError(t, err)
+	client := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+
+	res, err := client.Get(b.srv.URL + "/ui/messages")
+	require.NoError(t, err)
+	res.Body.Close()
+	require.Equal(t, http.StatusUnauthorized, res.StatusCode, "the console asks for the token")
+
+	res, err = client.PostForm(b.srv.URL+"/ui/login", url.Values{"token": {"wrong-token-0123456789"}})
+	require.NoError(t, err)
+	res.Body.Close()
+	require.Equal(t, http.StatusUnauthorized, res.StatusCode)
+
+	res, err = client.PostForm(b.srv.URL+"/ui/login", url.Values{"token": {aliceToken}, "next": {"/ui/dead-letters"}})
+	require.NoError(t, err)
+	res.Body.Close()
+	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+	require.Equal(t, "/ui/dead-letters", res.Header.Get("Location"))
+	cookies := res.Cookies()
+	require.Len(t, cookies, 1)
+	c := cookies[0]
+	require.True(t, c.HttpOnly)
+	require.Equal(t, http.SameSiteStrictMode, c.SameSite)
+	require.NotContains(t, c.Value, aliceToken, "the cookie is a signed session, not the token")
+	require.WithinDuration(t, time.Now().Add(12*time.Hour), c.Expires, time.Minute)
+
+	res, err = client.Get(b.srv.URL + "/api/v1/endpoints")
+	require.NoError(t, err)
+	res.Body.Close()
+	require.Equal(t, http.StatusOK, res.StatusCode, "the cookie authenticates reads")
+
+	b.db.Exec(t, b.db.Q(`INSERT INTO {schema}.http_endpoints (name, url) VALUES ('erp', 'https://erp.example/hooks/secret-path?token=s3cr3t')`))
+	post := func(csrf string) int {
+		req, err := http.NewRequest("POST", b.srv.URL+"/api/v1/endpoints/erp/disable", nil)
+		require.NoError(t, err)
+		if csrf != "" {
+			req.Header.Set("X-CSRF-Token", csrf)
+		}
+		res, err := client.Do(req)
+		require.NoError(t, err)
+		res.Body.Close()
+		return res.StatusCode
+	}
+	require.Equal(t, http.StatusForbidden, post(""), "a cookie write without the CSRF token")
+	require.Equal(t, http.StatusForbidden, post("forged"), "a cookie write with a wrong CSRF token")
+
+	// The page carries the session's CSRF token.
+	res, err = client.Get(b.srv.URL + "/ui/deliveries")
+	require.NoError(t, err)
+	page := readAll(t, res)
+	const marker = `name="csrf" value="`
+	i := strings.Index(page, marker)
+	require.Positive(t, i, page)
+	csrf := page[i+len(marker):]
+	csrf = csrf[:strings.IndexByte(csrf, '"')]
+	require.Equal(t, http.StatusOK, post(csrf))
+	require.NotContains(t, page, "secret-path", "endpoint URLs are shown as scheme, host and port")
+	require.NotContains(t, page, "s3cr3t")
+
+	var actor, action, outcome string
+	require.NoError(t, b.db.Pool.QueryRow(t.Context(), b.db.Q(`SELECT actor, action, outcome FROM {schema}.admin_audit`)).Scan(&actor, &action, &outcome))
+	require.Equal(t, []string{"alice", admin.ActionEndpointDisable, admin.OutcomeDone}, []string{actor, action, outcome})
+}
+
+func readAll(t *testing.T, res *http.Response) string {
+	t.Helper()
+	defer res.Body.Close()
+	var sb strings.Builder
+	_, err := io.Copy(&sb, res.Body)
+	require.NoError(t, err)
+	return sb.String()
+}

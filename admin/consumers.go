@@ -1,0 +1,162 @@
+package admin
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sort"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/idemd/idemd/processed"
+)
+
+// Consumer is one inbound subscription as the console shows it.
+type Consumer struct {
+	Pipeline string `json:"pipeline"`
+	// Door is the broker: kafka (pubsub and sqs when they exist).
+	Door   string   `json:"door"`
+	Group  string   `json:"group"`
+	Topics []string `json:"topics"`
+	// Partitions are the group's committed and end offsets per partition.
+	Partitions []Partition `json:"partitions"`
+	// Lag is the sum of the partitions' lag.
+	Lag int64 `json:"lag"`
+	// LastBatch is the last transaction that committed messages of this pipeline.
+	LastBatch *Batch `json:"last_batch,omitempty"`
+	// Error says why the broker could not be asked (the rest is then empty).
+	Error string `json:"error,omitempty"`
+}
+
+// Partition is one partition of a consumer group.
+type Partition struct {
+	Topic     string `json:"topic"`
+	Partition int    `json:"partition"`
+	// Committed is the group's committed offset (-1: none yet).
+	Committed int64 `json:"committed"`
+	// End is the partition's end offset (the next record's offset).
+	End int64 `json:"end"`
+	Lag int64 `json:"lag"`
+}
+
+// Batch is a committed batch of a subscription.
+type Batch struct {
+	CommittedAt   time.Time `json:"committed_at"`
+	Messages      int64     `json:"messages"`
+	LastMessageID string    `json:"last_message_id,omitempty"`
+}
+
+// KafkaSubscription names what KafkaConsumers reports on.
+type KafkaSubscription struct {
+	Pipeline string
+	Group    string
+	Topics   []string
+}
+
+// KafkaConsumers reports Kafka subscriptions from what the broker and the database know,
+// without asking the consumers themselves: the group's committed offsets and the partitions'
+// end offsets (hence the lag, whichever replica holds the partitions), and the last batch
+// committed to processed_messages. What only a running consumer knows (which partitions this
+// replica holds, the offsets of its last batch) needs a status snapshot from the consumer.
+type KafkaConsumers struct {
+	Pool          *pgxpool.Pool
+	Schema        string
+	Brokers       []string
+	Subscriptions []KafkaSubscription
+	// Timeout bounds the broker requests. Defaults to 5 s.
+	Timeout time.Duration
+}
+
+// Consumers implements ConsumerStatus.
+func (k *KafkaConsumers) Consumers(ctx context.Context) ([]Consumer, error) {
+	store, err := processed.New(&processed.Config{Schema: k.Schema})
+	if err != nil {
+		return nil, err
+	}
+	timeout := k.Timeout
+	if timeout <= 0 {
+		timeout = 5 * time.Second
+	}
+	client := &kafka.Client{Addr: kafka.TCP(k.Brokers...), Timeout: timeout}
+	out := make([]Consumer, 0, len(k.Subscriptions))
+	for _, sub := range k.Subscriptions {
+		c := Consumer{Pipeline: sub.Pipeline, Door: "kafka", Group: sub.Group, Topics: sub.Topics, Partitions: []Partition{}}
+		if err := kafkaLag(ctx, client, &c); err != nil {
+			c.Error = err.Error()
+		}
+		b, err := store.LastBatchOf(ctx, k.Pool, sub.Pipeline)
+		if err != nil {
+			return nil, err
+		}
+		if b != nil {
+			c.LastBatch = &Batch{CommittedAt: b.CommittedAt, Messages: b.Messages, LastMessageID: b.LastMessageID}
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// kafkaLag fills c's partitions from the broker.
+func kafkaLag(ctx context.Context, client *kafka.Client, c *Consumer) error {
+	md, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: c.Topics})
+	if err != nil {
+		return fmt.Errorf("the brokers do not answer: %w", err)
+	}
+	parts := map[string][]int{}
+	ends := map[string][]kafka.OffsetRequest{}
+	for _, t := range md.Topics {
+		if t.Error != nil {
+			return fmt.Errorf("topic %s: %w", t.Name, t.Error)
+		}
+		for _, p := range t.Partitions {
+			parts[t.Name] = append(parts[t.Name], p.ID)
+			ends[t.Name] = append(ends[t.Name], kafka.LastOffsetOf(p.ID))
+		}
+	}
+	committed, err := client.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: c.Group, Topics: parts})
+	if err != nil {
+		return fmt.Errorf("group %s: %w", c.Group, err)
+	}
+	last, err := client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: ends})
+	if err != nil {
+		return fmt.Errorf("end offsets: %w", err)
+	}
+	end := map[string]map[int]int64{}
+	for topic, ps := range last.Topics {
+		end[topic] = map[int]int64{}
+		for _, p := range ps {
+			end[topic][p.Partition] = p.LastOffset
+		}
+	}
+	for topic, ps := range committed.Topics {
+		for _, p := range ps {
+			e := end[topic][p.Partition]
+			lag := e - max(p.CommittedOffset, 0)
+			c.Partitions = append(c.Partitions, Partition{Topic: topic, Partition: p.Partition, Committed: p.CommittedOffset, End: e, Lag: lag})
+			c.Lag += lag
+		}
+	}
+	sort.Slice(c.Partitions, func(i, j int) bool {
+		a, b := c.Partitions[i], c.Partitions[j]
+		return a.Topic < b.Topic || a.Topic == b.Topic && a.Partition < b.Partition
+	})
+	return nil
+}
+
+func (s *Server) consumers(ctx context.Context) ([]Consumer, error) {
+	if s.cfg.Consumers == nil {
+		return []Consumer{}, nil
+	}
+	return s.cfg.Consumers.Consumers(ctx)
+}
+
+func (s *Server) apiConsumers(w http.ResponseWriter, r *http.Request) {
+	out, err := s.consumers(r.Context())
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, page{Data: out})
+}

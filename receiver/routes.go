@@ -1,0 +1,35 @@
+package receiver
+
+// Route is one method and path the receiver answers, for documentation (the OpenAPI
+// document of the receiver's public contract).
+type Route struct {
+	Method string
+	// Path is an OpenAPI path template: a source's path, or "{path}/{key}" for the PUT of
+	// an API source.
+	Path string
+	// Source is the source's name; Scheme its verification scheme.
+	Source, Scheme string
+	// API is true for sources with the Idempotency-Key contract.
+	API bool
+	// KeyRequired is true for API sources that refuse requests without a key.
+	KeyRequired bool
+}
+
+// Routes lists what a Receiver built from sources answers: POST on each source's path, and
+// PUT {path}/{key} on API sources (the key in the URL).
+func Routes(sources []Source) []Route {
+	var out []Route
+	for _, s := range sources {
+		r := Route{Method: "POST", Path: s.RoutePath(), Source: s.Name, Scheme: s.Verify.Scheme, API: s.Idempotency != nil}
+		if r.API {
+			r.KeyRequired = s.Idempotency.Required
+		}
+		out = append(out, r)
+		if r.API {
+			put := r
+			put.Method, put.Path = "PUT", r.Path+"/{key}"
+			out = append(out, put)
+		}
+	}
+	return out
+}
