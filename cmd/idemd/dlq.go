@@ -22,6 +22,7 @@ import (
 	"github.com/idemd/idemd/delivery"
 	"github.com/idemd/idemd/internal/config"
 	"github.com/idemd/idemd/internal/daemon"
+	"github.com/idemd/idemd/internal/printable"
 	"github.com/idemd/idemd/outbox"
 	"github.com/idemd/idemd/receiver"
 )
@@ -74,7 +75,8 @@ func (c *cli) dlqList(args []string) int {
 		return c.fail("dlq list", exitFailure, err)
 	}
 	if *asJSON {
-		enc := json.NewEncoder(c.stdout)
+		// Sender-controlled text: encoding/json leaves C1 controls and bidi overrides raw.
+		enc := json.NewEncoder(printable.JSONWriter(c.stdout))
 		for _, l := range letters {
 			_ = enc.Encode(map[string]any{
 				"id": l.ID, "pipeline": l.Pipeline, "scope": l.Scope, "message_id": l.MessageID,
@@ -91,8 +93,9 @@ func (c *cli) dlqList(args []string) int {
 		if l.ReplayedAt != nil {
 			replayed = l.ReplayedAt.Format(time.RFC3339)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\t%s\n", l.ID, l.Pipeline, l.MessageID, l.Attempts,
-			l.CreatedAt.Format(time.RFC3339), replayed, truncate(l.Reason, 80))
+		// Ids and reasons come from senders: escaped, so that no byte reaches the terminal raw.
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\t%s\n", l.ID, printable.Escape(l.Pipeline), printable.Escape(l.MessageID), l.Attempts,
+			l.CreatedAt.Format(time.RFC3339), replayed, printable.Escape(truncate(l.Reason, 80)))
 	}
 	_ = tw.Flush()
 	return exitOK
@@ -157,13 +160,13 @@ func (c *cli) dlqReplay(args []string) int {
 		what, err := r.replay(ctx, id)
 		switch {
 		case err == nil:
-			fmt.Fprintf(c.stdout, "%d: %s\n", id, what)
+			fmt.Fprintf(c.stdout, "%d: %s\n", id, printable.Escape(what))
 		case errors.Is(err, receiver.ErrAlreadyReplayed), errors.Is(err, consumer.ErrAlreadyReplayed):
 			failed++
 			fmt.Fprintf(c.stdout, "%d: not replayed: it was replayed before; not run again\n", id)
 		default:
 			failed++
-			fmt.Fprintf(c.stdout, "%d: not replayed: %v\n", id, err)
+			fmt.Fprintf(c.stdout, "%d: not replayed: %s\n", id, printable.Escape(err.Error()))
 		}
 	}
 	if failed > 0 {

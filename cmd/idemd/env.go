@@ -12,6 +12,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/idemd/idemd/internal/daemon"
+	"github.com/idemd/idemd/internal/printable"
 )
 
 // Env is idemd's whole environment (prefix IDEMD_). It is the only place that reads it;
@@ -123,6 +124,12 @@ func loadEnv(e environment) (*Env, error) {
 // stderr receives the logs so that stdout stays for command output.
 func newLogger(cfg *Env, w io.Writer) *logrus.Entry {
 	l := logrus.New()
+	if cfg.LogFormat != "text" {
+		// Logs carry sender-controlled ids and (at debug) payloads: encoding/json leaves C1
+		// controls and bidi overrides raw, so they are escaped before reaching a terminal.
+		// The text format quotes such values itself.
+		w = printable.JSONWriter(w)
+	}
 	l.SetOutput(w)
 	level, _ := logrus.ParseLevel(cfg.LogLevel)
 	l.SetLevel(level)
