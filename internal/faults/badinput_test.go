@@ -201,6 +201,10 @@ func catalogue() []badCase {
 		{name: "stripe/empty body", req: signed([]byte{}), want: 400},
 		{name: "stripe/invalid UTF-8 in id", req: signed([]byte("{\"id\":\"evt_\xff\xfe\"}")), want: 400},
 		{name: "stripe/control character in id", req: signed([]byte(`{"id":"evt_\u0000x"}`)), want: 400},
+		{name: "stripe/C1 control character in id", req: signed([]byte(`{"id":"evt_\u009b2J"}`)), want: 400},
+		// encoding/json reads every lone surrogate as U+FFFD: two such ids would be one.
+		{name: "stripe/lone high surrogate in id", req: signed([]byte(`{"id":"evt_x\ud800"}`)), want: 400},
+		{name: "stripe/lone low surrogate in id", req: signed([]byte(`{"id":"evt_x\udfff"}`)), want: 400},
 		{name: "stripe/id missing", req: signed([]byte(`{"object":"event"}`)), want: 400},
 		{name: "stripe/id empty", req: signed(evt("")), want: 400},
 		{name: "stripe/id is an object", req: signed([]byte(`{"id":{"a":1}}`)), want: 400},
@@ -238,6 +242,7 @@ func catalogue() []badCase {
 			"sha256="+remember(macB64([]byte(biGitHub), string(ghBody), base64.StdEncoding)), "X-GitHub-Delivery", "d2"), want: 401},
 		{name: "github/SHA-1 header only", req: post("/webhooks/github", ghBody, "X-Hub-Signature", "sha1=0123456789abcdef0123456789abcdef01234567", "X-GitHub-Delivery", "d3"), want: 401},
 		{name: "github/valid signature, no delivery id", req: post("/webhooks/github", ghBody, "X-Hub-Signature-256", ghSig), want: 400},
+		{name: "github/valid signature, C1 control in delivery id", req: post("/webhooks/github", ghBody, "X-Hub-Signature-256", ghSig, "X-GitHub-Delivery", "d\u0085x"), want: 400},
 		{name: "github/valid signature, 300-character delivery id", req: post("/webhooks/github", ghBody, "X-Hub-Signature-256", ghSig, "X-GitHub-Delivery", strings.Repeat("d", 300)), want: 400},
 		{name: "shopify/hex instead of base64", req: post("/webhooks/shopify", shopBody, "X-Shopify-Hmac-Sha256", remember(macHex(biShopify, string(shopBody))), "X-Shopify-Event-Id", "s1"), want: 401},
 		{name: "shopify/base64 without padding", req: post("/webhooks/shopify", shopBody, "X-Shopify-Hmac-Sha256", strings.TrimRight(shopSig, "="), "X-Shopify-Event-Id", "s2"), want: 401},
