@@ -9,10 +9,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/idemd/idemd/internal/signkey"
 )
 
 // Verification schemes (Verify.Scheme).
@@ -256,15 +260,6 @@ func (v standardVerifier) verify(h http.Header, body []byte, now time.Time) (str
 	return "", nil
 }
 
-// decodeStandardSecret turns "whsec_<base64>" into the HMAC key.
-func decodeStandardSecret(s string) ([]byte, error) {
-	b, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(s, "whsec_"))
-	if err != nil {
-		return nil, errors.New("a standard-webhooks secret is whsec_ followed by base64")
-	}
-	return b, nil
-}
-
 // decodeStandardPublicKey turns "whpk_<base64>" into an Ed25519 public key (v1a).
 func decodeStandardPublicKey(s string) (ed25519.PublicKey, error) {
 	b, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(s, "whpk_"))
@@ -402,6 +397,18 @@ func ParseTokens(s string) (map[string]string, error) {
 	return out, nil
 }
 
+// CheckSecret reports whether secret is a usable signing secret of scheme: decoded as the
+// scheme decodes it (standard-webhooks: base64 after "whsec_"; the others: the bytes as
+// they are), it must hold at least 16 bytes (internal/signkey). A bearer token is checked
+// the same way. The error never contains the secret.
+func CheckSecret(scheme, secret string) error {
+	if scheme == SchemeStandardWebhooks {
+		_, err := signkey.DecodeStandard(secret)
+		return err
+	}
+	return signkey.Check([]byte(secret))
+}
+
 // newVerifier builds the verifier of v, or says which field is wrong.
 func newVerifier(v Verify, allowUnverified bool) (verifier, error) {
 	raw := func() ([][]byte, error) {
@@ -410,8 +417,8 @@ func newVerifier(v Verify, allowUnverified bool) (verifier, error) {
 		}
 		keys := make([][]byte, 0, len(v.Secrets))
 		for i, s := range v.Secrets {
-			if s == "" {
-				return nil, fmt.Errorf("verify.secrets[%d] is empty", i)
+			if err := signkey.Check([]byte(s)); err != nil {
+				return nil, fmt.Errorf("verify.secrets[%d]: %w", i, err)
 			}
 			keys = append(keys, []byte(s))
 		}
@@ -434,7 +441,7 @@ func newVerifier(v Verify, allowUnverified bool) (verifier, error) {
 	case SchemeStandardWebhooks:
 		sv := standardVerifier{tol: tol}
 		for i, s := range v.Secrets {
-			k, err := decodeStandardSecret(s)
+			k, err := signkey.DecodeStandard(s)
 			if err != nil {
 				return nil, fmt.Errorf("verify.secrets[%d]: %w", i, err)
 			}
@@ -491,9 +498,13 @@ func newVerifier(v Verify, allowUnverified bool) (verifier, error) {
 			return nil, errors.New("verify.tokens: at least one token=tenant is required")
 		}
 		bv := bearerVerifier{}
-		for tok, tenant := range v.Tokens {
+		for _, tok := range slices.Sorted(maps.Keys(v.Tokens)) {
+			tenant := v.Tokens[tok]
 			if tok == "" || tenant == "" {
 				return nil, errors.New("verify.tokens: empty token or tenant")
+			}
+			if err := signkey.Check([]byte(tok)); err != nil {
+				return nil, fmt.Errorf("verify.tokens: the token of tenant %q: %w", tenant, err)
 			}
 			bv.tokens = append(bv.tokens, [2]string{tok, tenant})
 		}

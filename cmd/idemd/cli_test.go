@@ -78,11 +78,11 @@ func TestServeRefusesBadConfig(t *testing.T) {
 			require.NoError(t, os.WriteFile(file, []byte(strings.Replace(goodFile, tc.old, tc.new, 1)), 0o600))
 			code, _, errOut := runIdemd(t, map[string]string{
 				"IDEMD_PIPELINES_FILE": file, "IDEMD_DATABASE_URL": "postgres://nobody@127.0.0.1:1/none",
-				"IDEMD_KAFKA_BROKERS": "127.0.0.1:1", "CLI_STRIPE_SECRET": "whsec_x",
+				"IDEMD_KAFKA_BROKERS": "127.0.0.1:1", "CLI_STRIPE_SECRET": "whsec_cli_test_secret",
 			}, "serve")
 			require.Equal(t, 2, code, errOut)
 			require.Contains(t, errOut, file+tc.want)
-			require.NotContains(t, errOut, "whsec_x")
+			require.NotContains(t, errOut, "whsec_cli_test_secret")
 		})
 	}
 }
@@ -100,7 +100,7 @@ func TestCheckReportsEverything(t *testing.T) {
 	require.NoError(t, os.WriteFile(file, []byte(bad), 0o600))
 	code, _, errOut := runIdemd(t, map[string]string{
 		"IDEMD_PIPELINES_FILE": file, "IDEMD_DATABASE_URL": pgtest.URL(), "IDEMD_DB_SCHEMA": schema,
-		"IDEMD_KAFKA_BROKERS": "127.0.0.1:1", "CLI_STRIPE_SECRET": "whsec_x",
+		"IDEMD_KAFKA_BROKERS": "127.0.0.1:1", "CLI_STRIPE_SECRET": "whsec_cli_test_secret",
 	}, "check")
 	require.Equal(t, 2, code, errOut)
 	require.Contains(t, errOut, file+`:3: sources[0] "stripe": verify.scheme: unknown scheme "strype"`)

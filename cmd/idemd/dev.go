@@ -22,7 +22,7 @@ const (
 	secretEnvDev   = "STRIPE_WEBHOOK_SECRET"
 	secretDev      = "whsec_dev_only_not_a_secret"
 	tokensEnvDev   = "ORDERS_TOKENS"
-	tokensDev      = "dev-token-acme=acme,dev-token-globex=globex"
+	tokensDev      = "dev-token-acme-not-secret=acme,dev-token-globex-not-secret=globex"
 	devPipelineSrc = "deploy/idemd.dev.yaml (embedded)"
 	kafkaPortDev   = 9092
 )

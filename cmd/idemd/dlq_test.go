@@ -95,7 +95,7 @@ VALUES ('ledger', $1, 'ledger', 'op_0', '{}', 'dead', 8, now()) RETURNING id`, u
 		"IDEMD_DATABASE_URL":   pgtest.URL(),
 		"IDEMD_DB_SCHEMA":      schema,
 		"IDEMD_PIPELINES_FILE": file,
-		"DLQ_STRIPE_SECRET":    "whsec_dlq",
+		"DLQ_STRIPE_SECRET":    "whsec_dlq_test_secret_01",
 	}
 	ids := []string{fmt.Sprint(webhook), fmt.Sprint(record), fmt.Sprint(sink), fmt.Sprint(tooLarge), fmt.Sprint(stranger)}
 	code, out, _ := runIdemd(t, vars, append([]string{"dlq", "replay"}, ids...)...)

@@ -2,11 +2,15 @@ package config
 
 import (
 	"fmt"
+	"maps"
 	"net/url"
 	"regexp"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/idemd/idemd/delivery"
+	"github.com/idemd/idemd/receiver"
 )
 
 var (
@@ -98,6 +102,9 @@ func (p *parser) verify(w *where, s *Source) {
 		for i, name := range v.SecretsEnv.Values {
 			field := fmt.Sprintf("verify.secrets_env[%d]", i)
 			if secret, ok := p.secret(w, field, name); ok {
+				if err := receiver.CheckSecret(v.Scheme, secret); err != nil {
+					p.errf(w, field, "environment variable %s: %v", name, err)
+				}
 				v.Secrets = append(v.Secrets, secret)
 			}
 		}
@@ -112,6 +119,11 @@ func (p *parser) verify(w *where, s *Source) {
 			tokens, err := parseTokens(raw)
 			if err != nil {
 				p.errf(w, "verify.tokens_env", "environment variable %s: %v", v.TokensEnv, err)
+			}
+			for _, tok := range slices.Sorted(maps.Keys(tokens)) {
+				if err := receiver.CheckSecret(v.Scheme, tok); err != nil {
+					p.errf(w, "verify.tokens_env", "environment variable %s: the token of tenant %q: %v", v.TokensEnv, tokens[tok], err)
+				}
 			}
 			v.Tokens = tokens
 		}
@@ -279,6 +291,9 @@ func (p *parser) publish(w *where, pub *Publish, eff *Effect, keyAllowed bool) {
 		if h.SecretEnv == "" {
 			p.errf(w, "publish.http.secret_env", "required: name the environment variable holding the signing secret")
 		} else if secret, ok := p.secret(w, "publish.http.secret_env", h.SecretEnv); ok {
+			if _, err := delivery.ParseSecret(secret); err != nil {
+				p.errf(w, "publish.http.secret_env", "environment variable %s: %v", h.SecretEnv, err)
+			}
 			h.Secret = secret
 		}
 		h.Timeout.Duration = p.duration(w, "publish.http.timeout", h.Timeout, HTTPTimeoutDefault)

@@ -31,8 +31,8 @@ var (
 	biSW      = "whsec_" + base64.StdEncoding.EncodeToString(biSWKey)
 	biSlack   = "slack-signing-3a8b5f10"
 	biHMAC    = "hmac-secret-0f6d2e93"
-	biTokA    = "tokA-8c1f2e0b9d"
-	biTokB    = "tokB-77d0a1c3e5"
+	biTokA    = "tokA-8c1f2e0b9d77a1"
+	biTokB    = "tokB-77d0a1c3e5f2b8"
 )
 
 // badInputDDL: effect tables of every source.
