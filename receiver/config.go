@@ -71,6 +71,12 @@ type Source struct {
 	Verify Verify
 	// AllowUnverified permits Verify.Scheme "none". Defaults to false.
 	AllowUnverified bool
+	// AllowUnsignedMessageID permits MessageID.Header on an hmac-sha256 source. Its
+	// signature covers the body only, so a header id is not authenticated: whoever captured
+	// one signed request can send it again with a fresh id, and nothing signed says how old
+	// it is. Prefer MessageID.JSON, an id inside the signed body. Defaults to false (a
+	// header id on hmac-sha256 is refused at New).
+	AllowUnsignedMessageID bool
 	// MessageID says where a webhook's id is. Defaults to the scheme's (SPEC 3.1): stripe
 	// JSON /id, standard-webhooks header webhook-id, github X-GitHub-Delivery, shopify
 	// X-Shopify-Event-Id, slack JSON /event_id; required for hmac-sha256 and none. Ignored by

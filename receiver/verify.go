@@ -409,6 +409,28 @@ func CheckSecret(scheme, secret string) error {
 	return signkey.Check([]byte(secret))
 }
 
+// ErrUnsignedMessageID refuses a header message id on a body-only hmac-sha256 source unless
+// Source.AllowUnsignedMessageID (allow_unsigned_message_id) says the operator accepts it.
+var ErrUnsignedMessageID = errors.New("the hmac-sha256 signature covers the body only, so a header id is not " +
+	"authenticated and a captured request can be sent again with a new id: use message_id.json (an id inside the " +
+	"signed body), or set allow_unsigned_message_id: true (AllowUnsignedMessageID) to accept that")
+
+// ErrUnsignedMessageIDUnused refuses AllowUnsignedMessageID where it has no meaning.
+var ErrUnsignedMessageIDUnused = errors.New("only for verify.scheme hmac-sha256 with message_id.header")
+
+// checkMessageID enforces AllowUnsignedMessageID: a header id on an hmac-sha256 source is
+// an explicit opt-in, and the opt-in means nothing elsewhere.
+func checkMessageID(s Source) error {
+	headerID := s.Verify.Scheme == SchemeHMACSHA256 && s.MessageID.Header != ""
+	switch {
+	case headerID && !s.AllowUnsignedMessageID:
+		return fmt.Errorf("message_id.header: %w", ErrUnsignedMessageID)
+	case !headerID && s.AllowUnsignedMessageID:
+		return fmt.Errorf("allow_unsigned_message_id: %w", ErrUnsignedMessageIDUnused)
+	}
+	return nil
+}
+
 // newVerifier builds the verifier of v, or says which field is wrong.
 func newVerifier(v Verify, allowUnverified bool) (verifier, error) {
 	raw := func() ([][]byte, error) {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemd/idemd/internal/pgtest"
 	"github.com/idemd/idemd/internal/signkey"
 )
 
@@ -307,4 +308,28 @@ func TestShortKeysRefused(t *testing.T) {
 		_, err := newVerifier(v, false)
 		require.NoError(t, err, "%s: 16 bytes are enough", v.Scheme)
 	}
+}
+
+// TestHeaderIDOnHMACIsOptIn: an hmac-sha256 signature covers the body only, so a header id
+// is not authenticated (a captured request replays with a fresh id). New refuses it unless
+// AllowUnsignedMessageID says so, and refuses that flag where it means nothing.
+func TestHeaderIDOnHMACIsOptIn(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewWithOptions(t, pgtest.Options{MaxConns: 2})
+	v := Verify{Scheme: SchemeHMACSHA256, Secrets: []string{ghSecret}, Header: "X-Sig"}
+	newWith := func(s Source) error {
+		s.Name = "x"
+		r, err := New(db.Pool, &Config{Schema: db.Schema, Sources: []Source{s}})
+		if err == nil {
+			r.Close()
+		}
+		return err
+	}
+	err := newWith(Source{Verify: v, MessageID: IDSpec{Header: "X-Id"}})
+	require.ErrorIs(t, err, ErrUnsignedMessageID)
+	require.ErrorContains(t, err, `source 0 ("x"): message_id.header: `)
+	require.NoError(t, newWith(Source{Verify: v, MessageID: IDSpec{Header: "X-Id"}, AllowUnsignedMessageID: true}))
+	require.NoError(t, newWith(Source{Verify: v, MessageID: IDSpec{JSON: "/id"}}), "an id inside the signed body")
+	require.ErrorIs(t, newWith(Source{Verify: v, MessageID: IDSpec{JSON: "/id"}, AllowUnsignedMessageID: true}), ErrUnsignedMessageIDUnused)
+	require.ErrorIs(t, newWith(Source{Verify: Verify{Scheme: SchemeGitHub, Secrets: []string{ghSecret}}, AllowUnsignedMessageID: true}), ErrUnsignedMessageIDUnused)
 }

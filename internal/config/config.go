@@ -65,6 +65,10 @@ type Source struct {
 	Verify Verify `yaml:"verify"`
 	// AllowUnverified must be true for scheme none. Defaults to false.
 	AllowUnverified bool `yaml:"allow_unverified"`
+	// AllowUnsignedMessageID must be true for a message_id.header on scheme hmac-sha256,
+	// whose signature does not cover headers (receiver.Source.AllowUnsignedMessageID).
+	// Defaults to false.
+	AllowUnsignedMessageID bool `yaml:"allow_unsigned_message_id"`
 	// MessageID overrides the scheme's default message id (SPEC 3.1).
 	MessageID *Extractor `yaml:"message_id"`
 	// Idempotency, when set, makes the source an API with the Idempotency-Key contract.

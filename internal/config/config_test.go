@@ -315,3 +315,22 @@ func TestShortKeysRefused(t *testing.T) {
 		require.NotContains(t, err.Error(), v)
 	}
 }
+
+// TestHeaderIDOnHMACIsOptIn: message_id.header on an hmac-sha256 source (whose signature
+// covers the body only) needs allow_unsigned_message_id: true, which no other source takes.
+func TestHeaderIDOnHMACIsOptIn(t *testing.T) {
+	t.Parallel()
+	src := `sources:
+  - name: generic
+    verify: {scheme: hmac-sha256, secrets_env: [STRIPE_WEBHOOK_SECRET], header: X-Signature}
+    message_id: {header: X-Id}
+`
+	path, err := loadErr(t, src)
+	requireNames(t, err, path, 4, `sources[0] "generic"`, "message_id.header", "allow_unsigned_message_id: true")
+	_, err = Load(write(t, src+"    allow_unsigned_message_id: true\n"), lookup)
+	require.NoError(t, err)
+	_, err = Load(write(t, strings.Replace(src, "{header: X-Id}", "{json: /id}", 1)), lookup)
+	require.NoError(t, err, "an id inside the signed body")
+	path, err = loadErr(t, strings.Replace(valid, "    retention: 30d\n", "    retention: 30d\n    allow_unsigned_message_id: true\n", 1))
+	requireNames(t, err, path, 8, `sources[0] "stripe"`, "allow_unsigned_message_id", "only for verify.scheme hmac-sha256")
+}

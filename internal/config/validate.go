@@ -165,6 +165,13 @@ func (p *parser) verify(w *where, s *Source) {
 	if (v.Scheme == "none" || v.Scheme == "hmac-sha256") && s.MessageID == nil {
 		p.errf(w, "message_id", "required for scheme %s (no default message id)", v.Scheme)
 	}
+	headerID := v.Scheme == "hmac-sha256" && s.MessageID != nil && s.MessageID.Header != ""
+	switch {
+	case headerID && !s.AllowUnsignedMessageID:
+		p.errf(w, "message_id.header", "%v", receiver.ErrUnsignedMessageID)
+	case !headerID && s.AllowUnsignedMessageID:
+		p.errf(w, "allow_unsigned_message_id", "%v", receiver.ErrUnsignedMessageIDUnused)
+	}
 }
 
 // secret resolves an environment variable named by the file. Its value never appears in a

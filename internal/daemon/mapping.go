@@ -26,9 +26,10 @@ func ReceiverConfig(f *config.File) (*receiver.Config, error) {
 				Encoding:  s.Verify.Encoding,
 				Tokens:    s.Verify.Tokens,
 			},
-			AllowUnverified: s.AllowUnverified,
-			Retention:       s.Retention.Duration,
-			BodyLimit:       s.MaxBodyBytes,
+			AllowUnverified:        s.AllowUnverified,
+			AllowUnsignedMessageID: s.AllowUnsignedMessageID,
+			Retention:              s.Retention.Duration,
+			BodyLimit:              s.MaxBodyBytes,
 		}
 		if s.MessageID != nil {
 			src.MessageID = receiver.IDSpec{JSON: s.MessageID.JSON, Header: s.MessageID.Header}

@@ -63,6 +63,7 @@ func badInputNode(t *testing.T, d *db, extra map[string]string) *node {
   - name: generic
     verify: {scheme: hmac-sha256, secrets_env: [BI_HMAC], header: X-Signature, encoding: base64}
     message_id: {header: X-Id}
+    allow_unsigned_message_id: true
     effect: %[1]s
   - name: orders
     path: /v1/orders

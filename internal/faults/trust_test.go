@@ -2,6 +2,7 @@ package faults
 
 import (
 	"fmt"
+	"net/http"
 	"testing"
 	"time"
 
@@ -53,4 +54,35 @@ func TestShortKeysRefused(t *testing.T) {
 		require.NotContains(t, stderr, "short-gh-secret", cmd)
 		require.NotContains(t, stderr, "short-token", cmd)
 	}
+}
+
+// TestUnsignedHeaderIDIsOptIn: an hmac-sha256 source's signature covers the body only; with
+// a header message id, one captured request could be sent again under fresh ids. serve
+// refuses such a source (exit 2, naming the field and the opt-in) unless the file says
+// allow_unsigned_message_id: true, and then serves it.
+func TestUnsignedHeaderIDIsOptIn(t *testing.T) {
+	t.Parallel()
+	d := newDB(t, effectsDDL)
+	src := fmt.Sprintf(`sources:
+  - name: generic
+    verify: {scheme: hmac-sha256, secrets_env: [TK_HMAC], header: X-Signature}
+    message_id: {header: X-Id}
+    effect: {sql: "INSERT INTO %s.effects (message_id, applied_by) VALUES (@message_id, @source)"}
+`, d.schema)
+	secret := map[string]string{"TK_HMAC": "generic-hmac-secret-0123"}
+	refused := newNode(t, d.schema, writeFile(t, src), "receiver", nil, secret)
+	code, stderr := runToExit(t, refused.vars, "serve")
+	require.Equal(t, 2, code, stderr)
+	require.Contains(t, stderr, `sources[0] "generic": message_id.header: the hmac-sha256 signature covers the body only`)
+	require.Contains(t, stderr, "allow_unsigned_message_id: true")
+
+	allowed := newNode(t, d.schema, writeFile(t, src+"    allow_unsigned_message_id: true\n"), "receiver", nil, secret)
+	p := allowed.startReady()
+	body := []byte(`{"n":1}`)
+	resp, err := http.DefaultClient.Do(post("/webhooks/generic", body, "X-Signature", macHex(secret["TK_HMAC"], string(body)), "X-Id", "g-1")("http://" + allowed.httpAddr))
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode)
+	require.Equal(t, 0, p.Stop(t, stopTimeout))
+	require.Equal(t, 1, d.count(t, "effects"))
 }
