@@ -199,6 +199,11 @@ func swHeaders(h http.Header) (id, ts, sig string) {
 	return id, ts, sig
 }
 
+// MaxSignatures is how many entries one webhook-signature header may carry. Senders send one
+// per active secret (two while rotating); each v1a entry costs an Ed25519 verification that
+// hashes the whole body, so a header of hundreds of entries would cost hundreds of hashes.
+const MaxSignatures = 5
+
 // swSignatures is a parsed webhook-signature header: "v1,<b64> v1,<b64> v1a,<b64>".
 type swSignatures struct {
 	v1, v1a [][]byte
@@ -209,7 +214,12 @@ func parseStandardSignatures(s string) (swSignatures, error) {
 	if strings.TrimSpace(s) == "" {
 		return out, failf("missing or empty webhook-signature header")
 	}
-	for _, item := range strings.Fields(s) {
+	items := strings.Fields(s)
+	if len(items) > MaxSignatures {
+		return out, failf("malformed header: more than %d signatures in webhook-signature", MaxSignatures)
+	}
+	seen := map[[ed25519.SignatureSize]byte]bool{}
+	for _, item := range items {
 		ver, sig, ok := strings.Cut(item, ",")
 		if !ok {
 			return out, failf("malformed header: webhook-signature entry without a version")
@@ -221,7 +231,11 @@ func parseStandardSignatures(s string) (swSignatures, error) {
 		case ver == "v1" && len(b) == sha256.Size:
 			out.v1 = append(out.v1, b)
 		case ver == "v1a" && len(b) == ed25519.SignatureSize:
-			out.v1a = append(out.v1a, b)
+			// A repeated entry is verified once.
+			if !seen[[ed25519.SignatureSize]byte(b)] {
+				seen[[ed25519.SignatureSize]byte(b)] = true
+				out.v1a = append(out.v1a, b)
+			}
 		}
 	}
 	if len(out.v1) == 0 && len(out.v1a) == 0 {
@@ -242,12 +256,20 @@ func (v standardVerifier) verify(h http.Header, body []byte, now time.Time) (str
 	if err := parseTimestamp(ts); err != nil {
 		return "", err
 	}
-	content := []byte(id + "." + ts + "." + string(body))
-	ok := anyMAC(v.keys, sigs.v1, content)
-	for _, pk := range v.pubKeys {
-		for _, s := range sigs.v1a {
-			if ed25519.Verify(pk, content, s) {
-				ok = true
+	ok := anyMAC(v.keys, sigs.v1, []byte(id), []byte("."), []byte(ts), []byte("."), body)
+	if !ok && len(sigs.v1a) > 0 && len(v.pubKeys) > 0 {
+		// Ed25519 hashes the message again for every (key, signature) pair: the content is
+		// built once, and at most MaxSignatures × keys verifications run, none once one passed.
+		// Public keys hold no secret, so stopping early reveals nothing.
+		content := make([]byte, 0, len(id)+len(ts)+len(body)+2)
+		content = append(append(append(append(append(content, id...), '.'), ts...), '.'), body...)
+	verify:
+		for _, pk := range v.pubKeys {
+			for _, s := range sigs.v1a {
+				if ed25519.Verify(pk, content, s) {
+					ok = true
+					break verify
+				}
 			}
 		}
 	}

@@ -333,3 +333,51 @@ func TestHeaderIDOnHMACIsOptIn(t *testing.T) {
 	require.ErrorIs(t, newWith(Source{Verify: v, MessageID: IDSpec{JSON: "/id"}, AllowUnsignedMessageID: true}), ErrUnsignedMessageIDUnused)
 	require.ErrorIs(t, newWith(Source{Verify: Verify{Scheme: SchemeGitHub, Secrets: []string{ghSecret}}, AllowUnsignedMessageID: true}), ErrUnsignedMessageIDUnused)
 }
+
+// TestStandardSignaturesCapped: each v1a entry costs an Ed25519 verification that hashes the
+// whole body, against every public key. A header of hundreds of junk entries (694 took
+// 872 ms with a 1 MiB body) is refused before any hashing; up to MaxSignatures entries are
+// still tried, a valid one last included, as is a v1 signature among v1a junk.
+func TestStandardSignaturesCapped(t *testing.T) {
+	t.Parallel()
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	require.NoError(t, err)
+	v := mustVerifier(t, Verify{Scheme: SchemeStandardWebhooks, Secrets: []string{swSecret},
+		PublicKeys: []string{"whpk_" + base64.StdEncoding.EncodeToString(pub)}})
+	ts := strconv.Itoa(vectorTS)
+	junk := "v1a," + base64.StdEncoding.EncodeToString(make([]byte, ed25519.SignatureSize))
+	good := "v1a," + base64.StdEncoding.EncodeToString(ed25519.Sign(priv, []byte(swID+"."+ts+"."+swBody)))
+
+	many := strings.TrimSpace(strings.Repeat(junk+" ", 694))
+	require.Equal(t, "malformed header: more than 5 signatures in webhook-signature", reason(t, v, swHdr(swID, ts, many+" "+good), swBody, vectorNow))
+	sixth := strings.Repeat(junk+" ", MaxSignatures) + good
+	require.Contains(t, reason(t, v, swHdr(swID, ts, sixth), swBody, vectorNow), "more than 5 signatures")
+
+	require.Empty(t, reason(t, v, swHdr(swID, ts, strings.Repeat(junk+" ", MaxSignatures-1)+good), swBody, vectorNow))
+	require.Empty(t, reason(t, v, swHdr(swID, ts, junk+" "+junk+" "+swSig), swBody, vectorNow), "v1 among v1a junk")
+	require.Equal(t, "signature does not match (wrong secret or body altered)",
+		reason(t, v, swHdr(swID, ts, strings.TrimSpace(strings.Repeat(junk+" ", MaxSignatures))), swBody, vectorNow))
+}
+
+// BenchmarkStandardV1aWorstCase: the most a request can cost the Ed25519 path with a 1 MiB
+// body (MaxSignatures distinct junk entries, one public key). Before the cap, 694 entries
+// cost 694 hashes of the body.
+func BenchmarkStandardV1aWorstCase(b *testing.B) {
+	pub, _, err := ed25519.GenerateKey(rand.Reader)
+	require.NoError(b, err)
+	v := standardVerifier{pubKeys: []ed25519.PublicKey{pub}, tol: ToleranceDefault}
+	var entries []string
+	for i := range MaxSignatures {
+		sig := make([]byte, ed25519.SignatureSize)
+		sig[0] = byte(i + 1)
+		entries = append(entries, "v1a,"+base64.StdEncoding.EncodeToString(sig))
+	}
+	h := swHdr(swID, strconv.Itoa(vectorTS), strings.Join(entries, " "))
+	body := make([]byte, 1<<20)
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := v.verify(h, body, vectorNow); err == nil {
+			b.Fatal("junk verified")
+		}
+	}
+}
