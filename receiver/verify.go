@@ -83,17 +83,23 @@ func parseTimestamp(ts string) error {
 	return nil
 }
 
+// checkTimestamp checks that the signed Unix time ts is within tol of now, both ways. The
+// comparison is in seconds against bounds computed from now: now - ts overflows int64 for
+// a timestamp near either end of its range, and seconds as a time.Duration overflow after
+// 292 years (a timestamp that far ahead used to pass as a negative skew).
 func checkTimestamp(ts string, tol time.Duration, now time.Time) (int64, error) {
 	t, err := strconv.ParseInt(strings.TrimSpace(ts), 10, 64)
 	if err != nil {
 		return 0, parseTimestamp(ts)
 	}
-	skew := now.Unix() - t
-	if skew < 0 {
-		skew = -skew
-	}
-	if time.Duration(skew)*time.Second > tol {
-		return 0, failf("clock skew of %d s exceeds the tolerance of %d s", now.Unix()-t, int64(tol/time.Second))
+	n, tolS := now.Unix(), int64(tol/time.Second)
+	if t < n-tolS || t > n+tolS {
+		// now - t, exactly, for the log: as unsigned, the difference cannot wrap.
+		skew := strconv.FormatUint(uint64(n)-uint64(t), 10)
+		if t > n {
+			skew = "-" + strconv.FormatUint(uint64(t)-uint64(n), 10)
+		}
+		return 0, failf("clock skew of %s s exceeds the tolerance of %d s", skew, tolS)
 	}
 	return t, nil
 }

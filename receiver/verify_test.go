@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -380,4 +381,24 @@ func BenchmarkStandardV1aWorstCase(b *testing.B) {
 			b.Fatal("junk verified")
 		}
 	}
+}
+
+// TestTimestampFarAway: a timestamp 292 years ahead made the skew overflow time.Duration
+// (skew × 1 s wrapped negative) and passed the tolerance; so did one 584 years ahead, which
+// wraps to 0.29 s. Timestamps at the ends of int64 must not overflow either.
+func TestTimestampFarAway(t *testing.T) {
+	t.Parallel()
+	now := vectorNow.Unix()
+	for _, ts := range []int64{now + 9223372037, now + 18446744074, now + 301, now - 301, math.MaxInt64, math.MinInt64, math.MinInt64 + 1, -now} {
+		_, err := checkTimestamp(strconv.FormatInt(ts, 10), ToleranceDefault, vectorNow)
+		require.ErrorContains(t, err, "exceeds the tolerance of 300 s", "%d", ts)
+	}
+	for _, ts := range []int64{now, now + 300, now - 300} {
+		_, err := checkTimestamp(strconv.FormatInt(ts, 10), ToleranceDefault, vectorNow)
+		require.NoError(t, err)
+	}
+	_, err := checkTimestamp(strconv.FormatInt(math.MinInt64, 10), ToleranceDefault, vectorNow)
+	require.ErrorContains(t, err, "clock skew of 9223372038469041138 s")
+	_, err = checkTimestamp(strconv.FormatInt(now+9223372037, 10), ToleranceDefault, vectorNow)
+	require.ErrorContains(t, err, "clock skew of -9223372037 s")
 }

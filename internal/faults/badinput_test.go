@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"strconv"
@@ -192,6 +193,10 @@ func catalogue() []badCase {
 		{name: "stripe/only v0", req: post("/webhooks/stripe", good, "Stripe-Signature", strings.Replace(stripeSig(good, now), "v1=", "v0=", 1)), want: 401},
 		{name: "stripe/replay 10 min old", req: post("/webhooks/stripe", good, "Stripe-Signature", stripeSig(good, now-600)), want: 401},
 		{name: "stripe/timestamp 10 min ahead", req: post("/webhooks/stripe", good, "Stripe-Signature", stripeSig(good, now+600)), want: 401},
+		// 292 years ahead: the skew in seconds × time.Second wrapped to a negative Duration.
+		{name: "stripe/timestamp 292 years ahead", req: post("/webhooks/stripe", good, "Stripe-Signature", stripeSig(good, now+9223372037)), want: 401},
+		{name: "stripe/timestamp 584 years ahead", req: post("/webhooks/stripe", good, "Stripe-Signature", stripeSig(good, now+18446744074)), want: 401},
+		{name: "stripe/timestamp at the start of int64", req: post("/webhooks/stripe", good, "Stripe-Signature", stripeSig(good, math.MinInt64)), want: 401},
 		{name: "stripe/timestamp not a number", req: post("/webhooks/stripe", good, "Stripe-Signature", "t=yesterday,v1="+strings.Repeat("ab", 32)), want: 401},
 		{name: "stripe/two timestamps", req: post("/webhooks/stripe", good, "Stripe-Signature", stripeSig(good, now)+",t=1"), want: 401},
 		{name: "stripe/body altered after signing", req: post("/webhooks/stripe", evt("evt_bi_other"), "Stripe-Signature", stripeSig(good, now)), want: 401},
@@ -251,10 +256,13 @@ func catalogue() []badCase {
 			"Webhook-Signature", "v1,"+remember(macHex(string(biSWKey), "msg_1."+strconv.FormatInt(now, 10)+"."+string(swBody)))), want: 401},
 		{name: "sw/replay one hour old", req: post("/webhooks/sw", swBody, "Webhook-Id", "msg_2", "Webhook-Timestamp", strconv.FormatInt(now-3600, 10),
 			"Webhook-Signature", swSign("msg_2", now-3600, swBody)), want: 401},
+		{name: "sw/timestamp 292 years ahead", req: post("/webhooks/sw", swBody, "Webhook-Id", "msg_far", "Webhook-Timestamp", strconv.FormatInt(now+9223372037, 10),
+			"Webhook-Signature", swSign("msg_far", now+9223372037, swBody)), want: 401},
 		{name: "sw/no webhook-id", req: post("/webhooks/sw", swBody, "Webhook-Timestamp", strconv.FormatInt(now, 10), "Webhook-Signature", swSign("", now, swBody)), want: 401},
 		{name: "sw/signature for another id", req: post("/webhooks/sw", swBody, "Webhook-Id", "msg_3", "Webhook-Timestamp", strconv.FormatInt(now, 10),
 			"Webhook-Signature", swSign("msg_4", now, swBody)), want: 401},
 		{name: "slack/replay 10 min old", req: post("/webhooks/slack", slackBody, "X-Slack-Request-Timestamp", strconv.FormatInt(now-600, 10), "X-Slack-Signature", slackSig(now-600)), want: 401},
+		{name: "slack/timestamp 292 years ahead", req: post("/webhooks/slack", slackBody, "X-Slack-Request-Timestamp", strconv.FormatInt(now+9223372037, 10), "X-Slack-Signature", slackSig(now+9223372037)), want: 401},
 		{name: "slack/no timestamp", req: post("/webhooks/slack", slackBody, "X-Slack-Signature", slackSig(now)), want: 401},
 		{name: "generic/hex where base64 is configured", req: post("/webhooks/generic", genBody, "X-Signature", remember(macHex(biHMAC, string(genBody))), "X-Id", "g1"), want: 401},
 		{name: "generic/valid signature, SQL-looking 10,000-character id", req: post("/webhooks/generic", genBody, "X-Signature", genSig, "X-Id", "';--"+long), want: 400},
