@@ -278,6 +278,8 @@ func catalogue() []badCase {
 		{name: "api/Idempotency-Key non-ASCII", req: post("/v1/orders", order, "Authorization", bearerA, "Idempotency-Key", "clé"), want: 400},
 		{name: "api/Idempotency-Key unterminated string", req: post("/v1/orders", order, "Authorization", bearerA, "Idempotency-Key", `"abc`), want: 400},
 		{name: "api/SQL-looking Idempotency-Key is data", req: post("/v1/orders", order, "Authorization", bearerA, "Idempotency-Key", `k'); DELETE FROM orders; --`), want: 201, orders: 1},
+		// wait × 1 s overflowed to a negative wait: the request's deadline was already past (503).
+		{name: "api/Prefer: wait=9223372037 is clamped", req: post("/v1/orders", order, "Authorization", bearerA, "Idempotency-Key", "k-wait", "Prefer", "wait=9223372037"), want: 201, orders: 1},
 		{name: "api/DELETE on a key", req: with(http.MethodDelete, post("/v1/orders/k1", order, "Authorization", bearerA)), want: 405},
 		// --- the wire ---
 		{name: "wire/control character in a header value", raw: func() []byte {
