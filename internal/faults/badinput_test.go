@@ -273,6 +273,7 @@ func catalogue() []badCase {
 		{name: "api/token with a suffix", req: post("/v1/orders", order, "Authorization", bearerA+"x", "Idempotency-Key", "k1"), want: 401},
 		{name: "api/no Idempotency-Key", req: post("/v1/orders", order, "Authorization", bearerA), want: 400},
 		{name: "api/two Idempotency-Key headers", req: post("/v1/orders", order, "Authorization", bearerA, "Idempotency-Key", "k1", "Idempotency-Key", "k2"), want: 400},
+		{name: "api/Idempotency-Key is an inner list", req: post("/v1/orders", order, "Authorization", bearerA, "Idempotency-Key", `("a" "b")`), want: 400},
 		{name: "api/Idempotency-Key of 256 characters", req: post("/v1/orders", order, "Authorization", bearerA, "Idempotency-Key", strings.Repeat("k", 256)), want: 400},
 		{name: "api/Idempotency-Key of 10,000 characters", req: post("/v1/orders", order, "Authorization", bearerA, "Idempotency-Key", long), want: 400},
 		{name: "api/Idempotency-Key non-ASCII", req: post("/v1/orders", order, "Authorization", bearerA, "Idempotency-Key", "clé"), want: 400},
