@@ -137,7 +137,7 @@ func createDevTables(url, schema string) error {
 	defer cancel()
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
-		return fmt.Errorf("error connecting to the database at %s: %w (start PostgreSQL, or set IDEMD_DATABASE_URL)", redactURL(url), err)
+		return fmt.Errorf("error connecting to the database at %s: %w (start PostgreSQL, or set IDEMD_DATABASE_URL)", databaseLabel(url), err)
 	}
 	defer conn.Close(ctx)
 	quoted := pgx.Identifier{schema}.Sanitize()
@@ -169,7 +169,7 @@ func printDevBanner(w io.Writer, f *config.File, example, inMemory bool, e *Env,
 	} else {
 		fmt.Fprintf(&b, " Kafka: %s\n", strings.Join(e.KafkaBrokers, ","))
 	}
-	fmt.Fprintf(&b, " PostgreSQL: %s (schema %s)\n", redactURL(e.DatabaseURL), e.DBSchema)
+	fmt.Fprintf(&b, " PostgreSQL: %s (schema %s)\n", databaseLabel(e.DatabaseURL), e.DBSchema)
 	fmt.Fprintf(&b, " Pipelines: %s\n", f.Path)
 	if example {
 		fmt.Fprintf(&b, " Development secrets are in use for %s and %s unless set.\n", secretEnvDev, tokensEnvDev)
@@ -190,7 +190,7 @@ func printDevBanner(w io.Writer, f *config.File, example, inMemory bool, e *Env,
 	fmt.Fprintln(&b, "\n# a fresh signed request at any time:\n#   go run ./cmd/idemd sign -source <name> [-body '<json>']")
 	if example {
 		fmt.Fprintf(&b, "\n# effects:\n#   psql %q -c 'SELECT * FROM %s_dev.payments; SELECT * FROM %s_dev.ledger; SELECT * FROM %s_dev.orders'\n",
-			redactURL(e.DatabaseURL), e.DBSchema, e.DBSchema, e.DBSchema)
+			databaseLabel(e.DatabaseURL), e.DBSchema, e.DBSchema, e.DBSchema)
 	}
 	fmt.Fprintln(&b)
 	_, _ = io.WriteString(w, b.String())

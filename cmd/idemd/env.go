@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/caarlos0/env/v11"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/sirupsen/logrus"
 
 	"github.com/idemd/idemd/internal/daemon"
@@ -145,18 +146,17 @@ func newLogger(cfg *Env, w io.Writer) *logrus.Entry {
 	return logrus.NewEntry(l)
 }
 
-// redactURL hides the password of a connection string for logs and messages.
-func redactURL(u string) string {
-	at := strings.LastIndex(u, "@")
-	scheme := strings.Index(u, "://")
-	if at < 0 || scheme < 0 || scheme > at {
-		return u
+// databaseLabel names a connection string's database for logs and messages: host, port,
+// user and database as PostgreSQL parsed them, in libpq's key=value form (psql accepts
+// it). Nothing else of the string is shown: a password may sit in a URL's user info, in a
+// ?password= parameter or in a key=value password= item, and other parameters may hold
+// secrets too (sslpassword, a passfile's path).
+func databaseLabel(conn string) string {
+	cfg, err := pgconn.ParseConfig(conn)
+	if err != nil {
+		return "(IDEMD_DATABASE_URL does not parse)"
 	}
-	creds := u[scheme+3 : at]
-	if user, _, ok := strings.Cut(creds, ":"); ok {
-		return u[:scheme+3] + user + ":***" + u[at:]
-	}
-	return u
+	return fmt.Sprintf("host=%s port=%d user=%s dbname=%s", cfg.Host, cfg.Port, cfg.User, cfg.Database)
 }
 
 // envError names the variable and its bad value rather than the Go field env reports.

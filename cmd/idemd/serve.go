@@ -54,7 +54,7 @@ func (c *cli) runDaemon(cmd string, e *Env, f *config.File, onReady func(httpAdd
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	log.WithField("component", "daemon").WithField("version", versionString()).
-		WithField("database", redactURL(e.DatabaseURL)).WithField("schema", e.DBSchema).Info("starting idemd")
+		WithField("database", databaseLabel(e.DatabaseURL)).WithField("schema", e.DBSchema).Info("starting idemd")
 	if err := d.Run(ctx); err != nil {
 		log.WithField("component", "daemon").WithError(err).Error("idemd stopped with an error")
 		return exitFailure
@@ -134,7 +134,7 @@ func connect(ctx context.Context, e *Env) (*pgxpool.Pool, error) {
 	defer cancel()
 	if err := pool.Ping(pctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("the database at %s does not answer: %w", redactURL(e.DatabaseURL), err)
+		return nil, fmt.Errorf("the database at %s does not answer: %w", databaseLabel(e.DatabaseURL), err)
 	}
 	return pool, nil
 }

@@ -3,11 +3,15 @@ package faults
 import (
 	"fmt"
 	"net/http"
+	"net/url"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemd/idemd/internal/pgtest"
 	"github.com/idemd/idemd/internal/proctest"
 )
 
@@ -85,4 +89,46 @@ func TestUnsignedHeaderIDIsOptIn(t *testing.T) {
 	require.Equal(t, 200, resp.StatusCode)
 	require.Equal(t, 0, p.Stop(t, stopTimeout))
 	require.Equal(t, 1, d.count(t, "effects"))
+}
+
+// TestDatabasePasswordNeverLogged: IDEMD_DATABASE_URL may carry its password in a URL's
+// user info, in a ?password= parameter or in a key=value password= item. serve's logs and
+// check's messages (the database reachable or not) name host, port, user and database only.
+func TestDatabasePasswordNeverLogged(t *testing.T) {
+	t.Parallel()
+	d := newDB(t, effectsDDL)
+	pc, err := pgconn.ParseConfig(pgtest.URL())
+	require.NoError(t, err)
+	u, err := url.Parse(pgtest.URL())
+	require.NoError(t, err)
+	q := u.Query()
+	q.Set("password", "query-secret-5c1d")
+	u.RawQuery = q.Encode()
+	withUser := *u
+	withUser.User = url.UserPassword(pc.User, "userinfo-secret-9a4e")
+	withUser.RawQuery = ""
+	keyValue := fmt.Sprintf("host=%s port=%d user=%s dbname=%s password=kv-secret-2b7f sslmode=disable", pc.Host, pc.Port, pc.User, pc.Database)
+	unreachable := fmt.Sprintf("host=127.0.0.1 port=1 user=%s dbname=%s password='kv unreachable secret' connect_timeout=2", pc.User, pc.Database)
+	secrets := []string{"query-secret-5c1d", "userinfo-secret-9a4e", "kv-secret-2b7f", "kv unreachable secret"}
+	label := fmt.Sprintf("host=%s port=%d user=%s dbname=%s", pc.Host, pc.Port, pc.User, pc.Database)
+
+	file := writeFile(t, "sources:\n  - name: stripe\n    verify: {scheme: stripe, secrets_env: [FAULTS_STRIPE_SECRET]}\n")
+	var logs strings.Builder
+	for _, conn := range []string{u.String(), withUser.String(), keyValue} {
+		nd := newNode(t, d.schema, file, "receiver", nil, map[string]string{"FAULTS_STRIPE_SECRET": faultsStripeSecret})
+		nd.vars["IDEMD_DATABASE_URL"] = conn
+		p := nd.startReady()
+		require.Equal(t, 0, p.Stop(t, stopTimeout))
+		require.Contains(t, p.Stderr(), label, "the start line names the database")
+		logs.WriteString(p.Stderr())
+		_, stderr := runToExit(t, nd.vars, "check")
+		logs.WriteString(stderr)
+	}
+	nd := newNode(t, d.schema, file, "receiver", nil, map[string]string{"FAULTS_STRIPE_SECRET": faultsStripeSecret})
+	nd.vars["IDEMD_DATABASE_URL"] = unreachable
+	code, stderr := runToExit(t, nd.vars, "check")
+	require.Equal(t, 2, code)
+	require.Contains(t, stderr, "does not answer")
+	logs.WriteString(stderr)
+	require.Empty(t, scanSecrets(logs.String(), secrets))
 }
