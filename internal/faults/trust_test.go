@@ -1,7 +1,9 @@
 package faults
 
 import (
+	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -131,4 +133,42 @@ func TestDatabasePasswordNeverLogged(t *testing.T) {
 	require.Contains(t, stderr, "does not answer")
 	logs.WriteString(stderr)
 	require.Empty(t, scanSecrets(logs.String(), secrets))
+}
+
+// TestDeliveryURLNeverLogged: an outbound endpoint's URL is often a capability (Slack's
+// /services/T/B/<secret>, ?token=…). With the endpoint refusing connections, the daemon's
+// debug and warn logs, http_deliveries.last_error and the http_endpoints row carry the
+// pipeline's name and scheme://host:port only; Go's client quotes the whole URL in its errors.
+func TestDeliveryURLNeverLogged(t *testing.T) {
+	t.Parallel()
+	d := newDB(t, effectsDDL)
+	broker := newBroker(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	closedAddr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	const pathSecret, querySecret = "T0AB12CD/B0EF34GH/capability7e2d9a", "query-token-3b8c1f"
+	file := writeFile(t, fmt.Sprintf(`sources:
+  - name: stripe
+    verify: {scheme: stripe, secrets_env: [FAULTS_STRIPE_SECRET]}
+    publish: {http: {url: "http://%s/services/%s?token=%s", secret_env: TK_SINK, timeout: 2s}}
+`, closedAddr, pathSecret, querySecret))
+	nd := newNode(t, d.schema, file, "receiver,relay", broker.ListenAddrs(), map[string]string{
+		"FAULTS_STRIPE_SECRET": faultsStripeSecret, "TK_SINK": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "IDEMD_LOG_LEVEL": "debug",
+	})
+	p := nd.startReady()
+	resp, err := http.DefaultClient.Do(stripeRequest(t, "http://"+nd.httpAddr+"/webhooks/stripe", faultsStripeSecret, evt("evt_capability_1")))
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode)
+	waitFor(t, 60*time.Second, "a failed delivery attempt", func() bool {
+		return d.count(t, "http_deliveries WHERE last_error IS NOT NULL") == 1 && strings.Contains(p.Stderr(), "delivery failed; retrying")
+	})
+	require.Equal(t, 0, p.Stop(t, stopTimeout))
+	var stored string
+	require.NoError(t, d.pool.QueryRow(context.Background(), "SELECT (SELECT string_agg(last_error, ' ') FROM "+d.schema+
+		".http_deliveries) || ' ' || (SELECT string_agg(name || ' ' || url, ' ') FROM "+d.schema+".http_endpoints)").Scan(&stored))
+	require.Contains(t, stored, "http://"+closedAddr)
+	require.Contains(t, stored, "connection refused")
+	require.Empty(t, scanSecrets(stored+nd.allLogs(), []string{pathSecret, querySecret, "capability7e2d9a", "/services/"}))
 }
