@@ -31,6 +31,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/sirupsen/logrus"
+	"golang.org/x/net/http/httpguts"
 
 	"github.com/idemd/idemd/deadletter"
 	"github.com/idemd/idemd/internal/retry"
@@ -491,6 +492,11 @@ func (d *Deliverer) attempt(ctx context.Context, ep *endpoint, r *row) {
 		a.Outcome = Delivered
 	case err == nil && status == http.StatusGone:
 		a.Outcome = Disabled
+	case errors.As(err, new(*buildError)):
+		// Nothing was sent, and nothing ever will be: retrying would only hold back the
+		// key's later events for MaxAge.
+		a.Outcome = DeadLettered
+		lastErr = "refused before sending: " + lastErr
 	case err != nil || retry.Retryable(status):
 		a.Outcome = Retry
 		a.RetryIn = max(retry.Backoff(d.cfg.BackoffMin, d.cfg.BackoffMax, r.attempts), retryAfter)
@@ -537,7 +543,7 @@ func (d *Deliverer) post(ctx context.Context, ep *endpoint, r *row) (status int,
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, ep.URL, bytes.NewReader(r.payload))
 	if err != nil {
-		return 0, 0, "", fmt.Errorf("error building the request: %w", ep.redact(err))
+		return 0, 0, "", &buildError{ep.redact(err)}
 	}
 	op := r.op.String()
 	ts := d.cfg.Now().Unix()
@@ -552,6 +558,14 @@ func (d *Deliverer) post(ctx context.Context, ep *endpoint, r *row) (status int,
 	h.Set(outbox.HeaderPipeline, r.pipeline)
 	if et := r.headers[outbox.HeaderEventType]; et != "" {
 		h.Set(outbox.HeaderEventType, et)
+	}
+	for name, values := range h {
+		for _, v := range values {
+			if !httpguts.ValidHeaderFieldValue(v) {
+				// Go's client would refuse it too, before sending, on every attempt.
+				return 0, 0, "", &buildError{fmt.Errorf("header %s holds a character HTTP does not allow (CR, LF or another control character)", name)}
+			}
+		}
 	}
 	resp, err := d.client.Do(req)
 	if err != nil {
@@ -573,6 +587,13 @@ func (d *Deliverer) post(ctx context.Context, ep *endpoint, r *row) (status int,
 	retryAfter, _ = retry.RetryAfter(resp.Header.Get("Retry-After"), time.Now())
 	return resp.StatusCode, retryAfter, detail, nil
 }
+
+// buildError is an attempt that failed before anything was sent because the request cannot
+// be built from its row; no retry can change that.
+type buildError struct{ err error }
+
+func (e *buildError) Error() string { return "error building the request: " + e.err.Error() }
+func (e *buildError) Unwrap() error { return e.err }
 
 // redact replaces the full URL that net/http's errors quote ("Post \"https://…\": …") by
 // the redacted one. The rest of such an error names hosts and addresses only.

@@ -12,7 +12,9 @@ import (
 	logtest "github.com/sirupsen/logrus/hooks/test"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemd/idemd/deadletter"
 	"github.com/idemd/idemd/delivery"
+	"github.com/idemd/idemd/outbox"
 )
 
 // TestCapabilityURLsNeverStored: an endpoint URL whose path and query are secrets (Slack's
@@ -80,4 +82,33 @@ func TestCapabilityURLsNeverStored(t *testing.T) {
 	require.NotContains(t, all, pathSecret)
 	require.NotContains(t, all, querySecret)
 	require.NotContains(t, all, "/services/")
+}
+
+// TestUnbuildableRequestDeadLettersAtOnce: a row whose header cannot go into an HTTP request
+// (a CR/LF in event-type, as rows enqueued before outbox cleaned them could hold) is
+// dead-lettered on its first attempt, with nothing sent: retried, it failed the same way for
+// a day and held back its key's later events. The next event of its key is then delivered.
+func TestUnbuildableRequestDeadLettersAtOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	e := newEndpoint(t, func(w http.ResponseWriter, r *http.Request, n int) { w.WriteHeader(http.StatusOK) })
+	ctx := context.Background()
+	_, err := b.db.Pool.Exec(ctx, "INSERT INTO "+b.db.Schema+`.http_deliveries (endpoint, operation_id, pipeline, causation_id, key, payload, headers)
+VALUES ('partner', $1, 'p', 'm0', 'k', '{"bad":true}', $2)`, outbox.OperationID("p", "m0", 0),
+		map[string]string{outbox.HeaderEventType: "order.paid\r\nX-Injected: 1"})
+	require.NoError(t, err)
+	b.enqueue(t, event("partner", "m1", "k", `{"good":true}`))
+	b.start(t, delivery.Config{Endpoints: []delivery.Endpoint{endpointConfig("partner", e)}})
+	seen := b.waitFor(t, delivery.Delivered, 1)
+
+	require.Equal(t, delivery.DeadLettered, seen[0].Outcome, "the first attempt dead-letters: %+v", seen)
+	require.Equal(t, 1, seen[0].Number)
+	attempts, _, order := e.snapshot()
+	require.Len(t, attempts, 1, "nothing was sent for the bad row")
+	require.Equal(t, []string{`{"good":true}`}, order[""])
+	letters, err := deadletter.New(b.db.Schema).List(ctx, b.db.Pool, deadletter.Filter{})
+	require.NoError(t, err)
+	require.Len(t, letters, 1)
+	require.Contains(t, letters[0].Reason, "refused before sending")
+	require.Contains(t, letters[0].Reason, "Event-Type")
 }

@@ -5,16 +5,20 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemd/idemd/internal/kafkatest"
 	"github.com/idemd/idemd/internal/pgtest"
 	"github.com/idemd/idemd/internal/proctest"
+	"github.com/idemd/idemd/outbox"
 )
 
 // runToExit runs idemd with args and vars and returns its exit code and stderr; it fails
@@ -171,4 +175,51 @@ func TestDeliveryURLNeverLogged(t *testing.T) {
 	require.Contains(t, stored, "http://"+closedAddr)
 	require.Contains(t, stored, "connection refused")
 	require.Empty(t, scanSecrets(stored+nd.allLogs(), []string{pathSecret, querySecret, "capability7e2d9a", "/services/"}))
+}
+
+// TestKafkaHeaderWithCRLFIsDelivered: a Kafka record whose event-type header holds CR/LF is
+// published to an HTTP endpoint (publish.http). The header is made a valid HTTP field value
+// when the event is enqueued, so the POST goes out at once, with no header injected, and the
+// next record of the same key follows. Before, every attempt failed before sending and was
+// retried for a day, holding back the key's later events.
+func TestKafkaHeaderWithCRLFIsDelivered(t *testing.T) {
+	t.Parallel()
+	d := newDB(t, effectsDDL)
+	broker := newBroker(t)
+	brokers := broker.ListenAddrs()
+	in := "in-" + d.schema
+	kafkatest.CreateTopicOn(t, brokers, in, 1)
+	type got struct{ id, eventType, injected string }
+	received := make(chan got, 10)
+	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		received <- got{r.Header.Get("Idempotency-Key"), r.Header.Get("Event-Type"), r.Header.Get("X-Injected")}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(sink.Close)
+	file := writeFile(t, fmt.Sprintf(`subscriptions:
+  - name: fwd
+    topics: [%s]
+    publish: {key: {key: true}, http: {url: %q, secret_env: TK_SINK, timeout: 2s}}
+`, in, sink.URL+"/hook"))
+	produce(t, brokers, in, []kafka.Message{
+		{Key: []byte("k"), Value: []byte(`{"n":1}`), Headers: []kafka.Header{{Key: "message-id", Value: []byte("m1")}, {Key: "event-type", Value: []byte("order.paid\r\nX-Injected: 1")}}},
+		{Key: []byte("k"), Value: []byte(`{"n":2}`), Headers: []kafka.Header{{Key: "message-id", Value: []byte("m2")}, {Key: "event-type", Value: []byte("order.shipped")}}},
+	})
+	nd := newNode(t, d.schema, file, "consumer,relay", brokers, map[string]string{"TK_SINK": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"})
+	p := nd.startReady()
+	var seen []got
+	for len(seen) < 2 {
+		select {
+		case g := <-received:
+			seen = append(seen, g)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("deliveries so far: %+v", seen)
+		}
+	}
+	require.Equal(t, 0, p.Stop(t, stopTimeout))
+	require.Equal(t, []got{
+		{outbox.OperationID("fwd", "m1", 0).String(), "order.paid  X-Injected: 1", ""},
+		{outbox.OperationID("fwd", "m2", 0).String(), "order.shipped", ""},
+	}, seen, "each delivered once, in key order, nothing injected")
+	require.Equal(t, 2, d.count(t, "http_deliveries WHERE state = 'delivered' AND attempts = 1"))
 }
