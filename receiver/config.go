@@ -17,6 +17,9 @@ const (
 	LeaseDefault        = 30 * time.Second
 	MaxWaitDefault      = 30 * time.Second
 	BodyLimitDefault    = 1 << 20
+	// MaxUnverifiedBytesDefault bounds the bodies read but not yet verified, all requests
+	// together: 64 bodies of 1 MiB, or thousands of typical webhooks.
+	MaxUnverifiedBytesDefault = 64 << 20
 	// RetentionDefault is how long webhook dedup records are kept: Stripe retries for up
 	// to 3 days, so a week leaves a margin for every provider of SPEC 3.2.
 	RetentionDefault = 7 * 24 * time.Hour
@@ -51,6 +54,11 @@ type Config struct {
 	Lease time.Duration
 	// MaxWait caps the wait a client may ask for with "Prefer: wait=N". Defaults to 30 s.
 	MaxWait time.Duration
+	// MaxUnverifiedBytes bounds the bytes of request bodies being read before their
+	// signature or token is checked, all requests together; each counts its Content-Length,
+	// or its source's BodyLimit when chunked. A request that does not fit is answered 503
+	// with Retry-After: 1 before its body is read. Defaults to 64 MiB.
+	MaxUnverifiedBytes int64
 	// Logger is the base entry; the receiver adds component=receiver. Defaults to logrus's
 	// standard logger.
 	Logger *logrus.Entry

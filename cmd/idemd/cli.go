@@ -96,6 +96,8 @@ func envHelp(w io.Writer) {
 		{"IDEMD_KAFKA_BROKERS", "comma-separated Kafka brokers (dev: in-memory broker when unset)"},
 		{"IDEMD_PIPELINES_FILE", "pipelines file (default idemd.yaml; dev: deploy/idemd.dev.yaml, embedded)"},
 		{"IDEMD_HTTP_ADDR", "receiver address (default :8080)"},
+		{"IDEMD_HTTP_MAX_CONNS", "receiver connections open at once; more are closed (default 1024)"},
+		{"IDEMD_HTTP_MAX_UNVERIFIED_BYTES", "request body bytes read before verification, all requests (default 67108864)"},
 		{"IDEMD_ADMIN_ADDR", "/metrics, /healthz, /readyz address (default :9090)"},
 		{"IDEMD_LOG_LEVEL", "trace|debug|info|warn|error (default info)"},
 		{"IDEMD_LOG_FORMAT", "json|text (default json; dev: text)"},

@@ -38,6 +38,9 @@ type Env struct {
 	KafkaSessionTimeout time.Duration `env:"KAFKA_SESSION_TIMEOUT" envDefault:"30s"`
 	TLSCertFile         string        `env:"TLS_CERT_FILE"`
 	TLSKeyFile          string        `env:"TLS_KEY_FILE"`
+	// 0 means the receiver's defaults (receiver.MaxConnsDefault, MaxUnverifiedBytesDefault).
+	HTTPMaxConns           int   `env:"HTTP_MAX_CONNS"`
+	HTTPMaxUnverifiedBytes int64 `env:"HTTP_MAX_UNVERIFIED_BYTES"`
 
 	// set records which variables were given, for dev's defaults.
 	set map[string]bool
@@ -88,6 +91,9 @@ func loadEnv(e environment) (*Env, error) {
 	if cfg.KafkaSessionTimeout < 6*time.Second {
 		// Brokers refuse shorter sessions by default (group.min.session.timeout.ms).
 		errs = append(errs, errors.New("IDEMD_KAFKA_SESSION_TIMEOUT must be at least 6s"))
+	}
+	if cfg.HTTPMaxConns < 0 || cfg.HTTPMaxUnverifiedBytes < 0 {
+		errs = append(errs, errors.New("IDEMD_HTTP_MAX_CONNS and IDEMD_HTTP_MAX_UNVERIFIED_BYTES must not be negative"))
 	}
 	if cfg.PruneInterval <= 0 || cfg.OutboxRetention <= 0 {
 		errs = append(errs, errors.New("IDEMD_PRUNE_INTERVAL and IDEMD_OUTBOX_RETENTION must be positive"))

@@ -76,6 +76,8 @@ func daemonConfig(e *Env, f *config.File, log *logrus.Entry, onReady func(string
 		HTTPAddr:            e.HTTPAddr,
 		TLSCertFile:         e.TLSCertFile,
 		TLSKeyFile:          e.TLSKeyFile,
+		HTTPMaxConns:        e.HTTPMaxConns,
+		HTTPMaxUnverified:   e.HTTPMaxUnverifiedBytes,
 		AdminAddr:           e.AdminAddr,
 		ShutdownTimeout:     e.ShutdownTimeout,
 		PruneInterval:       e.PruneInterval,

@@ -1,12 +1,16 @@
 package faults
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -222,4 +226,82 @@ func TestKafkaHeaderWithCRLFIsDelivered(t *testing.T) {
 		{outbox.OperationID("fwd", "m2", 0).String(), "order.shipped", ""},
 	}, seen, "each delivered once, in key order, nothing injected")
 	require.Equal(t, 2, d.count(t, "http_deliveries WHERE state = 'delivered' AND attempts = 1"))
+}
+
+// TestReceiverResourceCaps: IDEMD_HTTP_MAX_CONNS bounds the receiver's open connections
+// (one more is closed unread), and IDEMD_HTTP_MAX_UNVERIFIED_BYTES the bodies read before
+// verification: while a 1 MiB body is being read, another 1 MiB request is answered 503
+// with Retry-After before its body is sent ("Expect: 100-continue" shows when the server
+// asks for a body), a small one is served. Memory no longer grows with connections × 1 MiB.
+func TestReceiverResourceCaps(t *testing.T) {
+	t.Parallel()
+	d := newDB(t, effectsDDL)
+	const secret = "github-secret-caps-0123"
+	file := writeFile(t, "sources:\n  - name: gh\n    verify: {scheme: github, secrets_env: [TK_GH]}\n")
+	nd := newNode(t, d.schema, file, "receiver", nil, map[string]string{
+		"TK_GH": secret, "IDEMD_HTTP_MAX_CONNS": "4", "IDEMD_HTTP_MAX_UNVERIFIED_BYTES": strconv.Itoa(3 << 19),
+	})
+	p := nd.startReady()
+	type conn struct {
+		c  net.Conn
+		br *bufio.Reader
+	}
+	dial := func() conn {
+		c, err := net.Dial("tcp", nd.httpAddr)
+		require.NoError(t, err)
+		require.NoError(t, c.SetDeadline(time.Now().Add(30*time.Second)))
+		t.Cleanup(func() { c.Close() })
+		return conn{c, bufio.NewReader(c)}
+	}
+	head := func(id string, body []byte) []byte {
+		return fmt.Appendf(nil, "POST /webhooks/gh HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\nExpect: 100-continue\r\n"+
+			"X-Hub-Signature-256: sha256=%s\r\nX-GitHub-Delivery: %s\r\n\r\n", len(body), macHex(secret, string(body)), id)
+	}
+	// send writes a request's head; with the body when the server asks for it (100 Continue).
+	send := func(c conn, id string, body []byte) *http.Response {
+		_, err := c.c.Write(head(id, body))
+		require.NoError(t, err)
+		res, err := http.ReadResponse(c.br, nil)
+		require.NoError(t, err)
+		if res.StatusCode == http.StatusContinue {
+			_, err = c.c.Write(body)
+			require.NoError(t, err)
+			res, err = http.ReadResponse(c.br, nil)
+			require.NoError(t, err)
+		}
+		_, _ = io.Copy(io.Discard, res.Body)
+		return res
+	}
+	small := []byte(`{"zen":"small"}`)
+	var conns []conn
+	for i := range 4 {
+		c := dial()
+		require.Equal(t, 200, send(c, fmt.Sprintf("d-%d", i), small).StatusCode)
+		conns = append(conns, c)
+	}
+	fifth := dial()
+	_, _ = fifth.c.Write(head("d-5", small))
+	_, err := http.ReadResponse(fifth.br, nil)
+	require.Error(t, err, "the fifth connection is closed unread")
+
+	big := append(append([]byte(`{"pad":"`), bytes.Repeat([]byte("a"), 1<<20-10)...), '"', '}')
+	held := conns[0]
+	_, err = held.c.Write(head("d-big-1", big))
+	require.NoError(t, err)
+	res, err := http.ReadResponse(held.br, nil)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusContinue, res.StatusCode, "the first 1 MiB body is asked for")
+
+	refused := send(conns[1], "d-big-2", big)
+	require.Equal(t, http.StatusServiceUnavailable, refused.StatusCode)
+	require.Equal(t, "1", refused.Header.Get("Retry-After"))
+	require.Equal(t, 200, send(conns[2], "d-small-2", small).StatusCode, "a small body still fits")
+
+	_, err = held.c.Write(big)
+	require.NoError(t, err)
+	res, err = http.ReadResponse(held.br, nil)
+	require.NoError(t, err)
+	require.Equal(t, 200, res.StatusCode)
+	require.Equal(t, 0, p.Stop(t, stopTimeout))
+	require.Equal(t, 6, d.count(t, "processed_messages"), "four small, one more small, the big one")
 }
