@@ -1,17 +1,30 @@
-# The whole test suite: vet, every test against real PostgreSQL and a real Kafka-protocol
-# broker, then a short run of every fuzz target. CI runs exactly `make test`.
+# The whole test suite: vet and staticcheck, every test against real PostgreSQL and a real
+# Kafka-protocol broker (the packages with concurrency under the race detector), then a short
+# run of every fuzz target. CI runs exactly `make test`.
 GO ?= go
 FUZZTIME ?= 20000x
+# staticcheck, pinned; `go run pkg@version` fetches it through the Go module proxy once and
+# keeps it in the module and build caches.
+STATICCHECK_VERSION ?= v0.8.2
+# The packages with concurrency: the receiver's group commit, the consumer, the relay
+# (outbox), the HTTP deliverer and the unit of work they share. `unit` runs their tests with
+# -race (instead of without, not as well: the suite stays within CI's time).
+RACE_PKGS ?= ./receiver ./consumer ./outbox ./delivery ./exactlyonce
+MODULE := $(shell $(GO) list -m)
 
-.PHONY: test vet unit fuzz-short fuzz bench faults
+.PHONY: test vet staticcheck unit fuzz-short fuzz bench faults
 
-test: vet unit fuzz-short
+test: vet staticcheck unit fuzz-short
 
 vet:
 	$(GO) vet ./...
 
+staticcheck:
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+
 unit:
-	$(GO) test -p 2 -count=1 -timeout 15m ./...
+	$(GO) test -p 2 -count=1 -timeout 15m $$($(GO) list ./... | grep -v -x -F $(patsubst ./%,-e $(MODULE)/%,$(RACE_PKGS)))
+	$(GO) test -race -p 2 -count=1 -timeout 15m $(RACE_PKGS)
 
 fuzz-short:
 	FUZZTIME=$(FUZZTIME) ./scripts/fuzz.sh

@@ -82,7 +82,7 @@ func (c *cli) usage(w io.Writer) {
 	fmt.Fprintln(w, "idemd turns at-least-once delivery into exactly-once effects on PostgreSQL.")
 	fmt.Fprintln(w, "\nUsage: idemd <command> [flags]\n\nCommands:")
 	for _, cmd := range commands {
-		fmt.Fprintf(w, "  %-8s %s\n", cmd.name, cmd.summary)
+		fmt.Fprintf(w, "  %-16s %s\n", strings.TrimSpace(cmd.name+" "+cmd.args), cmd.summary)
 	}
 	fmt.Fprintln(w, "\nRun 'idemd <command> --help' for a command's flags and environment.")
 	fmt.Fprintln(w, "Configuration comes from IDEMD_* environment variables and the pipelines file:")
