@@ -2,7 +2,7 @@
 // headers, where it came from, why it failed), so that an operator can inspect and replay
 // them. Guarantee: a dead letter is written in the transaction that marks its message
 // processed, so a message is either applied, dead-lettered, or neither — never both, never
-// lost.
+// lost; and a letter is replayed at most once (Store.Replay, Replayer).
 package deadletter
 
 import (
@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -21,17 +22,50 @@ import (
 // ErrNotFound: no dead letter has that id.
 var ErrNotFound = errors.New("dead letter not found")
 
+// Door names the part of idemd that wrote a letter; it decides how the letter is replayed.
+type Door string
+
+// The doors that write dead letters.
+const (
+	// DoorHTTP: a webhook of a receiver source whose effect failed permanently.
+	DoorHTTP Door = "http"
+	// DoorKafka: a record of a Kafka subscription (effect failed, or no usable id).
+	DoorKafka Door = "kafka"
+	// DoorRelay: an outbox event the broker refused (too large, topic failing).
+	DoorRelay Door = "relay"
+	// DoorDelivery: an outbox event an HTTP endpoint refused or never accepted.
+	DoorDelivery Door = "delivery"
+)
+
+// Origin says where a letter comes from, beside its pipeline.
+type Origin struct {
+	// Door wrote the letter. Required.
+	Door Door
+	// OutboxID is the outbox row of a DoorRelay letter; 0 otherwise.
+	OutboxID int64
+	// DeliveryID is the http_deliveries row of a DoorDelivery letter; 0 otherwise.
+	DeliveryID int64
+	// OperationID is the outbound event's operation id (DoorRelay, DoorDelivery); zero
+	// otherwise.
+	OperationID uuid.UUID
+}
+
+// HeaderReason is the header a dead-letter topic record carries the reason in.
+const HeaderReason = "idemd-dead-letter-reason"
+
 // Letter is one dead-lettered message.
 type Letter struct {
-	ID        int64
-	Pipeline  string
+	ID       int64
+	Pipeline string
+	// Origin is the door that wrote the letter and what it stands for.
+	Origin    Origin
 	Scope     string
 	MessageID string
 	Payload   []byte
 	// Headers are the message's headers (HTTP or Kafka), secrets removed by the door.
 	Headers map[string][]string
-	// Metadata says where the message came from: method and path, or topic, partition
-	// and offset.
+	// Metadata says more about where the message came from: method and path, or topic,
+	// partition and offset.
 	Metadata   map[string]any
 	Reason     string
 	Attempts   int
@@ -51,6 +85,31 @@ func New(schema string) *Store {
 
 // WriteTx records l in tx and returns its id.
 func (s *Store) WriteTx(ctx context.Context, tx pgx.Tx, l *Letter) (int64, error) {
+	sql, args, err := s.insert(l)
+	if err != nil {
+		return 0, err
+	}
+	var id int64
+	if err := tx.QueryRow(ctx, sql+` RETURNING id`, args...).Scan(&id); err != nil {
+		return 0, fmt.Errorf("error writing dead letter: %w", err)
+	}
+	return id, nil
+}
+
+// Queue adds the insert of l to batch, to be sent with the transaction's other statements.
+func (s *Store) Queue(batch *pgx.Batch, l *Letter) error {
+	sql, args, err := s.insert(l)
+	if err != nil {
+		return err
+	}
+	batch.Queue(sql, args...)
+	return nil
+}
+
+func (s *Store) insert(l *Letter) (string, []any, error) {
+	if l.Origin.Door == "" {
+		return "", nil, errors.New("deadletter: Origin.Door is required")
+	}
 	// Headers, ids and reasons come from senders: make them storable as text and jsonb,
 	// or the letter could not be written and its message would block its partition.
 	headers := make(map[string][]string, len(l.Headers))
@@ -77,14 +136,28 @@ func (s *Store) WriteTx(ctx context.Context, tx pgx.Tx, l *Letter) (int64, error
 		id := pgtext.Clean(l.MessageID)
 		msgID = &id
 	}
-	var id int64
-	err := tx.QueryRow(ctx, `INSERT INTO `+s.table+` (pipeline, scope, message_id, payload, headers, metadata, reason, attempts)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id`,
-		l.Pipeline, l.Scope, msgID, payload, headers, metadata, pgtext.Clean(l.Reason), l.Attempts).Scan(&id)
-	if err != nil {
-		return 0, fmt.Errorf("error writing dead letter: %w", err)
+	o := l.Origin
+	return `INSERT INTO ` + s.table + ` (pipeline, scope, message_id, payload, headers, metadata, reason, attempts,
+    door, outbox_id, delivery_id, operation_id)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
+		[]any{
+			pgtext.Clean(l.Pipeline), pgtext.Clean(l.Scope), msgID, payload, headers, metadata, pgtext.Clean(l.Reason), l.Attempts,
+			string(o.Door), nonZero(o.OutboxID), nonZero(o.DeliveryID), nonNilUUID(o.OperationID),
+		}, nil
+}
+
+func nonZero(n int64) *int64 {
+	if n == 0 {
+		return nil
 	}
-	return id, nil
+	return &n
+}
+
+func nonNilUUID(u uuid.UUID) *uuid.UUID {
+	if u == uuid.Nil {
+		return nil
+	}
+	return &u
 }
 
 // Filter narrows List.
@@ -131,12 +204,16 @@ func (s *Store) MarkReplayedTx(ctx context.Context, tx pgx.Tx, id int64) error {
 	return nil
 }
 
-const columns = `id, pipeline, scope, coalesce(message_id, ''), payload, headers, metadata, reason, attempts, created_at, replayed_at`
+const columns = `id, pipeline, scope, coalesce(message_id, ''), payload, headers, metadata, reason, attempts, created_at, replayed_at,
+    door, coalesce(outbox_id, 0), coalesce(delivery_id, 0), coalesce(operation_id, '00000000-0000-0000-0000-000000000000'::uuid)`
 
 func scan(row pgx.CollectableRow) (*Letter, error) {
 	var l Letter
+	var door string
 	err := row.Scan(&l.ID, &l.Pipeline, &l.Scope, &l.MessageID, &l.Payload, &l.Headers, &l.Metadata,
-		&l.Reason, &l.Attempts, &l.CreatedAt, &l.ReplayedAt)
+		&l.Reason, &l.Attempts, &l.CreatedAt, &l.ReplayedAt,
+		&door, &l.Origin.OutboxID, &l.Origin.DeliveryID, &l.Origin.OperationID)
+	l.Origin.Door = Door(door)
 	return &l, err
 }
 

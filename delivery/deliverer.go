@@ -643,6 +643,7 @@ func (d *Deliverer) record(ctx context.Context, ep *endpoint, r *row, a Attempt,
 			}
 			_, err := d.deadletter.WriteTx(ctx, tx, &deadletter.Letter{
 				Pipeline:  r.pipeline,
+				Origin:    deadletter.Origin{Door: deadletter.DoorDelivery, DeliveryID: r.id, OperationID: r.op},
 				Scope:     "http:" + ep.Name,
 				MessageID: r.op.String(),
 				Payload:   r.payload,

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/idemd/idemd/internal/config"
+	"github.com/idemd/idemd/config"
 	"github.com/idemd/idemd/internal/metrics"
 )
 

@@ -455,8 +455,10 @@ func (r *Relay) deadLetterTooLarge(ctx context.Context, id int64, m kafka.Messag
 			op = string(h.Value)
 		}
 	}
+	opID, _ := uuid.Parse(op)
 	letter := &deadletter.Letter{
-		Pipeline: pipeline, Scope: "kafka:" + m.Topic, MessageID: causation, Payload: m.Value, Headers: headers,
+		Pipeline: pipeline, Origin: deadletter.Origin{Door: deadletter.DoorRelay, OutboxID: id, OperationID: opID},
+		Scope: "kafka:" + m.Topic, MessageID: causation, Payload: m.Value, Headers: headers,
 		Metadata: map[string]any{"door": "relay", "topic": m.Topic, "key": string(m.Key), "operation_id": op, "outbox_id": id},
 		Reason:   fmt.Sprintf("the broker refuses the record as too large (%d bytes of value): %v", len(m.Value), cause),
 		Attempts: 1,

@@ -16,6 +16,7 @@ import (
 
 	"github.com/idemd/idemd/internal/pgtest"
 	"github.com/idemd/idemd/internal/signkey"
+	"github.com/idemd/idemd/pipeline"
 )
 
 const (
@@ -326,12 +327,12 @@ func TestHeaderIDOnHMACIsOptIn(t *testing.T) {
 		}
 		return err
 	}
-	err := newWith(Source{Verify: v, MessageID: IDSpec{Header: "X-Id"}})
+	err := newWith(Source{Verify: v, MessageID: &pipeline.Field{Header: "X-Id"}})
 	require.ErrorIs(t, err, ErrUnsignedMessageID)
 	require.ErrorContains(t, err, `source 0 ("x"): message_id.header: `)
-	require.NoError(t, newWith(Source{Verify: v, MessageID: IDSpec{Header: "X-Id"}, AllowUnsignedMessageID: true}))
-	require.NoError(t, newWith(Source{Verify: v, MessageID: IDSpec{JSON: "/id"}}), "an id inside the signed body")
-	require.ErrorIs(t, newWith(Source{Verify: v, MessageID: IDSpec{JSON: "/id"}, AllowUnsignedMessageID: true}), ErrUnsignedMessageIDUnused)
+	require.NoError(t, newWith(Source{Verify: v, MessageID: &pipeline.Field{Header: "X-Id"}, AllowUnsignedMessageID: true}))
+	require.NoError(t, newWith(Source{Verify: v, MessageID: &pipeline.Field{JSON: "/id"}}), "an id inside the signed body")
+	require.ErrorIs(t, newWith(Source{Verify: v, MessageID: &pipeline.Field{JSON: "/id"}, AllowUnsignedMessageID: true}), ErrUnsignedMessageIDUnused)
 	require.ErrorIs(t, newWith(Source{Verify: Verify{Scheme: SchemeGitHub, Secrets: []string{ghSecret}}, AllowUnsignedMessageID: true}), ErrUnsignedMessageIDUnused)
 }
 

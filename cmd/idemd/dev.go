@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/idemd/idemd/config"
 	"github.com/idemd/idemd/deploy"
-	"github.com/idemd/idemd/internal/config"
 )
 
 // Development-only defaults. They are used by `idemd dev` (and `idemd sign` without a

@@ -13,7 +13,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/sirupsen/logrus"
 
-	"github.com/idemd/idemd/internal/config"
+	"github.com/idemd/idemd/config"
 	"github.com/idemd/idemd/internal/daemon"
 	"github.com/idemd/idemd/migrations"
 )
@@ -159,15 +159,6 @@ func (c *cli) check(args []string) int {
 	f, err := config.Load(e.PipelinesFile, c.env.lookup)
 	if err != nil {
 		errs = append(errs, err)
-	}
-	valid := err == nil
-	if valid {
-		if _, err := daemon.ReceiverConfig(f); err != nil {
-			errs = append(errs, err)
-		}
-		if _, err := daemon.ConsumerConfigs(f); err != nil {
-			errs = append(errs, err)
-		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -23,8 +23,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/sirupsen/logrus"
 
+	"github.com/idemd/idemd/config"
 	"github.com/idemd/idemd/consumer"
-	"github.com/idemd/idemd/internal/config"
 	"github.com/idemd/idemd/migrations"
 	"github.com/idemd/idemd/outbox"
 	"github.com/idemd/idemd/receiver"
@@ -335,10 +335,7 @@ func waitForDatabase(ctx context.Context, pool *pgxpool.Pool, log *logrus.Entry)
 type starter func(p *part, run func(ctx context.Context) error) *part
 
 func (d *Daemon) startReceiver(start starter) (*part, string, error) {
-	cfg, err := ReceiverConfig(d.cfg.Pipelines)
-	if err != nil {
-		return nil, "", err
-	}
+	cfg := d.cfg.Pipelines.Receiver()
 	cfg.Schema = d.cfg.Schema
 	cfg.Logger = d.cfg.Logger
 	cfg.MaxUnverifiedBytes = d.cfg.HTTPMaxUnverified
@@ -374,10 +371,7 @@ func (d *Daemon) startReceiver(start starter) (*part, string, error) {
 }
 
 func (d *Daemon) startConsumers(start starter) error {
-	cfgs, err := ConsumerConfigs(d.cfg.Pipelines)
-	if err != nil {
-		return err
-	}
+	cfgs := d.cfg.Pipelines.Consumers()
 	var consumers []*consumer.Consumer
 	for _, cfg := range cfgs {
 		cfg.Brokers = d.cfg.Brokers

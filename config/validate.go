@@ -7,9 +7,10 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"time"
 
+	"github.com/idemd/idemd/consumer"
 	"github.com/idemd/idemd/delivery"
+	"github.com/idemd/idemd/pipeline"
 	"github.com/idemd/idemd/receiver"
 )
 
@@ -39,53 +40,60 @@ func (p *parser) name(w *where, name string, names map[string]string) {
 	}
 }
 
-func (p *parser) source(s *Source, names, paths map[string]string) {
-	w := s.loc
+// set reports whether the file gives field (a key present, whatever its value).
+func (w *where) set(field string) bool {
+	_, ok := w.lines[field]
+	return ok
+}
+
+func (p *parser) source(w *where, s *receiver.Source, names, paths map[string]string) {
 	p.name(w, s.Name, names)
-	if s.Path == "" && s.Name != "" {
-		s.Path = "/webhooks/" + s.Name
-	}
+	path := s.RoutePath()
 	switch {
-	case s.Path == "":
-	case !strings.HasPrefix(s.Path, "/") || strings.ContainsAny(s.Path, " ?#"):
-		p.errf(w, "path", "%q is not a URL path: want /something without query", s.Path)
-	case paths[s.Path] != "":
-		p.errf(w, "path", "duplicate path %q: also %s", s.Path, paths[s.Path])
+	case s.Name == "" && s.Path == "":
+	case !strings.HasPrefix(path, "/") || strings.ContainsAny(path, " ?#"):
+		p.errf(w, "path", "%q is not a URL path: want /something without query", path)
+	case paths[path] != "":
+		p.errf(w, "path", "duplicate path %q: also %s", path, paths[path])
 	default:
-		paths[s.Path] = w.label
+		paths[path] = w.label
 	}
 
 	p.verify(w, s)
 	if s.MessageID != nil {
-		p.extractor(w, "message_id", s.MessageID, false)
+		p.field(w, "message_id", s.MessageID, false)
 	}
-	if s.Idempotency != nil {
-		s.Idempotency.Retention.Duration = p.duration(w, "idempotency.retention", s.Idempotency.Retention, IdempotencyRetentionDefault)
-		if s.Retention.raw != "" {
-			p.errf(w, "retention", "API sources keep keys for idempotency.retention; remove retention")
-		}
-		s.Retention.Duration = s.Idempotency.Retention.Duration
-	} else {
-		s.Retention.Duration = p.duration(w, "retention", s.Retention, RetentionDefault)
+	if s.Idempotency != nil && w.set("retention") {
+		p.errf(w, "retention", "API sources keep keys for idempotency.retention; remove retention")
 	}
-	if s.Effect != nil {
-		p.effect(w, s.Effect, s.Idempotency != nil)
+	if w.set("effect") {
+		p.effect(w, s.Effect.SQL)
+	}
+	switch {
+	case !w.set("effect.status"):
+	case s.Idempotency == nil:
+		p.errf(w, "effect.status", "only API sources (with idempotency:) answer with the effect's status")
+	case s.Effect.Status < 200 || s.Effect.Status > 299:
+		p.errf(w, "effect.status", "%d is not a 2xx status", s.Effect.Status)
 	}
 	if s.Publish != nil {
-		p.publish(w, s.Publish, s.Effect, false)
+		p.publish(w, s.Publish, s.Effect.SQL, false)
 	}
-	if s.MaxBodyBytes == 0 {
-		s.MaxBodyBytes = MaxBodyBytesDefault
-	} else if s.MaxBodyBytes < 0 {
+	if s.BodyLimit < 0 {
 		p.errf(w, "max_body_bytes", "must be positive")
+	}
+	if s.MaxAttempts < 0 {
+		p.errf(w, "max_attempts", "must be at least 1")
+	}
+	for i, ptr := range s.FingerprintIgnore {
+		if !strings.HasPrefix(ptr, "/") {
+			p.errf(w, fmt.Sprintf("fingerprint_ignore[%d]", i), "%q is not a JSON pointer: want /path/to/field", ptr)
+		}
 	}
 }
 
-func (p *parser) verify(w *where, s *Source) {
+func (p *parser) verify(w *where, s *receiver.Source) {
 	v := &s.Verify
-	if v.SecretsEnv.err != nil {
-		p.errf(w, "verify.secrets_env", "%v", v.SecretsEnv.err)
-	}
 	switch {
 	case v.Scheme == "":
 		p.errf(w, "verify.scheme", "required (one of %s)", strings.Join(Schemes, ", "))
@@ -94,12 +102,11 @@ func (p *parser) verify(w *where, s *Source) {
 		p.errf(w, "verify.scheme", "unknown scheme %q (known: %s)", v.Scheme, strings.Join(Schemes, ", "))
 		return
 	}
-	signed := slices.Contains(signatureSchemes, v.Scheme)
-	if signed {
-		if len(v.SecretsEnv.Values) == 0 {
+	if slices.Contains(signatureSchemes, v.Scheme) {
+		if len(v.SecretsEnv) == 0 {
 			p.errf(w, "verify.secrets_env", "required for scheme %s: name the environment variable(s) holding the secret", v.Scheme)
 		}
-		for i, name := range v.SecretsEnv.Values {
+		for i, name := range v.SecretsEnv {
 			field := fmt.Sprintf("verify.secrets_env[%d]", i)
 			if secret, ok := p.secret(w, field, name); ok {
 				if err := receiver.CheckSecret(v.Scheme, secret); err != nil {
@@ -108,7 +115,7 @@ func (p *parser) verify(w *where, s *Source) {
 				v.Secrets = append(v.Secrets, secret)
 			}
 		}
-	} else if len(v.SecretsEnv.Values) > 0 {
+	} else if len(v.SecretsEnv) > 0 {
 		p.errf(w, "verify.secrets_env", "not used by scheme %s", v.Scheme)
 	}
 
@@ -116,7 +123,7 @@ func (p *parser) verify(w *where, s *Source) {
 		if v.TokensEnv == "" {
 			p.errf(w, "verify.tokens_env", "required for scheme bearer: name the environment variable holding token=tenant,token2=tenant2")
 		} else if raw, ok := p.secret(w, "verify.tokens_env", v.TokensEnv); ok {
-			tokens, err := parseTokens(raw)
+			tokens, err := receiver.ParseTokens(raw)
 			if err != nil {
 				p.errf(w, "verify.tokens_env", "environment variable %s: %v", v.TokensEnv, err)
 			}
@@ -126,6 +133,9 @@ func (p *parser) verify(w *where, s *Source) {
 				}
 			}
 			v.Tokens = tokens
+		}
+		if s.Idempotency == nil {
+			p.errf(w, "verify.scheme", "bearer is for API sources: set idempotency")
 		}
 	} else if v.TokensEnv != "" {
 		p.errf(w, "verify.tokens_env", "not used by scheme %s", v.Scheme)
@@ -138,31 +148,26 @@ func (p *parser) verify(w *where, s *Source) {
 			p.errf(w, "verify.header", "%q is not a header name", v.Header)
 		}
 		switch v.Encoding {
-		case "":
-			v.Encoding = "hex"
-		case "hex", "base64":
+		case "", "hex", "base64":
 		default:
 			p.errf(w, "verify.encoding", "unknown encoding %q (known: hex, base64)", v.Encoding)
 		}
 	} else {
-		if v.Header != "" {
-			p.errf(w, "verify.header", "only scheme hmac-sha256 takes a header")
-		}
-		if v.Encoding != "" {
-			p.errf(w, "verify.encoding", "only scheme hmac-sha256 takes an encoding")
+		for _, f := range []string{"verify.header", "verify.encoding", "verify.prefix"} {
+			if w.set(f) {
+				p.errf(w, f, "only scheme hmac-sha256 takes a %s", strings.TrimPrefix(f, "verify."))
+			}
 		}
 	}
 
-	if slices.Contains(timestampSchemes, v.Scheme) {
-		v.Tolerance.Duration = p.duration(w, "verify.tolerance", v.Tolerance, ToleranceDefault)
-	} else if v.Tolerance.raw != "" {
+	if w.set("verify.tolerance") && !slices.Contains(timestampSchemes, v.Scheme) {
 		p.errf(w, "verify.tolerance", "scheme %s signs no timestamp", v.Scheme)
 	}
 
 	if v.Scheme == "none" && !s.AllowUnverified {
 		p.errf(w, "verify.scheme", "scheme none accepts anyone's requests: set allow_unverified: true to mean it")
 	}
-	if (v.Scheme == "none" || v.Scheme == "hmac-sha256") && s.MessageID == nil {
+	if (v.Scheme == "none" || v.Scheme == "hmac-sha256") && s.MessageID == nil && s.Idempotency == nil {
 		p.errf(w, "message_id", "required for scheme %s (no default message id)", v.Scheme)
 	}
 	headerID := v.Scheme == "hmac-sha256" && s.MessageID != nil && s.MessageID.Header != ""
@@ -189,76 +194,29 @@ func (p *parser) secret(w *where, field, name string) (string, bool) {
 	return v, true
 }
 
-func parseTokens(raw string) (map[string]string, error) {
-	tokens := map[string]string{}
-	for i, pair := range strings.Split(raw, ",") {
-		token, tenant, ok := strings.Cut(strings.TrimSpace(pair), "=")
-		if !ok || token == "" || tenant == "" {
-			return nil, fmt.Errorf("entry %d is not token=tenant (want token=tenant,token2=tenant2)", i+1)
-		}
-		if _, dup := tokens[token]; dup {
-			return nil, fmt.Errorf("entry %d repeats a token", i+1)
-		}
-		tokens[token] = tenant
+// field checks a pipeline.Field, naming the sub-field at fault.
+func (p *parser) field(w *where, name string, f *pipeline.Field, keyAllowed bool) {
+	if f.Header != "" && !validHeader.MatchString(f.Header) {
+		p.errf(w, name+".header", "%q is not a header name", f.Header)
 	}
-	return tokens, nil
-}
-
-func (p *parser) extractor(w *where, field string, e *Extractor, keyAllowed bool) {
-	set := 0
-	if e.JSON != "" {
-		set++
-		if !strings.HasPrefix(e.JSON, "/") {
-			p.errf(w, field+".json", "%q is not a JSON pointer: want /path/to/field", e.JSON)
+	if err := f.Validate(keyAllowed); err != nil {
+		sub, msg, ok := strings.Cut(err.Error(), ": ")
+		if ok && (sub == "json" || sub == "key") {
+			p.errf(w, name+"."+sub, "%s", msg)
+			return
 		}
-	}
-	if e.Header != "" {
-		set++
-		if !validHeader.MatchString(e.Header) {
-			p.errf(w, field+".header", "%q is not a header name", e.Header)
-		}
-	}
-	if e.Key {
-		set++
-		if !keyAllowed {
-			p.errf(w, field+".key", "only subscriptions have a record key")
-		}
-	}
-	if set != 1 {
-		p.errf(w, field, "want exactly one of json, header%s", map[bool]string{true: ", key", false: ""}[keyAllowed])
+		p.errf(w, name, "%v", err)
 	}
 }
 
-func (p *parser) duration(w *where, field string, d Duration, def time.Duration) time.Duration {
-	switch {
-	case d.err != nil:
-		p.errf(w, field, "%v", d.err)
-		return def
-	case d.raw == "":
-		return def
-	case d.Duration <= 0:
-		p.errf(w, field, "must be positive")
-		return def
-	}
-	return d.Duration
-}
-
-func (p *parser) effect(w *where, e *Effect, api bool) {
-	if strings.TrimSpace(e.SQL) == "" {
+func (p *parser) effect(w *where, sql string) {
+	if strings.TrimSpace(sql) == "" {
 		p.errf(w, "effect.sql", "required")
 	}
-	for _, name := range sqlParameters(e.SQL) {
+	for _, name := range sqlParameters(sql) {
 		if !slices.Contains(SQLParameters, name) {
 			p.errf(w, "effect.sql", "unknown parameter @%s (known: @%s)", name, strings.Join(SQLParameters, ", @"))
 		}
-	}
-	switch {
-	case e.Status == 0:
-		e.Status = 200
-	case !api:
-		p.errf(w, "effect.status", "only API sources (with idempotency:) answer with the effect's status")
-	case e.Status < 200 || e.Status > 299:
-		p.errf(w, "effect.status", "%d is not a 2xx status", e.Status)
 	}
 }
 
@@ -273,19 +231,19 @@ func sqlParameters(sql string) []string {
 	return out
 }
 
-func (p *parser) publish(w *where, pub *Publish, eff *Effect, keyAllowed bool) {
+func (p *parser) publish(w *where, pub *pipeline.Publish, effectSQL string, keyAllowed bool) {
 	if pub.Topic == "" && pub.HTTP == nil {
 		p.errf(w, "publish", "want topic, http or both")
 	}
 	if pub.Key != nil {
-		p.extractor(w, "publish.key", pub.Key, keyAllowed)
+		p.field(w, "publish.key", pub.Key, keyAllowed)
 	}
 	switch pub.Body {
-	case "":
-		pub.Body = "payload"
-	case "payload":
-	case "effect":
-		if eff == nil || eff.SQL == "" {
+	case "", pipeline.BodyPayload:
+	case pipeline.BodyEffect:
+		if keyAllowed {
+			p.errf(w, "publish.body", "subscriptions publish the consumed payload; body effect is for sources")
+		} else if effectSQL == "" {
 			p.errf(w, "publish.body", "body effect publishes the rows effect.sql returns: set effect.sql")
 		}
 	default:
@@ -303,12 +261,10 @@ func (p *parser) publish(w *where, pub *Publish, eff *Effect, keyAllowed bool) {
 			}
 			h.Secret = secret
 		}
-		h.Timeout.Duration = p.duration(w, "publish.http.timeout", h.Timeout, HTTPTimeoutDefault)
 	}
 }
 
-func (p *parser) subscription(s *Subscription, names map[string]string) {
-	w := s.loc
+func (p *parser) subscription(w *where, s *consumer.Config, names map[string]string) {
 	p.name(w, s.Name, names)
 	if len(s.Topics) == 0 {
 		p.errf(w, "topics", "required: at least one topic")
@@ -318,30 +274,20 @@ func (p *parser) subscription(s *Subscription, names map[string]string) {
 			p.errf(w, fmt.Sprintf("topics[%d]", i), "empty topic")
 		}
 	}
-	if s.Group == "" && s.Name != "" {
-		s.Group = "idemd-" + s.Name
-	}
 	if s.MessageID != nil {
-		p.extractor(w, "message_id", s.MessageID, true)
+		p.field(w, "message_id", s.MessageID, true)
 	}
 	if s.Order != nil {
-		p.extractor(w, "order.entity", &s.Order.Entity, true)
-		p.extractor(w, "order.version", &s.Order.Version, true)
+		p.field(w, "order.entity", &s.Order.Entity, true)
+		p.field(w, "order.version", &s.Order.Version, true)
 	}
-	if s.Effect != nil {
-		p.effect(w, s.Effect, false)
+	if w.set("effect") {
+		p.effect(w, s.Effect.SQL)
 	}
 	if s.Publish != nil {
-		p.publish(w, s.Publish, s.Effect, true)
+		p.publish(w, s.Publish, s.Effect.SQL, true)
 	}
-	if s.DeadLetter == nil {
-		s.DeadLetter = &DeadLetter{}
-	}
-	switch {
-	case s.DeadLetter.MaxAttempts == 0:
-		s.DeadLetter.MaxAttempts = MaxAttemptsDefault
-	case s.DeadLetter.MaxAttempts < 0:
+	if s.DeadLetter.MaxAttempts < 0 || (w.set("dead_letter.max_attempts") && s.DeadLetter.MaxAttempts == 0) {
 		p.errf(w, "dead_letter.max_attempts", "must be at least 1")
 	}
-	s.Retention.Duration = p.duration(w, "retention", s.Retention, RetentionDefault)
 }

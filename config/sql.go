@@ -24,11 +24,11 @@ func (f *File) PrepareSQL(ctx context.Context, pool *pgxpool.Pool) error {
 	defer conn.Release()
 
 	var errs []error
-	check := func(w *where, e *Effect) {
-		if w == nil || e == nil || strings.TrimSpace(e.SQL) == "" {
+	check := func(w *where, sql string) {
+		if w == nil || strings.TrimSpace(sql) == "" {
 			return
 		}
-		if err := prepare(ctx, conn.Conn(), e.SQL); err != nil {
+		if err := prepare(ctx, conn.Conn(), sql); err != nil {
 			if ctx.Err() != nil {
 				errs = append(errs, err)
 				return
@@ -41,10 +41,10 @@ func (f *File) PrepareSQL(ctx context.Context, pool *pgxpool.Pool) error {
 		}
 	}
 	for _, s := range f.Sources {
-		check(s.loc, s.Effect)
+		check(f.locs[s], s.Effect.SQL)
 	}
 	for _, s := range f.Subscriptions {
-		check(s.loc, s.Effect)
+		check(f.locs[s], s.Effect.SQL)
 	}
 	return errors.Join(errs...)
 }

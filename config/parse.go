@@ -5,7 +5,11 @@ import (
 	"reflect"
 	"sort"
 	"strings"
+	"time"
 
+	"github.com/idemd/idemd/consumer"
+	"github.com/idemd/idemd/pipeline"
+	"github.com/idemd/idemd/receiver"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -70,7 +74,7 @@ func (p *parser) errf(w *where, field, format string, args ...any) {
 }
 
 func (p *parser) parse(data []byte) *File {
-	f := &File{Path: p.file}
+	f := &File{Path: p.file, locs: map[any]*where{}}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		line := 0
@@ -119,15 +123,17 @@ func (p *parser) parse(data []byte) *File {
 			w.commented = map[string]bool{}
 			recordLines(el, "", w)
 			if k.Value == "sources" {
-				src := &Source{loc: w}
+				src := &receiver.Source{}
 				p.decode(el, src, w)
-				p.source(src, names, paths)
+				p.source(w, src, names, paths)
 				f.Sources = append(f.Sources, src)
+				f.locs[src] = w
 			} else {
-				sub := &Subscription{loc: w}
+				sub := &consumer.Config{}
 				p.decode(el, sub, w)
-				p.subscription(sub, names)
+				p.subscription(w, sub, names)
 				f.Subscriptions = append(f.Subscriptions, sub)
+				f.locs[sub] = w
 			}
 		}
 	}
@@ -140,6 +146,7 @@ func (p *parser) parse(data []byte) *File {
 // decode fills v from n, reporting unknown keys and type errors with their field.
 func (p *parser) decode(n *yaml.Node, v any, w *where) {
 	p.unknownKeys(n, reflect.TypeOf(v), "", w)
+	p.normalize(n, reflect.TypeOf(v), "", w)
 	err := n.Decode(v)
 	if err == nil {
 		return
@@ -159,7 +166,56 @@ func (p *parser) decode(n *yaml.Node, v any, w *where) {
 	}
 }
 
-var unmarshaler = reflect.TypeFor[yaml.Unmarshaler]()
+var (
+	unmarshaler  = reflect.TypeFor[yaml.Unmarshaler]()
+	durationType = reflect.TypeFor[time.Duration]()
+)
+
+// normalize rewrites n, in place, into what the decoder takes for t: a duration with days
+// ("30d", pipeline.ParseDuration) into Go's syntax, reporting a bad one with its field; a
+// single string where a list of strings is wanted ("secrets_env: S") into a list of one.
+func (p *parser) normalize(n *yaml.Node, t reflect.Type, path string, w *where) {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch {
+	case t == durationType:
+		if n.Kind != yaml.ScalarNode {
+			p.errf(w, path, "want a duration such as 30d or 24h")
+			n.Kind, n.Tag, n.Value, n.Content = yaml.ScalarNode, "!!str", "0s", nil
+			return
+		}
+		d, err := pipeline.ParseDuration(n.Value)
+		switch {
+		case err != nil:
+			p.errf(w, path, "%v", err)
+			d = 0
+		case d == 0:
+			p.errf(w, path, "must be positive")
+		}
+		n.Tag, n.Value, n.Style = "!!str", d.String(), 0
+	case t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.String && n.Kind == yaml.ScalarNode && n.Tag != "!!null":
+		one := *n
+		*n = yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq", Line: n.Line, Column: n.Column, Content: []*yaml.Node{&one}}
+	case t.Kind() == reflect.Struct && n.Kind == yaml.MappingNode:
+		fields := map[string]reflect.Type{}
+		for i := range t.NumField() {
+			sf := t.Field(i)
+			if name, _, _ := strings.Cut(sf.Tag.Get("yaml"), ","); name != "" && name != "-" && sf.IsExported() {
+				fields[name] = sf.Type
+			}
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if ft, ok := fields[n.Content[i].Value]; ok {
+				p.normalize(n.Content[i+1], ft, join(path, n.Content[i].Value), w)
+			}
+		}
+	case t.Kind() == reflect.Slice && n.Kind == yaml.SequenceNode:
+		for i, c := range n.Content {
+			p.normalize(c, t.Elem(), fmt.Sprintf("%s[%d]", path, i), w)
+		}
+	}
+}
 
 // unknownKeys reports every mapping key that no yaml tag of t names, recursively.
 func (p *parser) unknownKeys(n *yaml.Node, t reflect.Type, path string, w *where) {

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemd/idemd/internal/pgtest"
+	"github.com/idemd/idemd/pipeline"
 )
 
 // valid is SPEC 2.3's example file, with the stripe SQL quoted: unquoted, its " #>>" would
@@ -77,25 +78,29 @@ func TestLoadValid(t *testing.T) {
 	require.Len(t, f.Subscriptions, 1)
 
 	stripe := f.Sources[0]
-	require.Equal(t, "/webhooks/stripe", stripe.Path)
+	require.Equal(t, "/webhooks/stripe", stripe.RoutePath())
 	require.Equal(t, []string{"whsec_test_secret"}, stripe.Verify.Secrets)
-	require.Equal(t, 30*24*time.Hour, stripe.Retention.Duration)
-	require.Equal(t, 5*time.Minute, stripe.Verify.Tolerance.Duration)
-	require.Equal(t, "payload", stripe.Publish.Body)
-	require.Equal(t, int64(MaxBodyBytesDefault), stripe.MaxBodyBytes)
+	require.Equal(t, 30*24*time.Hour, stripe.Retention)
+	require.Equal(t, 5*time.Minute, stripe.Verify.Tolerance)
+	require.Equal(t, &pipeline.Field{JSON: "/data/object/id"}, stripe.Publish.Key)
 
 	orders := f.Sources[1]
 	require.Equal(t, map[string]string{"tok_a_0123456789ab": "acme", "tok_b_0123456789ab": "globex"}, orders.Verify.Tokens)
-	require.Equal(t, 24*time.Hour, orders.Retention.Duration)
+	require.Equal(t, 24*time.Hour, orders.Idempotency.Retention)
 	require.Equal(t, 201, orders.Effect.Status)
+	require.Equal(t, pipeline.BodyEffect, orders.Publish.Body)
 
 	ledger := f.Subscriptions[0]
 	require.Equal(t, "idemd-ledger", ledger.Group)
 	require.Equal(t, 5, ledger.DeadLetter.MaxAttempts)
-	require.Equal(t, 7*24*time.Hour, ledger.Retention.Duration)
+	require.Equal(t, "ledger.dlq", ledger.DeadLetter.Topic)
+	require.Equal(t, 7*24*time.Hour, ledger.Retention)
+	require.Equal(t, &pipeline.Order{Entity: pipeline.Field{JSON: "/data/object/id"}, Version: pipeline.Field{JSON: "/created"}}, ledger.Order)
 	require.Equal(t, []string{"ledger.dlq", "ledger.entries", "orders.created", "webhooks.stripe"}, f.Topics())
 }
 
+// TestDefaults: what the file leaves out stays zero, for the doors to fill with their own
+// defaults (one definition each); a single secrets_env name is a list of one.
 func TestDefaults(t *testing.T) {
 	t.Parallel()
 	f, err := Parse("x.yaml", []byte(`
@@ -107,10 +112,11 @@ subscriptions:
     topics: [a]
 `), lookup)
 	require.NoError(t, err)
-	require.Equal(t, RetentionDefault, f.Sources[0].Retention.Duration)
-	require.Equal(t, "/webhooks/gh", f.Sources[0].Path)
-	require.Equal(t, "idemd-sub", f.Subscriptions[0].Group)
-	require.Equal(t, MaxAttemptsDefault, f.Subscriptions[0].DeadLetter.MaxAttempts)
+	require.Zero(t, f.Sources[0].Retention)
+	require.Equal(t, []string{"STRIPE_WEBHOOK_SECRET"}, f.Sources[0].Verify.SecretsEnv)
+	require.Equal(t, "/webhooks/gh", f.Sources[0].RoutePath())
+	require.Empty(t, f.Subscriptions[0].Group)
+	require.Zero(t, f.Subscriptions[0].DeadLetter.MaxAttempts)
 }
 
 // requireNames checks that one line of err names the file, the line, the pipeline and the
@@ -224,21 +230,6 @@ func TestErrorFileLevel(t *testing.T) {
 		_, err := Parse("x.yaml", []byte(tc.content), lookup)
 		require.ErrorContains(t, err, tc.msg, tc.content)
 		require.True(t, strings.HasPrefix(err.Error(), "x.yaml"), err.Error())
-	}
-}
-
-func TestParseDuration(t *testing.T) {
-	t.Parallel()
-	for in, want := range map[string]time.Duration{
-		"30d": 30 * 24 * time.Hour, "24h": 24 * time.Hour, "1d12h": 36 * time.Hour, "5m": 5 * time.Minute, "0d": 0,
-	} {
-		got, err := ParseDuration(in)
-		require.NoError(t, err, in)
-		require.Equal(t, want, got, in)
-	}
-	for _, in := range []string{"", "d", "30", "1.5d", "-1d", "30days", "1dd", "h"} {
-		_, err := ParseDuration(in)
-		require.Error(t, err, in)
 	}
 }
 
