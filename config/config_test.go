@@ -233,6 +233,25 @@ func TestErrorFileLevel(t *testing.T) {
 	}
 }
 
+// TestSyntaxErrorLine: a YAML syntax error is reported on the line where it is, with the
+// line where the broken construct began, not on the line before (yaml/v3's own report).
+func TestSyntaxErrorLine(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, content, want string }{
+		{"unclosed flow mapping", "sources:\n  - name: a\n    verify: {scheme: none\n    allow_unverified: true\n",
+			"x.yaml:4: not valid YAML: did not find expected ',' or '}' (in a flow mapping that starts on line 3)"},
+		{"bad indentation", "sources:\n  - name: a\n    verify: {scheme: none}\n   allow_unverified: true\n",
+			"x.yaml:4: not valid YAML: did not find expected '-' indicator (in a block collection that starts on line 2)"},
+		{"tab", "sources:\n  - name: a\n\tverify: x\n",
+			"x.yaml:3: not valid YAML: found a tab character that violates indentation"},
+		{"unclosed quote", "sources:\n  - name: \"a\n    path: x\n",
+			"(in a quoted scalar that starts on line 2)"},
+	} {
+		_, err := Parse("x.yaml", []byte(tc.content), lookup)
+		require.ErrorContains(t, err, tc.want, tc.name)
+	}
+}
+
 func TestErrorSQLDoesNotPrepare(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewWithOptions(t, pgtest.Options{MaxConns: 2})

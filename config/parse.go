@@ -77,11 +77,7 @@ func (p *parser) parse(data []byte) *File {
 	f := &File{Path: p.file, locs: map[any]*where{}}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		line := 0
-		msg := strings.TrimPrefix(err.Error(), "yaml: ")
-		if _, scanErr := fmt.Sscanf(msg, "line %d:", &line); scanErr == nil {
-			msg = strings.TrimSpace(msg[strings.IndexByte(msg, ':')+1:])
-		}
+		line, msg := syntaxError(data, err)
 		p.add(line, "", "", "not valid YAML: %s", msg)
 		return nil
 	}

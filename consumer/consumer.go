@@ -16,7 +16,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -117,10 +117,12 @@ type Effect struct {
 
 // Consumer consumes one subscription. Create it with New, run it with Run.
 type Consumer struct {
-	cfg  Config
-	pool *pgxpool.Pool
-	unit *exactlyonce.Unit
-	log  *logrus.Entry
+	mu    sync.Mutex
+	owned map[partitionKey]bool // the current generation's partitions
+	cfg   Config
+	pool  *pgxpool.Pool
+	unit  *exactlyonce.Unit
+	log   *logrus.Entry
 	// stmt is the SQL effect, compiled once at New.
 	stmt *effectsql.Statement
 }
@@ -219,6 +221,17 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Consumer, error) {
 // Name returns the pipeline's name.
 func (c *Consumer) Name() string { return c.cfg.Name }
 
+// Config returns the consumer's config, defaults filled in.
+func (c *Consumer) Config() Config { return c.cfg }
+
+// Owns reports whether this consumer holds the partition in the group's current
+// generation (false when it is not running).
+func (c *Consumer) Owns(topic string, partition int) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.owned[partitionKey{topic, partition}]
+}
+
 // collect waits for a first record, then gathers more until size or linger.
 func collect(in <-chan *record, size int, linger time.Duration) ([]*record, bool) {
 	first, ok := <-in
@@ -255,6 +268,11 @@ func collect(in <-chan *record, size int, linger time.Duration) ([]*record, bool
 	return batch, true
 }
 
+type partitionKey struct {
+	topic     string
+	partition int
+}
+
 // process applies one partition's batch in one transaction and records the outcomes.
 func (c *Consumer) process(ctx context.Context, batch []*record) error {
 	msgs := make([]*exactlyonce.Message, len(batch))
@@ -275,9 +293,6 @@ func (c *Consumer) process(ctx context.Context, batch []*record) error {
 		}
 		c.cfg.AfterCommit(out)
 	}
-	last := batch[len(batch)-1].raw
-	metrics.ConsumerLag.WithLabelValues(c.cfg.Name, last.Topic, strconv.Itoa(last.Partition)).
-		Set(float64(max(last.HighWaterMark-last.Offset-1, 0)))
 	return nil
 }
 

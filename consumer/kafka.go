@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"strconv"
 	"sync"
 	"time"
 
@@ -89,6 +91,24 @@ func (c *Consumer) Run(ctx context.Context) error {
 // the generation ends (a rebalance) or ctx ends (shutdown, failure), after finishing the
 // batch it holds.
 func (c *Consumer) startGeneration(ctx, workCtx context.Context, gen *kafka.Generation, fail func(error)) {
+	owned := map[partitionKey]bool{}
+	for topic, parts := range gen.Assignments {
+		for _, p := range parts {
+			owned[partitionKey{topic, p.ID}] = true
+		}
+	}
+	c.mu.Lock()
+	c.owned = owned
+	c.mu.Unlock()
+	gen.Start(func(genCtx context.Context) {
+		// The partitions are this member's until the generation ends.
+		<-genCtx.Done()
+		c.mu.Lock()
+		if maps.Equal(c.owned, owned) {
+			c.owned = nil
+		}
+		c.mu.Unlock()
+	})
 	n := 0
 	for topic, parts := range gen.Assignments {
 		for _, p := range parts {
@@ -121,6 +141,7 @@ func (c *Consumer) partition(stop, work context.Context, gen *kafka.Generation, 
 		ErrorLogger:     kafka.LoggerFunc(log.Warnf),
 	})
 	defer func() { _ = r.Close() }()
+	defer metrics.WatchKafkaReader(c.cfg.Name+"/"+topic+"/"+strconv.Itoa(pa.ID), r)()
 	if err := r.SetOffset(pa.Offset); err != nil {
 		log.WithError(err).Warn("error setting the partition's offset")
 		return

@@ -53,7 +53,7 @@ func signature(v *receiver.Verify, secret string, body []byte, id string, now ti
 
 func (c *cli) sign(args []string) int {
 	fs := c.flags("sign", "", "Print a curl command that POSTs a correctly signed (or authenticated) request to a source.\n"+
-		"Without IDEMD_PIPELINES_FILE or -pipelines it uses dev's pipelines and development secrets.", false)
+		"Without IDEMD_PIPELINES_FILE or -pipelines it uses dev's pipelines and development secrets.", true)
 	pipelines := fs.String("pipelines", "", "pipelines file (overrides IDEMD_PIPELINES_FILE)")
 	source := fs.String("source", "stripe", "source name")
 	body := fs.String("body", "", "request body (default: an example event for the source)")
@@ -62,7 +62,7 @@ func (c *cli) sign(args []string) int {
 	if code, ok := c.parse(fs, args); !ok {
 		return code
 	}
-	e, err := loadEnv(c.env)
+	e, err := loadEnvFor("sign", c.env)
 	if err != nil {
 		return c.fail("sign", exitUsage, err)
 	}

@@ -25,6 +25,7 @@ import (
 
 	"github.com/idemd/idemd/config"
 	"github.com/idemd/idemd/consumer"
+	"github.com/idemd/idemd/internal/metrics"
 	"github.com/idemd/idemd/migrations"
 	"github.com/idemd/idemd/outbox"
 	"github.com/idemd/idemd/receiver"
@@ -207,6 +208,7 @@ func (p *part) cancelAndWait(ctx context.Context, cancel context.CancelFunc, wha
 // clean drain; an error when starting failed, a role failed, or the drain overran.
 func (d *Daemon) Run(ctx context.Context) error {
 	defer d.pool.Close()
+	defer metrics.WatchPool(d.pool)()
 	log := d.log
 
 	adminLn, err := net.Listen("tcp", d.cfg.AdminAddr)
@@ -264,14 +266,15 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.startPruner(start)
 	}
 
-	d.admin.started.Store(true)
+	// What OnReady prints (dev's examples) is out before /readyz says ready.
+	if d.cfg.OnReady != nil {
+		d.cfg.OnReady(httpAddr, adminLn.Addr().String())
+	}
 	log.WithFields(logrus.Fields{
 		"roles": strings.Join(d.cfg.Roles, ","), "http_addr": httpAddr, "admin_addr": adminLn.Addr().String(),
 		"sources": len(d.cfg.Pipelines.Sources), "subscriptions": len(d.cfg.Pipelines.Subscriptions),
 	}).Info("idemd is serving")
-	if d.cfg.OnReady != nil {
-		d.cfg.OnReady(httpAddr, adminLn.Addr().String())
-	}
+	d.admin.started.Store(true)
 
 	var runErr error
 	select {
@@ -290,10 +293,14 @@ func (d *Daemon) prepare(ctx context.Context) error {
 		return err
 	}
 	if d.cfg.Migrate {
-		if err := migrations.Apply(ctx, d.pool, &migrations.Config{Schema: d.cfg.Schema}); err != nil {
+		log := d.log.WithField("schema", d.cfg.Schema)
+		err := migrations.Apply(ctx, d.pool, &migrations.Config{Schema: d.cfg.Schema, OnApply: func(_ int32, name string) {
+			log.WithField("migration", name).Info("applying migration")
+		}})
+		if err != nil {
 			return err
 		}
-		d.log.WithField("schema", d.cfg.Schema).Info("migrations applied")
+		log.Info("schema up to date")
 	}
 	if err := d.cfg.Pipelines.PrepareSQL(ctx, d.pool); err != nil {
 		return fmt.Errorf("the pipelines file is not valid:\n%w", err)
@@ -394,7 +401,7 @@ func (d *Daemon) startConsumers(start starter) error {
 		}
 		start(p, func(context.Context) error { return c.Run(cctx) })
 	}
-	return nil
+	return d.startLagMonitors(start, consumers)
 }
 
 func (d *Daemon) startRelay(start starter) error {
@@ -408,7 +415,9 @@ func (d *Daemon) startRelay(start starter) error {
 	}
 	rctx, cancel := context.WithCancel(context.Background())
 	p := &part{name: RoleRelay}
+	stopStats := metrics.WatchKafkaWriter(RoleRelay, relay)
 	p.stop = func(ctx context.Context) error {
+		defer stopStats()
 		// Flush: the leader publishes what the receiver and consumers wrote before they
 		// stopped, so that a rolling restart adds no publish delay.
 		if relay.IsLeader() {
@@ -477,6 +486,6 @@ func (d *Daemon) shutdown(parts []*part) error {
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	d.log.WithField("duration", time.Since(started).String()).Info("drained; bye")
+	d.log.WithField("duration", time.Since(started).Seconds()).Info("drained; bye")
 	return nil
 }
