@@ -1,20 +1,32 @@
-# The whole test suite: vet, every test against real PostgreSQL and a real Kafka-protocol
-# broker, a short run of every fuzz target, and the TypeScript client's tests. CI runs
-# exactly `make test`.
+# The whole test suite: vet and staticcheck, every test against real PostgreSQL and a real
+# Kafka-protocol broker (the packages with concurrency under the race detector), a short run
+# of every fuzz target, and the TypeScript client's tests. CI runs exactly `make test`.
 GO ?= go
 FUZZTIME ?= 20000x
+# staticcheck, pinned; `go run pkg@version` fetches it through the Go module proxy once and
+# keeps it in the module and build caches.
+STATICCHECK_VERSION ?= v0.8.2
+# The packages with concurrency: the receiver's group commit, the consumer, the relay
+# (outbox), the HTTP deliverer and the unit of work they share. `unit` runs their tests with
+# -race (instead of without, not as well: the suite stays within CI's time).
+RACE_PKGS ?= ./receiver ./consumer ./outbox ./delivery ./exactlyonce
+MODULE := $(shell $(GO) list -m)
 
-.PHONY: test vet unit fuzz-short fuzz bench faults ts
+.PHONY: test vet staticcheck unit fuzz-short fuzz bench faults ts
 
-test: vet unit fuzz-short ts
+test: vet staticcheck unit fuzz-short ts
 
 vet:
 	$(GO) vet ./...
 
+staticcheck:
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+
 unit:
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || command -v google-chrome >/dev/null 2>&1 || [ -n "$$IDEMD_CHROMIUM" ] \
 		|| echo "WARNING: headless Chromium is missing: the console's browser tests (admin/browser_test.go) SKIP. Install it: apt-get install -y chromium" >&2
-	$(GO) test -p 2 -count=1 -timeout 15m ./...
+	$(GO) test -p 2 -count=1 -timeout 15m $$($(GO) list ./... | grep -v -x -F $(patsubst ./%,-e $(MODULE)/%,$(RACE_PKGS)))
+	$(GO) test -race -p 2 -count=1 -timeout 15m $(RACE_PKGS)
 
 fuzz-short:
 	FUZZTIME=$(FUZZTIME) ./scripts/fuzz.sh

@@ -45,7 +45,7 @@ subscriptions:
 
 var env = map[string]string{
 	"STRIPE_WEBHOOK_SECRET": "whsec_test_secret",
-	"ORDERS_TOKENS":         "tok_a=acme,tok_b=globex",
+	"ORDERS_TOKENS":         "tok_a_0123456789ab=acme,tok_b_0123456789ab=globex",
 }
 
 func lookup(name string) (string, bool) {
@@ -85,7 +85,7 @@ func TestLoadValid(t *testing.T) {
 	require.Equal(t, &pipeline.Field{JSON: "/data/object/id"}, stripe.Publish.Key)
 
 	orders := f.Sources[1]
-	require.Equal(t, map[string]string{"tok_a": "acme", "tok_b": "globex"}, orders.Verify.Tokens)
+	require.Equal(t, map[string]string{"tok_a_0123456789ab": "acme", "tok_b_0123456789ab": "globex"}, orders.Verify.Tokens)
 	require.Equal(t, 24*time.Hour, orders.Idempotency.Retention)
 	require.Equal(t, 201, orders.Effect.Status)
 	require.Equal(t, pipeline.BodyEffect, orders.Publish.Body)
@@ -292,4 +292,55 @@ func TestUnquotedHashHint(t *testing.T) {
 	require.NoError(t, err)
 	err = f.PrepareSQL(context.Background(), db.Pool)
 	requireNames(t, err, "x.yaml", 5, `sources[0] "stripe"`, "effect.sql", "quote the SQL")
+}
+
+// TestShortKeysRefused: a signing secret or bearer token shorter than 16 bytes once decoded
+// (an empty standard-webhooks key "whsec_" above all) is a validation error naming the file,
+// the pipeline and the field, and never the value.
+func TestShortKeysRefused(t *testing.T) {
+	t.Parallel()
+	file := `sources:
+  - name: sw
+    verify: {scheme: standard-webhooks, secrets_env: [SW_EMPTY]}
+  - name: gh
+    verify: {scheme: github, secrets_env: [GH_OK, GH_SHORT]}
+  - name: api
+    verify: {scheme: bearer, tokens_env: API_TOKENS}
+    idempotency: {}
+    publish: {http: {url: "https://example.com/hook", secret_env: SINK_SHORT}}
+`
+	vars := map[string]string{
+		"SW_EMPTY": "whsec_", "GH_OK": "github-secret-0123456789", "GH_SHORT": "gh-short-15byte",
+		"API_TOKENS": "tok-short-15byt=acme,tok-long-0123456789=globex", "SINK_SHORT": "whsec_c2hvcnQ=",
+	}
+	path := write(t, file)
+	_, err := Load(path, func(n string) (string, bool) { v, ok := vars[n]; return v, ok })
+	require.Error(t, err)
+	requireNames(t, err, path, 3, `sources[0] "sw"`, "verify.secrets_env[0]", "environment variable SW_EMPTY: the key is shorter than 16 bytes")
+	requireNames(t, err, path, 5, `sources[1] "gh"`, "verify.secrets_env[1]", "environment variable GH_SHORT: the key is shorter than 16 bytes")
+	requireNames(t, err, path, 7, `sources[2] "api"`, "verify.tokens_env", `the token of tenant "acme": the key is shorter than 16 bytes`)
+	requireNames(t, err, path, 9, `sources[2] "api"`, "publish.http.secret_env", "environment variable SINK_SHORT: the key is shorter than 16 bytes")
+	require.Len(t, strings.Split(err.Error(), "\n"), 4, "%v", err)
+	for _, v := range []string{"gh-short-15byte", "tok-short-15byt", "c2hvcnQ="} {
+		require.NotContains(t, err.Error(), v)
+	}
+}
+
+// TestHeaderIDOnHMACIsOptIn: message_id.header on an hmac-sha256 source (whose signature
+// covers the body only) needs allow_unsigned_message_id: true, which no other source takes.
+func TestHeaderIDOnHMACIsOptIn(t *testing.T) {
+	t.Parallel()
+	src := `sources:
+  - name: generic
+    verify: {scheme: hmac-sha256, secrets_env: [STRIPE_WEBHOOK_SECRET], header: X-Signature}
+    message_id: {header: X-Id}
+`
+	path, err := loadErr(t, src)
+	requireNames(t, err, path, 4, `sources[0] "generic"`, "message_id.header", "allow_unsigned_message_id: true")
+	_, err = Load(write(t, src+"    allow_unsigned_message_id: true\n"), lookup)
+	require.NoError(t, err)
+	_, err = Load(write(t, strings.Replace(src, "{header: X-Id}", "{json: /id}", 1)), lookup)
+	require.NoError(t, err, "an id inside the signed body")
+	path, err = loadErr(t, strings.Replace(valid, "    retention: 30d\n", "    retention: 30d\n    allow_unsigned_message_id: true\n", 1))
+	requireNames(t, err, path, 8, `sources[0] "stripe"`, "allow_unsigned_message_id", "only for verify.scheme hmac-sha256")
 }

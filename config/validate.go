@@ -2,12 +2,14 @@ package config
 
 import (
 	"fmt"
+	"maps"
 	"net/url"
 	"regexp"
 	"slices"
 	"strings"
 
 	"github.com/idemd/idemd/consumer"
+	"github.com/idemd/idemd/delivery"
 	"github.com/idemd/idemd/pipeline"
 	"github.com/idemd/idemd/receiver"
 )
@@ -107,6 +109,9 @@ func (p *parser) verify(w *where, s *receiver.Source) {
 		for i, name := range v.SecretsEnv {
 			field := fmt.Sprintf("verify.secrets_env[%d]", i)
 			if secret, ok := p.secret(w, field, name); ok {
+				if err := receiver.CheckSecret(v.Scheme, secret); err != nil {
+					p.errf(w, field, "environment variable %s: %v", name, err)
+				}
 				v.Secrets = append(v.Secrets, secret)
 			}
 		}
@@ -121,6 +126,11 @@ func (p *parser) verify(w *where, s *receiver.Source) {
 			tokens, err := receiver.ParseTokens(raw)
 			if err != nil {
 				p.errf(w, "verify.tokens_env", "environment variable %s: %v", v.TokensEnv, err)
+			}
+			for _, tok := range slices.Sorted(maps.Keys(tokens)) {
+				if err := receiver.CheckSecret(v.Scheme, tok); err != nil {
+					p.errf(w, "verify.tokens_env", "environment variable %s: the token of tenant %q: %v", v.TokensEnv, tokens[tok], err)
+				}
 			}
 			v.Tokens = tokens
 		}
@@ -159,6 +169,13 @@ func (p *parser) verify(w *where, s *receiver.Source) {
 	}
 	if (v.Scheme == "none" || v.Scheme == "hmac-sha256") && s.MessageID == nil && s.Idempotency == nil {
 		p.errf(w, "message_id", "required for scheme %s (no default message id)", v.Scheme)
+	}
+	headerID := v.Scheme == "hmac-sha256" && s.MessageID != nil && s.MessageID.Header != ""
+	switch {
+	case headerID && !s.AllowUnsignedMessageID:
+		p.errf(w, "message_id.header", "%v", receiver.ErrUnsignedMessageID)
+	case !headerID && s.AllowUnsignedMessageID:
+		p.errf(w, "allow_unsigned_message_id", "%v", receiver.ErrUnsignedMessageIDUnused)
 	}
 }
 
@@ -239,6 +256,9 @@ func (p *parser) publish(w *where, pub *pipeline.Publish, effectSQL string, keyA
 		if h.SecretEnv == "" {
 			p.errf(w, "publish.http.secret_env", "required: name the environment variable holding the signing secret")
 		} else if secret, ok := p.secret(w, "publish.http.secret_env", h.SecretEnv); ok {
+			if _, err := delivery.ParseSecret(secret); err != nil {
+				p.errf(w, "publish.http.secret_env", "environment variable %s: %v", h.SecretEnv, err)
+			}
 			h.Secret = secret
 		}
 	}

@@ -31,6 +31,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/sirupsen/logrus"
+	"golang.org/x/net/http/httpguts"
 
 	"github.com/idemd/idemd/deadletter"
 	"github.com/idemd/idemd/internal/retry"
@@ -56,7 +57,9 @@ type Endpoint struct {
 	// Name identifies the endpoint; outbox events name it in Event.Endpoint. The daemon
 	// uses the pipeline's name. Required.
 	Name string
-	// URL receives the POSTs; http or https. Required.
+	// URL receives the POSTs; http or https. Its path and query are often a capability
+	// (a secret), so only its scheme, host and port are ever logged or stored (last_error,
+	// dead letters, http_endpoints). Required.
 	URL string
 	// Secret signs every request per Standard Webhooks: "whsec_" and base64. Required.
 	Secret string
@@ -167,9 +170,15 @@ type endpointState struct {
 
 type endpoint struct {
 	Endpoint
-	key  []byte
-	wake chan struct{}
+	key []byte
+	// redacted is the URL as logged and stored: scheme://host[:port]. Paths and queries
+	// are often capabilities (/services/T/B/<secret>, ?token=…).
+	redacted string
+	wake     chan struct{}
 }
+
+// redactURL keeps the scheme, host and port of u: the rest may be a secret.
+func redactURL(u *url.URL) string { return u.Scheme + "://" + u.Host }
 
 type statements struct {
 	upsertEndpoint, status, claim, nextDue, backlog string
@@ -239,7 +248,8 @@ func NewDeliverer(pool *pgxpool.Pool, cfg *Config) (*Deliverer, error) {
 		seen[e.Name] = true
 		u, err := url.Parse(e.URL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return nil, fmt.Errorf("%s: URL must be an absolute http or https URL, got %q", field, e.URL)
+			// Not echoed: a capability URL is a secret.
+			return nil, fmt.Errorf("%s: URL must be an absolute http or https URL", field)
 		}
 		key, err := ParseSecret(e.Secret)
 		if err != nil {
@@ -250,7 +260,7 @@ func NewDeliverer(pool *pgxpool.Pool, cfg *Config) (*Deliverer, error) {
 		if e.Timeout < 0 || e.Concurrency < 0 {
 			return nil, fmt.Errorf("%s: Timeout and Concurrency must be positive", field)
 		}
-		d.endpoints = append(d.endpoints, &endpoint{Endpoint: e, key: key, wake: make(chan struct{}, 1)})
+		d.endpoints = append(d.endpoints, &endpoint{Endpoint: e, key: key, redacted: redactURL(u), wake: make(chan struct{}, 1)})
 	}
 	return d, nil
 }
@@ -383,7 +393,7 @@ func (d *Deliverer) runEndpoint(ctx context.Context, ep *endpoint) {
 		wait := d.cfg.PollInterval
 		err := func() error {
 			if !registered {
-				if _, err := d.pool.Exec(ctx, d.sql.upsertEndpoint, ep.Name, ep.URL); err != nil {
+				if _, err := d.pool.Exec(ctx, d.sql.upsertEndpoint, ep.Name, ep.redacted); err != nil {
 					return fmt.Errorf("error registering endpoint: %w", err)
 				}
 				registered = true
@@ -502,6 +512,11 @@ func (d *Deliverer) attempt(ctx context.Context, ep *endpoint, r *row) {
 		a.Outcome = Delivered
 	case err == nil && status == http.StatusGone:
 		a.Outcome = Disabled
+	case errors.As(err, new(*buildError)):
+		// Nothing was sent, and nothing ever will be: retrying would only hold back the
+		// key's later events for MaxAge.
+		a.Outcome = DeadLettered
+		lastErr = "refused before sending: " + lastErr
 	case err != nil || retry.Retryable(status):
 		a.Outcome = Retry
 		a.RetryIn = max(retry.Backoff(d.cfg.BackoffMin, d.cfg.BackoffMax, r.attempts), retryAfter)
@@ -548,7 +563,7 @@ func (d *Deliverer) post(ctx context.Context, ep *endpoint, r *row) (status int,
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, ep.URL, bytes.NewReader(r.payload))
 	if err != nil {
-		return 0, 0, "", fmt.Errorf("error building the request: %w", err)
+		return 0, 0, "", &buildError{ep.redact(err)}
 	}
 	op := r.op.String()
 	ts := d.cfg.Now().Unix()
@@ -564,8 +579,17 @@ func (d *Deliverer) post(ctx context.Context, ep *endpoint, r *row) (status int,
 	if et := r.headers[outbox.HeaderEventType]; et != "" {
 		h.Set(outbox.HeaderEventType, et)
 	}
+	for name, values := range h {
+		for _, v := range values {
+			if !httpguts.ValidHeaderFieldValue(v) {
+				// Go's client would refuse it too, before sending, on every attempt.
+				return 0, 0, "", &buildError{fmt.Errorf("header %s holds a character HTTP does not allow (CR, LF or another control character)", name)}
+			}
+		}
+	}
 	resp, err := d.client.Do(req)
 	if err != nil {
+		err = ep.redact(err)
 		if errors.Is(err, context.DeadlineExceeded) {
 			return 0, 0, "", fmt.Errorf("no answer within %s: %w", ep.Timeout, err)
 		}
@@ -582,6 +606,23 @@ func (d *Deliverer) post(ctx context.Context, ep *endpoint, r *row) (status int,
 	}
 	retryAfter, _ = retry.RetryAfter(resp.Header.Get("Retry-After"), time.Now())
 	return resp.StatusCode, retryAfter, detail, nil
+}
+
+// buildError is an attempt that failed before anything was sent because the request cannot
+// be built from its row; no retry can change that.
+type buildError struct{ err error }
+
+func (e *buildError) Error() string { return "error building the request: " + e.err.Error() }
+func (e *buildError) Unwrap() error { return e.err }
+
+// redact replaces the full URL that net/http's errors quote ("Post \"https://…\": …") by
+// the redacted one. The rest of such an error names hosts and addresses only.
+func (ep *endpoint) redact(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		ue.URL = ep.redacted
+	}
+	return err
 }
 
 func contentType(r *row) string {
@@ -612,7 +653,7 @@ func (d *Deliverer) record(ctx context.Context, ep *endpoint, r *row, a Attempt,
 	return pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
 		switch a.Outcome {
 		case Disabled:
-			if _, err := tx.Exec(ctx, d.sql.disable, ep.Name, ep.URL, cleanText(fmt.Sprintf("%s answered %s", ep.URL, lastErr), 1000)); err != nil {
+			if _, err := tx.Exec(ctx, d.sql.disable, ep.Name, ep.redacted, cleanText(fmt.Sprintf("%s answered %s", ep.redacted, lastErr), 1000)); err != nil {
 				return fmt.Errorf("error disabling endpoint: %w", err)
 			}
 			return d.execTx(ctx, tx, d.sql.release, r.id, r.leaseToken, status, lastErr)
@@ -628,7 +669,7 @@ func (d *Deliverer) record(ctx context.Context, ep *endpoint, r *row, a Attempt,
 				Payload:   r.payload,
 				Headers:   letterHeaders(r.headers),
 				Metadata: map[string]any{
-					"door": "http_delivery", "endpoint": ep.Name, "url": ep.URL, "delivery_id": r.id,
+					"door": "http_delivery", "endpoint": ep.Name, "url": ep.redacted, "delivery_id": r.id,
 					"operation_id": r.op.String(), "causation_id": r.causation, "key": string(r.key), "status": a.Status,
 				},
 				Reason:   lastErr,

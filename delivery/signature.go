@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/idemd/idemd/internal/signkey"
 )
 
 // Standard Webhooks header names, sent on every attempt.
@@ -18,24 +20,13 @@ const (
 	HeaderWebhookSignature = "webhook-signature"
 )
 
-// secretPrefix marks a Standard Webhooks secret; the key is the base64 text after it.
-const secretPrefix = "whsec_"
-
 // ParseSecret decodes a Standard Webhooks secret ("whsec_" followed by base64; the prefix
-// is optional) into the HMAC key.
+// is optional) into the HMAC key, which must hold at least 16 bytes (internal/signkey).
 func ParseSecret(secret string) ([]byte, error) {
 	if secret == "" {
 		return nil, errors.New("secret is empty")
 	}
-	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret, secretPrefix))
-	if err != nil {
-		// Never echo the secret, not even in part.
-		return nil, errors.New(`secret is not "whsec_" followed by base64`)
-	}
-	if len(key) == 0 {
-		return nil, errors.New("secret decodes to an empty key")
-	}
-	return key, nil
+	return signkey.DecodeStandard(secret)
 }
 
 // Sign returns the webhook-signature value of one request per Standard Webhooks:

@@ -59,7 +59,7 @@ func TestSignMatchesTheSpecVector(t *testing.T) {
 
 func TestParseSecretRefusesBadSecrets(t *testing.T) {
 	t.Parallel()
-	for _, s := range []string{"", "whsec_", "whsec_not base64!"} {
+	for _, s := range []string{"", "whsec_", "whsec_not base64!", "whsec_ZmlmdGVlbi1ieXRlcyEh" /* 15 bytes */} {
 		_, err := delivery.ParseSecret(s)
 		require.Error(t, err, s)
 		require.NotContains(t, err.Error(), "base64!", "the secret is never echoed")

@@ -29,7 +29,7 @@ func TestClientAgainstAnIdemdAPISource(t *testing.T) {
 	rcv, err := receiver.New(db.Pool, &receiver.Config{Schema: db.Schema, Sources: []receiver.Source{{
 		Name:        "orders",
 		Path:        "/v1/orders",
-		Verify:      receiver.Verify{Scheme: receiver.SchemeBearer, Tokens: map[string]string{"token-a": "acme"}},
+		Verify:      receiver.Verify{Scheme: receiver.SchemeBearer, Tokens: map[string]string{"token-a-0123456789": "acme"}},
 		Idempotency: &receiver.Idempotency{Required: true},
 		Effect: receiver.Effect{SQL: db.Q(`INSERT INTO {schema}.orders (tenant, key, body)
 			VALUES (@tenant, @key, @payload) RETURNING id, tenant`), Status: 201},
@@ -72,7 +72,7 @@ func TestClientAgainstAnIdemdAPISource(t *testing.T) {
 	c, retries := newClient(t, idemclient.Config{})
 	req, err := http.NewRequest(http.MethodPost, proxy.URL+"/v1/orders", strings.NewReader(`{"sku":"book","qty":1}`))
 	require.NoError(t, err)
-	req.Header.Set("Authorization", "Bearer token-a")
+	req.Header.Set("Authorization", "Bearer token-a-0123456789")
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := c.Do(context.Background(), req)
 	require.NoError(t, err)

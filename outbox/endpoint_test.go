@@ -39,3 +39,31 @@ func TestEnqueueWithEndpoint(t *testing.T) {
 	require.NoError(t, tx.Rollback(ctx))
 	require.Zero(t, db.Count(t, "{schema}.http_deliveries WHERE causation_id = 'r'"), "rows commit with the transaction only")
 }
+
+// TestEnqueueMakesDeliveryHeadersSendable: a header that arrived with a CR, LF or another
+// control character (a Kafka header, a JSON /type) is made a valid HTTP field value in the
+// http_deliveries row, and a name that is not an HTTP token is dropped; otherwise every
+// delivery attempt would fail before sending. The Kafka outbox row keeps the headers as
+// they came.
+func TestEnqueueMakesDeliveryHeadersSendable(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	store := outbox.New(&outbox.Config{Schema: db.Schema})
+	ctx := context.Background()
+	raw := map[string]string{
+		outbox.HeaderEventType:   "order.paid\r\nX-Injected: 1",
+		outbox.HeaderContentType: "application/json\n",
+		"bad name\r\n":           "x",
+	}
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	require.NoError(t, store.EnqueueTx(ctx, tx, outbox.Event{Topic: "t", Endpoint: "partner", Payload: []byte("{}"),
+		Pipeline: "p", CausationID: "m", Headers: raw}))
+	require.NoError(t, tx.Commit(ctx))
+
+	var delivered, kafka map[string]string
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT headers FROM "+db.Schema+".http_deliveries").Scan(&delivered))
+	require.Equal(t, map[string]string{outbox.HeaderEventType: "order.paid  X-Injected: 1", outbox.HeaderContentType: "application/json"}, delivered)
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT headers FROM "+db.Schema+".outbox").Scan(&kafka))
+	require.Equal(t, raw, kafka)
+}

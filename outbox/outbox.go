@@ -17,10 +17,12 @@ import (
 	"fmt"
 	"hash/fnv"
 	"strconv"
+	"strings"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+	"golang.org/x/net/http/httpguts"
 
 	"github.com/idemd/idemd/internal/pgtext"
 )
@@ -183,7 +185,7 @@ func (s *Store) queue(batch *pgx.Batch, events []Event) {
 		}
 		hdrs := storableHeaders(e.Headers)
 		if e.Endpoint != "" {
-			deliveries.add(e, op, payload, hdrs)
+			deliveries.add(e, op, payload, deliverableHeaders(hdrs))
 		}
 		if e.Topic == "" {
 			continue // HTTP only: the relay must never see it
@@ -240,6 +242,32 @@ func (e Event) validate() error {
 		return fmt.Errorf("causation id (or an explicit operation id) is required")
 	}
 	return nil
+}
+
+// deliverableHeaders returns h, or a copy whose values are valid HTTP field values and
+// whose names are HTTP tokens: package delivery copies content-type and event-type into its
+// requests, and a CR, LF or other control character (a Kafka header or a JSON /type may
+// hold any) would fail every attempt before sending, and hold back the key's later events.
+// Control characters become spaces; a name that is not a token is dropped. The Kafka
+// record keeps the headers as they came.
+func deliverableHeaders(h map[string]string) map[string]string {
+	for k, v := range h {
+		if !httpguts.ValidHeaderFieldName(k) || !httpguts.ValidHeaderFieldValue(v) {
+			clean := make(map[string]string, len(h))
+			for k, v := range h {
+				if httpguts.ValidHeaderFieldName(k) {
+					clean[k] = strings.TrimSpace(strings.Map(func(r rune) rune {
+						if (r < 0x20 && r != '\t') || r == 0x7f {
+							return ' '
+						}
+						return r
+					}, v))
+				}
+			}
+			return clean
+		}
+	}
+	return h
 }
 
 // storableHeaders returns h, or a copy with its keys and values made storable in jsonb

@@ -147,15 +147,16 @@ func Scope(pipeline, tenant string) string {
 const MaxIDLength = 255
 
 // ValidID reports whether id can be claimed: 1 to MaxIDLength bytes of UTF-8 text without
-// control characters. The doors check it before claiming: the HTTP receiver answers 400, the
-// Kafka consumer dead-letters the record; an id that PostgreSQL could not store or index
-// never reaches a claim, where it would fail a whole batch.
+// control characters (C0, DEL and C1: U+0080 to U+009F, which terminals read as escapes).
+// The doors check it before claiming: the HTTP receiver answers 400, the Kafka consumer
+// dead-letters the record; an id that PostgreSQL could not store or index never reaches a
+// claim, where it would fail a whole batch.
 func ValidID(id string) bool {
 	if len(id) == 0 || len(id) > MaxIDLength || !utf8.ValidString(id) {
 		return false
 	}
 	for _, r := range id {
-		if r < 0x20 || r == 0x7f {
+		if r < 0x20 || (r >= 0x7f && r <= 0x9f) {
 			return false
 		}
 	}

@@ -120,7 +120,9 @@ func writeStored(w http.ResponseWriter, resp *processed.Response, replayKey stri
 	_, _ = w.Write(resp.Body)
 }
 
-// preferWait reads "Prefer: wait=N" (RFC 7240), capped at max.
+// preferWait reads "Prefer: wait=N" (RFC 7240), capped at max. N is compared with max in
+// seconds: N × time.Second overflows a Duration from N = 9223372037 on, which used to make
+// the wait negative (and the request's deadline already past).
 func preferWait(values []string, max time.Duration) time.Duration {
 	for _, v := range values {
 		for _, pref := range strings.Split(v, ",") {
@@ -128,11 +130,14 @@ func preferWait(values []string, max time.Duration) time.Duration {
 			if !ok || !strings.EqualFold(strings.TrimSpace(name), "wait") {
 				continue
 			}
-			n, err := strconv.Atoi(strings.Trim(strings.TrimSpace(val), `"`))
-			if err != nil || n <= 0 {
+			n, err := strconv.ParseInt(strings.Trim(strings.TrimSpace(val), `"`), 10, 64)
+			switch {
+			case errors.Is(err, strconv.ErrRange) && n > 0, err == nil && n > int64(max/time.Second):
+				return max
+			case err != nil || n <= 0:
 				return 0
 			}
-			return min(time.Duration(n)*time.Second, max)
+			return time.Duration(n) * time.Second
 		}
 	}
 	return 0

@@ -21,7 +21,7 @@ func TestAPIStatusTable(t *testing.T) {
 	b := setup(t, 8, func(db *pgtest.DB) Config { return Config{Sources: []Source{ordersSource(db)}} })
 
 	// New key: effect.status, body = returned row.
-	first := b.order(t, "token-a", "k1", `{"amount": 5, "sku": "x"}`)
+	first := b.order(t, "token-a-0123456789", "k1", `{"amount": 5, "sku": "x"}`)
 	require.Equal(t, 201, first.status, "%s", first.body)
 	require.Equal(t, "a", first.json(t)["tenant"])
 	require.Empty(t, first.header.Get("Idempotent-Replayed"))
@@ -30,7 +30,7 @@ func TestAPIStatusTable(t *testing.T) {
 
 	// Same key, same request (whitespace and key order do not matter; "k1" is k1): replay.
 	for _, key := range []string{"k1", `"k1"`} {
-		r := b.order(t, "token-a", key, `{"sku":"x","amount":5}`)
+		r := b.order(t, "token-a-0123456789", key, `{"sku":"x","amount":5}`)
 		require.Equal(t, 201, r.status)
 		require.Equal(t, first.body, r.body, "byte-identical")
 		require.Equal(t, "true", r.header.Get("Idempotent-Replayed"))
@@ -39,7 +39,7 @@ func TestAPIStatusTable(t *testing.T) {
 	require.Equal(t, 1, b.effects(t))
 
 	// Same key, different payload: 422, recorded.
-	r := b.order(t, "token-a", "k1", `{"amount": 6}`)
+	r := b.order(t, "token-a-0123456789", "k1", `{"amount": 6}`)
 	require.Equal(t, 422, r.status)
 	require.Equal(t, "conflict", r.problemType(t))
 	require.Equal(t, 1, b.db.Count(t, "{schema}.conflicts"))
@@ -54,7 +54,7 @@ func TestAPIStatusTable(t *testing.T) {
 
 	// Key missing or malformed: 400.
 	for _, keys := range [][]string{nil, {strings.Repeat("k", 256)}, {"a", "b"}, {`"a", "b"`}, {"a,b"}, {"caf\u00e9"}} {
-		h := http.Header{"Authorization": {"Bearer token-a"}}
+		h := http.Header{"Authorization": {"Bearer token-a-0123456789"}}
 		if keys != nil {
 			h["Idempotency-Key"] = keys
 		}
@@ -62,16 +62,16 @@ func TestAPIStatusTable(t *testing.T) {
 		require.Equal(t, 400, r.status, "%q", keys)
 		require.Contains(t, []string{"missing-idempotency-key", "invalid-idempotency-key"}, r.problemType(t))
 	}
-	r = b.order(t, "token-a", strings.Repeat("k", 255), `{"amount":1}`)
+	r = b.order(t, "token-a-0123456789", strings.Repeat("k", 255), `{"amount":1}`)
 	require.Equal(t, 201, r.status, "255 characters are fine")
 	require.Equal(t, 2, b.effects(t))
 
 	// Permanent failure (CHECK): 422 stored and replayed, no effect.
-	bad := b.order(t, "token-a", "k-bad", `{"amount": -1}`)
+	bad := b.order(t, "token-a-0123456789", "k-bad", `{"amount": -1}`)
 	require.Equal(t, 422, bad.status)
 	require.Equal(t, "effect-failed", bad.problemType(t))
 	require.Contains(t, string(bad.body), "23514")
-	again := b.order(t, "token-a", "k-bad", `{"amount": -1}`)
+	again := b.order(t, "token-a-0123456789", "k-bad", `{"amount": -1}`)
 	require.Equal(t, 422, again.status)
 	require.Equal(t, bad.body, again.body)
 	require.Equal(t, "true", again.header.Get("Idempotent-Replayed"))
@@ -79,7 +79,7 @@ func TestAPIStatusTable(t *testing.T) {
 
 	// PUT {path}/{id}: the id is the key.
 	put := func(body string) resp {
-		return do(t, nil, "PUT", b.srv.URL+"/v1/orders/ord-7", []byte(body), http.Header{"Authorization": {"Bearer token-a"}})
+		return do(t, nil, "PUT", b.srv.URL+"/v1/orders/ord-7", []byte(body), http.Header{"Authorization": {"Bearer token-a-0123456789"}})
 	}
 	r = put(`{"amount": 7}`)
 	require.Equal(t, 201, r.status, "%s", r.body)
@@ -90,7 +90,7 @@ func TestAPIStatusTable(t *testing.T) {
 
 	// After the retention the key is new (the record is aged rather than waited for).
 	b.db.Exec(t, b.db.Q(`UPDATE {schema}.processed_messages SET expires_at = now() - interval '1 second' WHERE message_id = 'k1'`))
-	r = b.order(t, "token-a", "k1", `{"amount": 6}`)
+	r = b.order(t, "token-a-0123456789", "k1", `{"amount": 6}`)
 	require.Equal(t, 201, r.status)
 	require.NotEqual(t, first.body, r.body)
 	require.Equal(t, 2, b.db.Count(t, "{schema}.effects WHERE message_id = 'k1'"))
@@ -100,16 +100,16 @@ func TestAPIStatusTable(t *testing.T) {
 func TestTenantIsolation(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 4, func(db *pgtest.DB) Config { return Config{Sources: []Source{ordersSource(db)}} })
-	a := b.order(t, "token-a", "shared", `{"amount": 1}`)
+	a := b.order(t, "token-a-0123456789", "shared", `{"amount": 1}`)
 	require.Equal(t, 201, a.status)
-	bb := b.order(t, "token-b", "shared", `{"amount": 1}`)
+	bb := b.order(t, "token-b-0123456789", "shared", `{"amount": 1}`)
 	require.Equal(t, 201, bb.status)
 	require.Empty(t, bb.header.Get("Idempotent-Replayed"))
 	require.Equal(t, "b", bb.json(t)["tenant"])
 	require.NotEqual(t, a.body, bb.body)
 	// A different payload from B is not a conflict with A's either.
-	require.Equal(t, 201, b.order(t, "token-b", "shared2", `{"amount": 2}`).status)
-	require.Equal(t, 201, b.order(t, "token-a", "shared2", `{"amount": 3}`).status)
+	require.Equal(t, 201, b.order(t, "token-b-0123456789", "shared2", `{"amount": 2}`).status)
+	require.Equal(t, 201, b.order(t, "token-a-0123456789", "shared2", `{"amount": 3}`).status)
 	require.Equal(t, 4, b.effects(t))
 	// Their events have distinct operation ids.
 	require.Equal(t, 4, b.db.Count(t, "(SELECT DISTINCT operation_id FROM {schema}.outbox) o"))
@@ -124,7 +124,7 @@ func TestAPIInFlight(t *testing.T) {
 	b := setup(t, 8, func(db *pgtest.DB) Config {
 		return Config{Sources: []Source{{
 			Name: "slow", Path: "/v1/slow",
-			Verify:      Verify{Scheme: SchemeBearer, Tokens: map[string]string{"t": "a"}},
+			Verify:      Verify{Scheme: SchemeBearer, Tokens: map[string]string{"token-t-0123456789": "a"}},
 			Idempotency: &Idempotency{Required: true},
 			Effect: Effect{Func: func(ctx context.Context, tx pgx.Tx, r *Request) (any, error) {
 				once.Do(func() { close(entered) })
@@ -135,7 +135,7 @@ func TestAPIInFlight(t *testing.T) {
 		}}}
 	})
 	post := func(body string, extra ...string) resp {
-		h := http.Header{"Authorization": {"Bearer t"}, "Idempotency-Key": {"k"}}
+		h := http.Header{"Authorization": {"Bearer token-t-0123456789"}, "Idempotency-Key": {"k"}}
 		for i := 0; i+1 < len(extra); i += 2 {
 			h.Set(extra[i], extra[i+1])
 		}
@@ -196,7 +196,7 @@ func TestConcurrentAPI(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			out[i] = b.order(t, "token-a", "one-key", `{"amount": 3}`)
+			out[i] = b.order(t, "token-a-0123456789", "one-key", `{"amount": 3}`)
 		}()
 	}
 	wg.Wait()
@@ -227,10 +227,10 @@ func TestNewErrors(t *testing.T) {
 		want string
 	}{
 		{Source{Name: "x", Verify: Verify{Scheme: "none"}, MessageID: &pipeline.Field{Header: "X-Id"}}, `source 0 ("x"): verify.scheme none is refused`},
-		{Source{Name: "x", Verify: Verify{Scheme: "github", Secrets: []string{"s"}}, Effect: Effect{SQL: "INSERT INTO nowhere VALUES (@message_id)"}}, `source 0 ("x"): effect.sql does not prepare`},
-		{Source{Name: "x", Verify: Verify{Scheme: "hmac-sha256", Secrets: []string{"s"}, Header: "X-S"}}, "message_id is required"},
-		{Source{Name: "x", Verify: Verify{Scheme: "github", Secrets: []string{"s"}}, Publish: &pipeline.Publish{}}, "publish: want topic, http or both"},
-		{Source{Verify: Verify{Scheme: "github", Secrets: []string{"s"}}}, "name is required"},
+		{Source{Name: "x", Verify: Verify{Scheme: "github", Secrets: []string{"s-0123456789abcdef"}}, Effect: Effect{SQL: "INSERT INTO nowhere VALUES (@message_id)"}}, `source 0 ("x"): effect.sql does not prepare`},
+		{Source{Name: "x", Verify: Verify{Scheme: "hmac-sha256", Secrets: []string{"s-0123456789abcdef"}, Header: "X-S"}}, "message_id is required"},
+		{Source{Name: "x", Verify: Verify{Scheme: "github", Secrets: []string{"s-0123456789abcdef"}}, Publish: &pipeline.Publish{}}, "publish: want topic, http or both"},
+		{Source{Verify: Verify{Scheme: "github", Secrets: []string{"s-0123456789abcdef"}}}, "name is required"},
 	} {
 		_, err := New(db.Pool, &Config{Schema: db.Schema, Sources: []Source{tc.src}})
 		require.ErrorContains(t, err, tc.want)

@@ -18,6 +18,9 @@ const (
 	LeaseDefault        = 30 * time.Second
 	MaxWaitDefault      = 30 * time.Second
 	BodyLimitDefault    = 1 << 20
+	// MaxUnverifiedBytesDefault bounds the bodies read but not yet verified, all requests
+	// together: 64 bodies of 1 MiB, or thousands of typical webhooks.
+	MaxUnverifiedBytesDefault = 64 << 20
 	// StatusDefault is the status of a new API request whose effect committed.
 	StatusDefault = 200
 )
@@ -47,6 +50,11 @@ type Config struct {
 	Lease time.Duration
 	// MaxWait caps the wait a client may ask for with "Prefer: wait=N". Defaults to 30 s.
 	MaxWait time.Duration
+	// MaxUnverifiedBytes bounds the bytes of request bodies being read before their
+	// signature or token is checked, all requests together; each counts its Content-Length,
+	// or its source's BodyLimit when chunked. A request that does not fit is answered 503
+	// with Retry-After: 1 before its body is read. Defaults to 64 MiB.
+	MaxUnverifiedBytes int64
 	// Logger is the base entry; the receiver adds component=receiver. Defaults to logrus's
 	// standard logger.
 	Logger *logrus.Entry
@@ -69,6 +77,12 @@ type Source struct {
 	Verify Verify `yaml:"verify"`
 	// AllowUnverified permits Verify.Scheme "none". Defaults to false.
 	AllowUnverified bool `yaml:"allow_unverified"`
+	// AllowUnsignedMessageID permits MessageID.Header on an hmac-sha256 source. Its
+	// signature covers the body only, so a header id is not authenticated: whoever captured
+	// one signed request can send it again with a fresh id, and nothing signed says how old
+	// it is. Prefer MessageID.JSON, an id inside the signed body. Defaults to false (a
+	// header id on hmac-sha256 is refused at New).
+	AllowUnsignedMessageID bool `yaml:"allow_unsigned_message_id"`
 	// MessageID says where a webhook's id is. Defaults to the scheme's (SPEC 3.1): stripe
 	// JSON /id, standard-webhooks header webhook-id, github X-GitHub-Delivery, shopify
 	// X-Shopify-Event-Id, slack JSON /event_id; required for hmac-sha256 and none. Ignored by

@@ -74,7 +74,7 @@ func TestCrashMidRequest(t *testing.T) {
 		return post(url, "/webhooks/stripe", body, http.Header{"Stripe-Signature": {stripeSig(testSecret, time.Now(), body)}})
 	}
 	order := func(url string) error {
-		return post(url, "/v1/orders", []byte(`{"amount":1}`), http.Header{"Authorization": {"Bearer token-a"}, "Idempotency-Key": {"crash-key"}})
+		return post(url, "/v1/orders", []byte(`{"amount":1}`), http.Header{"Authorization": {"Bearer token-a-0123456789"}, "Idempotency-Key": {"crash-key"}})
 	}
 	crash(webhook)
 	crash(order)
@@ -92,7 +92,7 @@ func TestCrashMidRequest(t *testing.T) {
 	require.Equal(t, 200, res.status)
 	require.Equal(t, "processed", res.json(t)["status"])
 	// The abandoned reservation is taken over after its lease.
-	res = b.order(t, "token-a", "crash-key", `{"amount":1}`, "Prefer", "wait=10")
+	res = b.order(t, "token-a-0123456789", "crash-key", `{"amount":1}`, "Prefer", "wait=10")
 	require.Equal(t, 201, res.status, "%s", res.body)
 	require.Equal(t, 2, b.effects(t))
 	require.Equal(t, 200, b.stripe(t, body).status)

@@ -26,7 +26,7 @@ func Example() {
 	pool, schema, cleanup := pgtest.ExampleDB("receiver")
 	defer cleanup()
 
-	const secret = "whsec_example"
+	const secret = "whsec_example_secret_0001"
 	applied := 0
 	rcv, err := receiver.New(pool, &receiver.Config{
 		Schema: schema,

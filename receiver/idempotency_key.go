@@ -17,9 +17,10 @@ const KeyMaxLen = 255
 
 // ParseIdempotencyKey returns the one key carried by the Idempotency-Key header values.
 // The draft standard makes the field a Structured Fields string ("k"); many clients send the
-// key bare (k). Both mean the same key. Two header lines, or a list ("a", "b"), are refused:
-// which one would the client expect us to honour? Parameters after a quoted key (";p=1")
-// are ignored, as Structured Fields allow.
+// key bare (k). Both mean the same key. Two header lines, a list ("a", "b") or an inner
+// list (("a" "b"), or anything bare that starts with "(") are refused: which one would the
+// client expect us to honour? Parameters after a quoted key (";p=1") are ignored, as
+// Structured Fields allow.
 func ParseIdempotencyKey(values []string) (string, error) {
 	switch len(values) {
 	case 0:
@@ -70,7 +71,7 @@ func ParseIdempotencyKey(values []string) (string, error) {
 		}
 		key = b.String()
 	} else {
-		if strings.Contains(v, ",") {
+		if strings.Contains(v, ",") || v[0] == '(' {
 			return "", ErrManyKeys
 		}
 		key = v

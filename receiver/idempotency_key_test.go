@@ -30,6 +30,10 @@ func TestParseIdempotencyKey(t *testing.T) {
 		{[]string{"a", "b"}, "", ErrManyKeys},
 		{[]string{"a,b"}, "", ErrManyKeys},
 		{[]string{`"a", "b"`}, "", ErrManyKeys},
+		{[]string{`("a" "b")`}, "", ErrManyKeys},
+		{[]string{`("a")`}, "", ErrManyKeys},
+		{[]string{`(a b);p=1`}, "", ErrManyKeys},
+		{[]string{`"(a b)"`}, "(a b)", nil},
 		{[]string{`"abc`}, "", ErrInvalidKey},
 		{[]string{`"a\nb"`}, "", ErrInvalidKey},
 		{[]string{"caf\u00e9"}, "", ErrInvalidKey},
@@ -47,7 +51,7 @@ func TestParseIdempotencyKey(t *testing.T) {
 }
 
 func FuzzIdempotencyKey(f *testing.F) {
-	for _, s := range []string{"abc", `"abc"`, `"a\"b"`, `"a";x`, "a,b", `"`, "", strings.Repeat("z", 256)} {
+	for _, s := range []string{"abc", `"abc"`, `"a\"b"`, `"a";x`, "a,b", `("a" "b")`, `"`, "", strings.Repeat("z", 256)} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {

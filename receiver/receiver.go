@@ -44,12 +44,13 @@ type Receiver struct {
 	byPath map[string]*source
 	byName map[string]*source
 
-	queue     chan *item
-	sem       chan struct{}
-	ctx       context.Context
-	cancel    context.CancelFunc
-	wg        sync.WaitGroup
-	closeOnce sync.Once
+	queue      chan *item
+	sem        chan struct{}
+	unverified unverifiedBudget
+	ctx        context.Context
+	cancel     context.CancelFunc
+	wg         sync.WaitGroup
+	closeOnce  sync.Once
 }
 
 // item is one webhook request waiting for its batch.
@@ -76,6 +77,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Receiver, error) {
 	c.ApplyTimeout = cmp.Or(c.ApplyTimeout, ApplyTimeoutDefault)
 	c.Lease = cmp.Or(c.Lease, LeaseDefault)
 	c.MaxWait = cmp.Or(c.MaxWait, MaxWaitDefault)
+	c.MaxUnverifiedBytes = cmp.Or(c.MaxUnverifiedBytes, MaxUnverifiedBytesDefault)
 	if c.Logger == nil {
 		c.Logger = logrus.NewEntry(logrus.StandardLogger())
 	}
@@ -89,8 +91,8 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Receiver, error) {
 		return nil, fmt.Errorf("receiver: MaxBatch must be at least 1, got %d", c.MaxBatch)
 	case c.Workers < 1:
 		return nil, fmt.Errorf("receiver: Workers must be at least 1, got %d", c.Workers)
-	case c.ApplyTimeout < 0, c.Lease < 0, c.MaxWait < 0:
-		return nil, errors.New("receiver: ApplyTimeout, Lease and MaxWait must not be negative")
+	case c.ApplyTimeout < 0, c.Lease < 0, c.MaxWait < 0, c.MaxUnverifiedBytes < 0:
+		return nil, errors.New("receiver: ApplyTimeout, Lease, MaxWait and MaxUnverifiedBytes must not be negative")
 	}
 	store, err := processed.New(&processed.Config{Schema: c.Schema, Lease: c.Lease})
 	if err != nil {
@@ -106,6 +108,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Receiver, error) {
 		queue:     make(chan *item),
 		sem:       make(chan struct{}, c.Workers),
 	}
+	r.unverified.max = c.MaxUnverifiedBytes
 	ecfg := &exactlyonce.Config{
 		Schema:    c.Schema,
 		Processed: store,
@@ -209,6 +212,11 @@ func (r *Receiver) serve(w http.ResponseWriter, req *http.Request, src *source, 
 		r.reject(w, src, probTooLarge, fmt.Sprintf("the limit is %d bytes", src.bodyLimit), "too_large")
 		return
 	}
+	release, ok := r.admit(w, req, src) // MaxUnverifiedBytes
+	if !ok {
+		return
+	}
+	defer release()
 	// Counted while reading: a chunked body has no Content-Length to trust.
 	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, src.bodyLimit))
 	if err != nil {
@@ -221,6 +229,7 @@ func (r *Receiver) serve(w http.ResponseWriter, req *http.Request, src *source, 
 		return
 	}
 	tenant, err := src.verifier.verify(req.Header, body, r.cfg.Now())
+	release() // verified or refused: the body no longer counts as unverified
 	if err != nil {
 		// The reason goes to the log only: the response must not teach a prober anything.
 		log.WithField("reason", err.Error()).Warn("request failed verification")

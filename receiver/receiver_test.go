@@ -53,7 +53,7 @@ func setup(t *testing.T, maxConns int32, cfg func(db *pgtest.DB) Config) *bundle
 func stripeSource(db *pgtest.DB) Source {
 	return Source{
 		Name:   "stripe",
-		Verify: Verify{Scheme: SchemeStripe, Secrets: []string{"whsec_old", testSecret}},
+		Verify: Verify{Scheme: SchemeStripe, Secrets: []string{"whsec_old_rotated_secret", testSecret}},
 		Effect: Effect{SQL: db.Q(`INSERT INTO {schema}.effects (message_id, amount, body)
 			VALUES (@message_id, (@payload::jsonb #>> '{data,object,amount}')::bigint, @headers::jsonb)`)},
 		Publish: &pipeline.Publish{Topic: "webhooks.stripe", Key: &pipeline.Field{JSON: "/data/object/id"}},
@@ -64,7 +64,7 @@ func ordersSource(db *pgtest.DB) Source {
 	return Source{
 		Name:        "orders",
 		Path:        "/v1/orders",
-		Verify:      Verify{Scheme: SchemeBearer, Tokens: map[string]string{"token-a": "a", "token-b": "b"}},
+		Verify:      Verify{Scheme: SchemeBearer, Tokens: map[string]string{"token-a-0123456789": "a", "token-b-0123456789": "b"}},
 		Idempotency: &Idempotency{Required: true},
 		Effect: Effect{SQL: db.Q(`INSERT INTO {schema}.effects (tenant, message_id, body, amount)
 			VALUES (@tenant, @key, @payload, (@payload::jsonb ->> 'amount')::bigint) RETURNING id, tenant`), Status: 201},
@@ -254,7 +254,7 @@ func TestLimits(t *testing.T) {
 	r = do(t, nil, "POST", b.srv.URL+"/webhooks/nope", nil, nil)
 	require.Equal(t, 404, r.status)
 	require.Equal(t, "not-found", r.problemType(t))
-	r = b.order(t, "token-a", "k", `{"amount":1,"pad":"`+strings.Repeat("y", 80)+`"}`)
+	r = b.order(t, "token-a-0123456789", "k", `{"amount":1,"pad":"`+strings.Repeat("y", 80)+`"}`)
 	require.Equal(t, 413, r.status)
 	require.Equal(t, 0, b.effects(t))
 }
@@ -278,7 +278,7 @@ func TestTransientFailure(t *testing.T) {
 			ApplyTimeout: 300 * time.Millisecond,
 			Sources: []Source{
 				{Name: "gh", Verify: Verify{Scheme: SchemeGitHub, Secrets: []string{ghSecret}}, Effect: Effect{Func: effect}},
-				{Name: "api", Verify: Verify{Scheme: SchemeBearer, Tokens: map[string]string{"t": "a"}},
+				{Name: "api", Verify: Verify{Scheme: SchemeBearer, Tokens: map[string]string{"token-t-0123456789": "a"}},
 					Idempotency: &Idempotency{Required: true}, Effect: Effect{Func: effect, Status: 201}},
 			},
 		}
@@ -294,7 +294,7 @@ func TestTransientFailure(t *testing.T) {
 	require.Equal(t, true, r.json(t)["retryable"])
 	apiPost := func() resp {
 		return do(t, nil, "POST", b.srv.URL+"/webhooks/api", []byte(`{"n":1}`), http.Header{
-			"Authorization": {"Bearer t"}, "Idempotency-Key": {"k1"}})
+			"Authorization": {"Bearer token-t-0123456789"}, "Idempotency-Key": {"k1"}})
 	}
 	r = apiPost()
 	require.Equal(t, 503, r.status)

@@ -17,6 +17,7 @@ const (
 	WriteTimeoutDefault      = 30 * time.Second
 	IdleTimeoutDefault       = 120 * time.Second
 	MaxHeaderBytesDefault    = 64 << 10
+	MaxConnsDefault          = 1024
 )
 
 // ServerConfig bounds what one client may cost the HTTP server.
@@ -32,15 +33,22 @@ type ServerConfig struct {
 	IdleTimeout time.Duration
 	// MaxHeaderBytes bounds the request line and headers. Defaults to 64 KiB.
 	MaxHeaderBytes int
+	// MaxConns bounds the open connections, idle keep-alive ones included: a connection
+	// accepted beyond it is closed at once, before anything is read (senders retry).
+	// Defaults to 1024.
+	MaxConns int
 }
 
 // NewServer returns an *http.Server on addr serving h with cfg's limits (cfg may be nil).
+// Its ConnState hook enforces MaxConns: wrap it, do not replace it.
 func NewServer(addr string, h http.Handler, cfg *ServerConfig) *http.Server {
 	c := ServerConfig{}
 	if cfg != nil {
 		c = *cfg
 	}
+	conns := &connLimit{max: int64(cmp.Or(c.MaxConns, MaxConnsDefault))}
 	return &http.Server{
+		ConnState:         conns.track,
 		Addr:              addr,
 		Handler:           h,
 		ReadHeaderTimeout: cmp.Or(c.ReadHeaderTimeout, ReadHeaderTimeoutDefault),

@@ -95,6 +95,9 @@ func compileSource(ctx context.Context, pool *pgxpool.Pool, s Source) (*source, 
 		return nil, err
 	}
 	c.verifier = v
+	if err := checkMessageID(s); err != nil {
+		return nil, err
+	}
 	if s.Verify.Scheme == SchemeBearer && !c.api {
 		return nil, errors.New("verify.scheme bearer is for API sources: set idempotency")
 	}

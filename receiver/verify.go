@@ -9,10 +9,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/idemd/idemd/internal/signkey"
 )
 
 // Verification schemes (Verify.Scheme).
@@ -79,17 +83,23 @@ func parseTimestamp(ts string) error {
 	return nil
 }
 
+// checkTimestamp checks that the signed Unix time ts is within tol of now, both ways. The
+// comparison is in seconds against bounds computed from now: now - ts overflows int64 for
+// a timestamp near either end of its range, and seconds as a time.Duration overflow after
+// 292 years (a timestamp that far ahead used to pass as a negative skew).
 func checkTimestamp(ts string, tol time.Duration, now time.Time) (int64, error) {
 	t, err := strconv.ParseInt(strings.TrimSpace(ts), 10, 64)
 	if err != nil {
 		return 0, parseTimestamp(ts)
 	}
-	skew := now.Unix() - t
-	if skew < 0 {
-		skew = -skew
-	}
-	if time.Duration(skew)*time.Second > tol {
-		return 0, failf("clock skew of %d s exceeds the tolerance of %d s", now.Unix()-t, int64(tol/time.Second))
+	n, tolS := now.Unix(), int64(tol/time.Second)
+	if t < n-tolS || t > n+tolS {
+		// now - t, exactly, for the log: as unsigned, the difference cannot wrap.
+		skew := strconv.FormatUint(uint64(n)-uint64(t), 10)
+		if t > n {
+			skew = "-" + strconv.FormatUint(uint64(t)-uint64(n), 10)
+		}
+		return 0, failf("clock skew of %s s exceeds the tolerance of %d s", skew, tolS)
 	}
 	return t, nil
 }
@@ -195,6 +205,11 @@ func swHeaders(h http.Header) (id, ts, sig string) {
 	return id, ts, sig
 }
 
+// MaxSignatures is how many entries one webhook-signature header may carry. Senders send one
+// per active secret (two while rotating); each v1a entry costs an Ed25519 verification that
+// hashes the whole body, so a header of hundreds of entries would cost hundreds of hashes.
+const MaxSignatures = 5
+
 // swSignatures is a parsed webhook-signature header: "v1,<b64> v1,<b64> v1a,<b64>".
 type swSignatures struct {
 	v1, v1a [][]byte
@@ -205,7 +220,12 @@ func parseStandardSignatures(s string) (swSignatures, error) {
 	if strings.TrimSpace(s) == "" {
 		return out, failf("missing or empty webhook-signature header")
 	}
-	for _, item := range strings.Fields(s) {
+	items := strings.Fields(s)
+	if len(items) > MaxSignatures {
+		return out, failf("malformed header: more than %d signatures in webhook-signature", MaxSignatures)
+	}
+	seen := map[[ed25519.SignatureSize]byte]bool{}
+	for _, item := range items {
 		ver, sig, ok := strings.Cut(item, ",")
 		if !ok {
 			return out, failf("malformed header: webhook-signature entry without a version")
@@ -217,7 +237,11 @@ func parseStandardSignatures(s string) (swSignatures, error) {
 		case ver == "v1" && len(b) == sha256.Size:
 			out.v1 = append(out.v1, b)
 		case ver == "v1a" && len(b) == ed25519.SignatureSize:
-			out.v1a = append(out.v1a, b)
+			// A repeated entry is verified once.
+			if !seen[[ed25519.SignatureSize]byte(b)] {
+				seen[[ed25519.SignatureSize]byte(b)] = true
+				out.v1a = append(out.v1a, b)
+			}
 		}
 	}
 	if len(out.v1) == 0 && len(out.v1a) == 0 {
@@ -238,12 +262,20 @@ func (v standardVerifier) verify(h http.Header, body []byte, now time.Time) (str
 	if err := parseTimestamp(ts); err != nil {
 		return "", err
 	}
-	content := []byte(id + "." + ts + "." + string(body))
-	ok := anyMAC(v.keys, sigs.v1, content)
-	for _, pk := range v.pubKeys {
-		for _, s := range sigs.v1a {
-			if ed25519.Verify(pk, content, s) {
-				ok = true
+	ok := anyMAC(v.keys, sigs.v1, []byte(id), []byte("."), []byte(ts), []byte("."), body)
+	if !ok && len(sigs.v1a) > 0 && len(v.pubKeys) > 0 {
+		// Ed25519 hashes the message again for every (key, signature) pair: the content is
+		// built once, and at most MaxSignatures × keys verifications run, none once one passed.
+		// Public keys hold no secret, so stopping early reveals nothing.
+		content := make([]byte, 0, len(id)+len(ts)+len(body)+2)
+		content = append(append(append(append(append(content, id...), '.'), ts...), '.'), body...)
+	verify:
+		for _, pk := range v.pubKeys {
+			for _, s := range sigs.v1a {
+				if ed25519.Verify(pk, content, s) {
+					ok = true
+					break verify
+				}
 			}
 		}
 	}
@@ -254,15 +286,6 @@ func (v standardVerifier) verify(h http.Header, body []byte, now time.Time) (str
 		return "", err
 	}
 	return "", nil
-}
-
-// decodeStandardSecret turns "whsec_<base64>" into the HMAC key.
-func decodeStandardSecret(s string) ([]byte, error) {
-	b, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(s, "whsec_"))
-	if err != nil {
-		return nil, errors.New("a standard-webhooks secret is whsec_ followed by base64")
-	}
-	return b, nil
 }
 
 // decodeStandardPublicKey turns "whpk_<base64>" into an Ed25519 public key (v1a).
@@ -351,8 +374,15 @@ func (v slackVerifier) verify(h http.Header, body []byte, now time.Time) (string
 
 // --- bearer ---------------------------------------------------------------------------
 
+// bearerVerifier keeps the SHA-256 of each token, not the token: comparing digests of
+// fixed length takes the same time whatever the length of the token sent.
 type bearerVerifier struct {
-	tokens [][2]string // token, tenant
+	tokens []bearerToken
+}
+
+type bearerToken struct {
+	digest [sha256.Size]byte
+	tenant string
 }
 
 func (v bearerVerifier) verify(h http.Header, _ []byte, _ time.Time) (string, error) {
@@ -364,11 +394,13 @@ func (v bearerVerifier) verify(h http.Header, _ []byte, _ time.Time) (string, er
 	if !ok || !strings.EqualFold(scheme, "Bearer") || tok == "" {
 		return "", failf("malformed header: Authorization is not \"Bearer <token>\"")
 	}
+	sent := sha256.Sum256([]byte(tok))
 	tenant, found := "", 0
 	for _, t := range v.tokens {
-		// Compare against every token: the time taken does not say which one matched.
-		if subtle.ConstantTimeCompare([]byte(t[0]), []byte(tok)) == 1 {
-			tenant, found = t[1], 1
+		// Compare against every token: the time taken does not say which one matched, nor
+		// (digests of one length) how long the right token is.
+		if subtle.ConstantTimeCompare(t.digest[:], sent[:]) == 1 {
+			tenant, found = t.tenant, 1
 		}
 	}
 	if found == 0 {
@@ -402,6 +434,40 @@ func ParseTokens(s string) (map[string]string, error) {
 	return out, nil
 }
 
+// CheckSecret reports whether secret is a usable signing secret of scheme: decoded as the
+// scheme decodes it (standard-webhooks: base64 after "whsec_"; the others: the bytes as
+// they are), it must hold at least 16 bytes (internal/signkey). A bearer token is checked
+// the same way. The error never contains the secret.
+func CheckSecret(scheme, secret string) error {
+	if scheme == SchemeStandardWebhooks {
+		_, err := signkey.DecodeStandard(secret)
+		return err
+	}
+	return signkey.Check([]byte(secret))
+}
+
+// ErrUnsignedMessageID refuses a header message id on a body-only hmac-sha256 source unless
+// Source.AllowUnsignedMessageID (allow_unsigned_message_id) says the operator accepts it.
+var ErrUnsignedMessageID = errors.New("the hmac-sha256 signature covers the body only, so a header id is not " +
+	"authenticated and a captured request can be sent again with a new id: use message_id.json (an id inside the " +
+	"signed body), or set allow_unsigned_message_id: true (AllowUnsignedMessageID) to accept that")
+
+// ErrUnsignedMessageIDUnused refuses AllowUnsignedMessageID where it has no meaning.
+var ErrUnsignedMessageIDUnused = errors.New("only for verify.scheme hmac-sha256 with message_id.header")
+
+// checkMessageID enforces AllowUnsignedMessageID: a header id on an hmac-sha256 source is
+// an explicit opt-in, and the opt-in means nothing elsewhere.
+func checkMessageID(s Source) error {
+	headerID := s.Verify.Scheme == SchemeHMACSHA256 && s.MessageID != nil && s.MessageID.Header != ""
+	switch {
+	case headerID && !s.AllowUnsignedMessageID:
+		return fmt.Errorf("message_id.header: %w", ErrUnsignedMessageID)
+	case !headerID && s.AllowUnsignedMessageID:
+		return fmt.Errorf("allow_unsigned_message_id: %w", ErrUnsignedMessageIDUnused)
+	}
+	return nil
+}
+
 // newVerifier builds the verifier of v, or says which field is wrong.
 func newVerifier(v Verify, allowUnverified bool) (verifier, error) {
 	raw := func() ([][]byte, error) {
@@ -410,8 +476,8 @@ func newVerifier(v Verify, allowUnverified bool) (verifier, error) {
 		}
 		keys := make([][]byte, 0, len(v.Secrets))
 		for i, s := range v.Secrets {
-			if s == "" {
-				return nil, fmt.Errorf("verify.secrets[%d] is empty", i)
+			if err := signkey.Check([]byte(s)); err != nil {
+				return nil, fmt.Errorf("verify.secrets[%d]: %w", i, err)
 			}
 			keys = append(keys, []byte(s))
 		}
@@ -434,7 +500,7 @@ func newVerifier(v Verify, allowUnverified bool) (verifier, error) {
 	case SchemeStandardWebhooks:
 		sv := standardVerifier{tol: tol}
 		for i, s := range v.Secrets {
-			k, err := decodeStandardSecret(s)
+			k, err := signkey.DecodeStandard(s)
 			if err != nil {
 				return nil, fmt.Errorf("verify.secrets[%d]: %w", i, err)
 			}
@@ -491,11 +557,15 @@ func newVerifier(v Verify, allowUnverified bool) (verifier, error) {
 			return nil, errors.New("verify.tokens: at least one token=tenant is required")
 		}
 		bv := bearerVerifier{}
-		for tok, tenant := range v.Tokens {
+		for _, tok := range slices.Sorted(maps.Keys(v.Tokens)) {
+			tenant := v.Tokens[tok]
 			if tok == "" || tenant == "" {
 				return nil, errors.New("verify.tokens: empty token or tenant")
 			}
-			bv.tokens = append(bv.tokens, [2]string{tok, tenant})
+			if err := signkey.Check([]byte(tok)); err != nil {
+				return nil, fmt.Errorf("verify.tokens: the token of tenant %q: %w", tenant, err)
+			}
+			bv.tokens = append(bv.tokens, bearerToken{digest: sha256.Sum256([]byte(tok)), tenant: tenant})
 		}
 		return bv, nil
 	case SchemeNone:

@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"strings"
+
+	"github.com/idemd/idemd/internal/printable"
 )
 
 // Exit codes: 2 for a bad command line or configuration (fix it and run again), 1 for a
@@ -81,7 +83,7 @@ func (c *cli) usage(w io.Writer) {
 	fmt.Fprintln(w, "idemd turns at-least-once delivery into exactly-once effects on PostgreSQL.")
 	fmt.Fprintln(w, "\nUsage: idemd <command> [flags]\n\nCommands:")
 	for _, cmd := range commands {
-		fmt.Fprintf(w, "  %-8s %s\n", cmd.name, cmd.summary)
+		fmt.Fprintf(w, "  %-16s %s\n", strings.TrimSpace(cmd.name+" "+cmd.args), cmd.summary)
 	}
 	fmt.Fprintln(w, "\nRun 'idemd <command> --help' for a command's flags and environment.")
 	fmt.Fprintln(w, "Configuration comes from IDEMD_* environment variables and the pipelines file:")
@@ -145,9 +147,10 @@ func (c *cli) parse(fs *flag.FlagSet, args []string) (code int, ok bool) {
 	return 0, true
 }
 
-// fail prints err for the user and returns code.
+// fail prints err for the user and returns code. Errors may quote what a sender or a file
+// wrote: each line is escaped (internal/printable).
 func (c *cli) fail(cmd string, code int, err error) int {
-	msg := strings.TrimRight(err.Error(), "\n")
+	msg := printable.Lines(strings.TrimRight(err.Error(), "\n"))
 	fmt.Fprintf(c.stderr, "idemd %s: %s\n", cmd, strings.ReplaceAll(msg, "\n", "\n  "))
 	return code
 }

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -76,11 +78,11 @@ func TestServeRefusesBadConfig(t *testing.T) {
 			require.NoError(t, os.WriteFile(file, []byte(strings.Replace(goodFile, tc.old, tc.new, 1)), 0o600))
 			code, _, errOut := runIdemd(t, map[string]string{
 				"IDEMD_PIPELINES_FILE": file, "IDEMD_DATABASE_URL": "postgres://nobody@127.0.0.1:1/none",
-				"IDEMD_KAFKA_BROKERS": "127.0.0.1:1", "CLI_STRIPE_SECRET": "whsec_x",
+				"IDEMD_KAFKA_BROKERS": "127.0.0.1:1", "CLI_STRIPE_SECRET": "whsec_cli_test_secret",
 			}, "serve")
 			require.Equal(t, 2, code, errOut)
 			require.Contains(t, errOut, file+tc.want)
-			require.NotContains(t, errOut, "whsec_x")
+			require.NotContains(t, errOut, "whsec_cli_test_secret")
 		})
 	}
 }
@@ -98,7 +100,7 @@ func TestCheckReportsEverything(t *testing.T) {
 	require.NoError(t, os.WriteFile(file, []byte(bad), 0o600))
 	code, _, errOut := runIdemd(t, map[string]string{
 		"IDEMD_PIPELINES_FILE": file, "IDEMD_DATABASE_URL": pgtest.URL(), "IDEMD_DB_SCHEMA": schema,
-		"IDEMD_KAFKA_BROKERS": "127.0.0.1:1", "CLI_STRIPE_SECRET": "whsec_x",
+		"IDEMD_KAFKA_BROKERS": "127.0.0.1:1", "CLI_STRIPE_SECRET": "whsec_cli_test_secret",
 	}, "check")
 	require.Equal(t, 2, code, errOut)
 	require.Contains(t, errOut, file+`:3: sources[0] "stripe": verify.scheme: unknown scheme "strype"`)
@@ -130,5 +132,26 @@ func TestSignatureVectors(t *testing.T) {
 			}
 		}
 		require.Equal(t, tc.want, got, tc.scheme)
+	}
+}
+
+// TestLogsEscapeSenderText: a log line quoting a sender's id (JSON or text format) carries
+// no raw C1 control or bidirectional override, and JSON lines still decode to the id.
+func TestLogsEscapeSenderText(t *testing.T) {
+	t.Parallel()
+	const id = "evt_\u009b2J\u202e\x1b[31m"
+	for _, format := range []string{"json", "text"} {
+		var buf bytes.Buffer
+		log := newLogger(&Env{LogLevel: "info", LogFormat: format}, &buf)
+		log.WithField("message_id", id).Info("webhook \u0085 verified")
+		out := buf.String()
+		for _, r := range out {
+			require.False(t, r == 0x1b || (r >= 0x80 && r <= 0x9f) || r == 0x202e, "%s: raw %U in %q", format, r, out)
+		}
+		if format == "json" {
+			var line map[string]any
+			require.NoError(t, json.Unmarshal(buf.Bytes(), &line))
+			require.Equal(t, id, line["message_id"])
+		}
 	}
 }

@@ -56,6 +56,12 @@ type daemonConfig struct {
 	Migrate bool
 	// HTTPAddr is where the receiver listens. Defaults to ":8080".
 	HTTPAddr string
+	// HTTPMaxConns bounds the receiver's open connections (receiver.ServerConfig.MaxConns).
+	// Defaults to the receiver's.
+	HTTPMaxConns int
+	// HTTPMaxUnverified bounds the request body bytes read before verification
+	// (receiver.Config.MaxUnverifiedBytes). Defaults to the receiver's.
+	HTTPMaxUnverified int64
 	// TLSCertFile and TLSKeyFile, when both set, make the receiver serve HTTPS with that
 	// PEM certificate (chain) and key. Default to plain HTTP.
 	TLSCertFile, TLSKeyFile string
@@ -358,6 +364,7 @@ func (d *daemon) startReceiver(start starter) (*part, string, error) {
 	cfg := d.cfg.Pipelines.Receiver()
 	cfg.Schema = d.cfg.Schema
 	cfg.Logger = d.cfg.Logger
+	cfg.MaxUnverifiedBytes = d.cfg.HTTPMaxUnverified
 	rcv, err := receiver.New(d.pool, cfg)
 	if err != nil {
 		return nil, "", fmt.Errorf("error starting the receiver: %w", err)
@@ -372,6 +379,7 @@ func (d *daemon) startReceiver(start starter) (*part, string, error) {
 	// timeout leaves room for the longest Prefer: wait after the apply timeout.
 	srv := receiver.NewServer("", rcv, &receiver.ServerConfig{
 		WriteTimeout: cmp.Or(cfg.ApplyTimeout, receiver.ApplyTimeoutDefault) + cmp.Or(cfg.MaxWait, receiver.MaxWaitDefault) + 5*time.Second,
+		MaxConns:     d.cfg.HTTPMaxConns,
 	})
 	p := start(&part{role: roleReceiver, name: "the receiver", stop: func(ctx context.Context) error {
 		// Shutdown closes the listener, then waits for the requests in progress: each one

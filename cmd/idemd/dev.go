@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/idemd/idemd/admin"
@@ -27,7 +28,7 @@ const (
 	secretEnvDev   = "STRIPE_WEBHOOK_SECRET"
 	secretDev      = "whsec_dev_only_not_a_secret"
 	tokensEnvDev   = "ORDERS_TOKENS"
-	tokensDev      = "dev-token-acme=acme,dev-token-globex=globex"
+	tokensDev      = "dev-token-acme-not-secret=acme,dev-token-globex-not-secret=globex"
 	devPipelineSrc = "deploy/idemd.dev.yaml (embedded)"
 	kafkaPortDev   = 9092
 )
@@ -152,7 +153,7 @@ func createDevTables(url, schema string) error {
 	defer cancel()
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
-		return fmt.Errorf("error connecting to the database at %s: %w (start PostgreSQL, or set IDEMD_DATABASE_URL)", redactURL(url), err)
+		return fmt.Errorf("error connecting to the database at %s: %w (start PostgreSQL, or set IDEMD_DATABASE_URL)", databaseLabel(url), err)
 	}
 	defer conn.Close(ctx)
 	quoted := pgx.Identifier{schema}.Sanitize()
@@ -184,7 +185,7 @@ func printDevBanner(w io.Writer, f *config.File, example, inMemory bool, e *Env,
 	} else {
 		fmt.Fprintf(&b, " Kafka: %s\n", strings.Join(e.KafkaBrokers, ","))
 	}
-	fmt.Fprintf(&b, " PostgreSQL: %s (schema %s)\n", redactURL(e.DatabaseURL), e.DBSchema)
+	fmt.Fprintf(&b, " PostgreSQL: %s (schema %s)\n", databaseLabel(e.DatabaseURL), e.DBSchema)
 	fmt.Fprintf(&b, " Pipelines: %s\n", f.Path)
 	if example {
 		fmt.Fprintf(&b, " Development secrets are in use for %s and %s unless set.\n", secretEnvDev, tokensEnvDev)
@@ -266,11 +267,12 @@ func selfCommandFor(exe, dir string) string {
 	return shellQuote(exe)
 }
 
-// psqlTarget is the argument that connects psql to url: the URL itself, or, when it holds
-// a password (which dev never prints), the variable it came from.
+// psqlTarget is the argument that connects psql to url: its host, port, user and database
+// (databaseLabel), or, when it holds a password (in user info, ?password= or key=value form,
+// which dev never prints), the variable it came from.
 func psqlTarget(url string) string {
-	if redactURL(url) != url {
+	if cfg, err := pgconn.ParseConfig(url); err != nil || cfg.Password != "" {
 		return `"$IDEMD_DATABASE_URL"`
 	}
-	return shellQuote(url)
+	return shellQuote(databaseLabel(url))
 }

@@ -14,7 +14,6 @@ import (
 	"syscall"
 	"text/tabwriter"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
@@ -26,6 +25,7 @@ import (
 	"github.com/idemd/idemd/consumer"
 	"github.com/idemd/idemd/deadletter"
 	"github.com/idemd/idemd/delivery"
+	"github.com/idemd/idemd/internal/printable"
 	"github.com/idemd/idemd/outbox"
 	"github.com/idemd/idemd/processed"
 	"github.com/idemd/idemd/receiver"
@@ -105,21 +105,6 @@ func doorList() string {
 	return strings.Join(names, ", ")
 }
 
-// printable escapes what a terminal would interpret (control characters, escape sequences,
-// invisible runes) in sender-controlled text, so that it is shown, not obeyed.
-func printable(s string) string {
-	var b strings.Builder
-	for _, r := range s {
-		if r == unicode.ReplacementChar || (!unicode.IsPrint(r) && r != ' ') {
-			q := strconv.QuoteRune(r)
-			b.WriteString(q[1 : len(q)-1])
-			continue
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
-}
-
 // dbCommand loads the environment and connects, for the commands that read the database.
 func (c *cli) dbCommand(name string, ctx context.Context) (*Env, *pgxpool.Pool, int) {
 	e, err := loadEnvFor(strings.Fields(name)[0], c.env)
@@ -175,7 +160,8 @@ func (c *cli) dlqList(args []string) int {
 		letters = letters[:*limit]
 	}
 	if *asJSON {
-		enc := json.NewEncoder(c.stdout)
+		// Sender-controlled text: encoding/json leaves C1 controls and bidi overrides raw.
+		enc := json.NewEncoder(printable.JSONWriter(c.stdout))
 		for _, l := range letters {
 			_ = enc.Encode(map[string]any{
 				"id": l.ID, "pipeline": l.Pipeline, "origin": l.Origin.Door, "scope": l.Scope, "message_id": l.MessageID,
@@ -191,8 +177,8 @@ func (c *cli) dlqList(args []string) int {
 			if l.ReplayedAt != nil {
 				replayed = l.ReplayedAt.UTC().Format(time.RFC3339)
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", l.ID, printable(l.Pipeline), l.Origin.Door, printable(l.MessageID), l.Attempts,
-				l.CreatedAt.UTC().Format(time.RFC3339), replayed, truncate(printable(l.Reason), 80))
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", l.ID, printable.Escape(l.Pipeline), l.Origin.Door, printable.Escape(l.MessageID), l.Attempts,
+				l.CreatedAt.UTC().Format(time.RFC3339), replayed, truncate(printable.Escape(l.Reason), 80))
 		}
 		_ = tw.Flush()
 	}
@@ -253,18 +239,18 @@ func (c *cli) dlqShow(args []string) int {
 		replayed = l.ReplayedAt.UTC().Format(time.RFC3339)
 	}
 	fmt.Fprintf(w, "dead letter %d\n  pipeline:   %s\n  origin:     %s\n  message id: %s\n  reason:     %s\n  attempts:   %d\n  created:    %s\n  replayed:   %s\n",
-		l.ID, printable(l.Pipeline), l.Origin, printable(l.MessageID), printable(l.Reason), l.Attempts, l.CreatedAt.UTC().Format(time.RFC3339), replayed)
+		l.ID, printable.Escape(l.Pipeline), l.Origin, printable.Escape(l.MessageID), printable.Escape(l.Reason), l.Attempts, l.CreatedAt.UTC().Format(time.RFC3339), replayed)
 	printMap(w, "metadata", l.Metadata)
 	headers := map[string]any{}
 	for k, v := range l.Headers {
 		headers[k] = strings.Join(v, ", ")
 	}
 	printMap(w, "headers (secrets stripped)", headers)
-	fmt.Fprintf(w, "payload (%s):\n  %s\n", l.Payload.Encoding, strings.ReplaceAll(printable(l.Payload.Data), "\n", "\n  "))
+	fmt.Fprintf(w, "payload (%s):\n  %s\n", l.Payload.Encoding, strings.ReplaceAll(printable.Escape(l.Payload.Data), "\n", "\n  "))
 	if len(l.Replays) > 0 {
 		fmt.Fprintln(w, "replays:")
 		for _, r := range l.Replays {
-			fmt.Fprintf(w, "  %s  %s  %s  %s\n", r.At.UTC().Format(time.RFC3339), printable(r.Actor), r.Outcome, printable(r.Detail))
+			fmt.Fprintf(w, "  %s  %s  %s  %s\n", r.At.UTC().Format(time.RFC3339), printable.Escape(r.Actor), r.Outcome, printable.Escape(r.Detail))
 		}
 	}
 	return exitOK
@@ -281,7 +267,7 @@ func printMap(w io.Writer, title string, m map[string]any) {
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		fmt.Fprintf(w, "  %s: %s\n", printable(k), printable(fmt.Sprint(m[k])))
+		fmt.Fprintf(w, "  %s: %s\n", printable.Escape(k), printable.Escape(fmt.Sprint(m[k])))
 	}
 }
 
@@ -378,7 +364,7 @@ func (c *cli) dlqReplay(args []string) int {
 				fmt.Fprintf(c.stdout, "%d: not replayed: it was replayed before; not run again\n", id)
 			default:
 				failed++
-				fmt.Fprintf(c.stdout, "%d: not replayed: %s\n", id, printable(err.Error()))
+				fmt.Fprintf(c.stdout, "%d: not replayed: %s\n", id, printable.Escape(err.Error()))
 			}
 		}
 		if failed > 0 {
@@ -397,7 +383,7 @@ func (c *cli) dlqReplay(args []string) int {
 	} else {
 		fmt.Fprintf(c.stdout, "%d matched, %d replayed, %d skipped (replayed by someone else meanwhile), %d failed\n", res.Matched, res.Replayed, res.Skipped, res.Failed)
 		for _, e := range res.Errors {
-			fmt.Fprintf(c.stdout, "%d: not replayed: %s\n", e.ID, printable(e.Error))
+			fmt.Fprintf(c.stdout, "%d: not replayed: %s\n", e.ID, printable.Escape(e.Error))
 		}
 	}
 	if res.More {
@@ -502,7 +488,7 @@ func (c *cli) inspect(args []string) int {
 	}
 	st, err := adm.Story(ctx, pipeline, id, *tenant)
 	if errors.Is(err, processed.ErrNotFound) {
-		return c.fail("inspect", exitFailure, fmt.Errorf("no record of message %q in pipeline %q (never received, or pruned after its retention)", printable(id), printable(pipeline)))
+		return c.fail("inspect", exitFailure, fmt.Errorf("no record of message %q in pipeline %q (never received, or pruned after its retention)", printable.Escape(id), printable.Escape(pipeline)))
 	}
 	if err != nil {
 		return c.fail("inspect", exitFailure, err)
@@ -521,9 +507,9 @@ func printStory(w io.Writer, st *admin.Story) {
 		}
 		return t.UTC().Format(time.RFC3339)
 	}
-	fmt.Fprintf(w, "message %s of pipeline %s", printable(st.MessageID), printable(st.Pipeline))
+	fmt.Fprintf(w, "message %s of pipeline %s", printable.Escape(st.MessageID), printable.Escape(st.Pipeline))
 	if st.Tenant != "" {
-		fmt.Fprintf(w, " (tenant %s)", printable(st.Tenant))
+		fmt.Fprintf(w, " (tenant %s)", printable.Escape(st.Tenant))
 	}
 	fmt.Fprintf(w, "\n  record:      %s, fingerprint %s\n  received:    %s\n  completed:   %s\n  retention:   until %s (then the id counts as new)\n",
 		st.Status, st.Fingerprint, st.ReceivedAt.UTC().Format(time.RFC3339), at(st.CompletedAt), st.ExpiresAt.UTC().Format(time.RFC3339))
@@ -532,13 +518,13 @@ func printStory(w io.Writer, st *admin.Story) {
 		effect += fmt.Sprintf(" after %d attempts", st.Effect.Attempts)
 	}
 	if st.Effect.Reason != "" {
-		effect += ": " + printable(st.Effect.Reason)
+		effect += ": " + printable.Escape(st.Effect.Reason)
 	}
 	fmt.Fprintf(w, "  effect:      %s\n", effect)
 	if r := st.Response; r != nil {
 		body := ""
 		if r.Body != nil {
-			body = truncate(printable(r.Body.Data), 200)
+			body = truncate(printable.Escape(r.Body.Data), 200)
 		}
 		fmt.Fprintf(w, "  response:    %d %s\n", r.Status, body)
 	}
@@ -548,11 +534,11 @@ func printStory(w io.Writer, st *admin.Story) {
 		if o.PublishedAt != nil {
 			pub = "published " + at(o.PublishedAt)
 		}
-		fmt.Fprintf(w, "  %d  topic %s  operation %s  %s\n", o.ID, printable(o.Topic), o.OperationID, pub)
+		fmt.Fprintf(w, "  %d  topic %s  operation %s  %s\n", o.ID, printable.Escape(o.Topic), o.OperationID, pub)
 	}
 	fmt.Fprintf(w, "deliveries (%d):\n", len(st.Deliveries))
 	for _, d := range st.Deliveries {
-		fmt.Fprintf(w, "  %d  endpoint %s  %s after %d attempts  %s\n", d.ID, printable(d.Endpoint), d.State, d.Attempts, printable(d.LastError))
+		fmt.Fprintf(w, "  %d  endpoint %s  %s after %d attempts  %s\n", d.ID, printable.Escape(d.Endpoint), d.State, d.Attempts, printable.Escape(d.LastError))
 	}
 	fmt.Fprintf(w, "conflicts (%d):\n", len(st.Conflicts))
 	for _, cf := range st.Conflicts {
@@ -560,6 +546,6 @@ func printStory(w io.Writer, st *admin.Story) {
 	}
 	fmt.Fprintf(w, "dead letters (%d):\n", len(st.DeadLetters))
 	for _, l := range st.DeadLetters {
-		fmt.Fprintf(w, "  %d  %s  replayed %s  %s\n", l.ID, l.Origin, at(l.ReplayedAt), truncate(printable(l.Reason), 100))
+		fmt.Fprintf(w, "  %d  %s  replayed %s  %s\n", l.ID, l.Origin, at(l.ReplayedAt), truncate(printable.Escape(l.Reason), 100))
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,7 +15,6 @@ import (
 
 	"github.com/idemd/idemd/deadletter"
 	"github.com/idemd/idemd/internal/pgtest"
-	"github.com/idemd/idemd/migrations"
 	"github.com/idemd/idemd/outbox"
 )
 
@@ -24,10 +24,8 @@ import (
 // applies each once, and refuses a second replay.
 func TestDLQReplayEveryKind(t *testing.T) {
 	t.Parallel()
-	schema := testSchema(t)
-	pool := pgtest.Pool(t, 2)
+	schema, pool := migratedSchema(t)
 	ctx := context.Background()
-	require.NoError(t, migrations.Apply(ctx, pool, &migrations.Config{Schema: schema}))
 	_, err := pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE %[1]s.payments (event_id text PRIMARY KEY, amount bigint);
 CREATE TABLE %[1]s.ledger (event_id text PRIMARY KEY, amount bigint, topic text, off bigint)`, schema))
 	require.NoError(t, err)
@@ -97,7 +95,7 @@ VALUES ('ledger', $1, 'ledger', 'op_0', '{}', 'dead', 8, now()) RETURNING id`, u
 		"IDEMD_DATABASE_URL":   pgtest.URL(),
 		"IDEMD_DB_SCHEMA":      schema,
 		"IDEMD_PIPELINES_FILE": file,
-		"DLQ_STRIPE_SECRET":    "whsec_dlq",
+		"DLQ_STRIPE_SECRET":    "whsec_dlq_test_secret_01",
 	}
 	ids := []string{fmt.Sprint(webhook), fmt.Sprint(record), fmt.Sprint(sink), fmt.Sprint(tooLarge), fmt.Sprint(stranger)}
 	code, out, _ := runIdemd(t, vars, append([]string{"dlq", "replay"}, ids...)...)
@@ -133,4 +131,62 @@ VALUES ('ledger', $1, 'ledger', 'op_0', '{}', 'dead', 8, now()) RETURNING id`, u
 		require.Contains(t, out, id+": not replayed: it was replayed before; not run again")
 	}
 	check()
+}
+
+// TestDLQListEscapesSenderText: message ids, reasons, headers and payloads of dead letters
+// come from senders. `idemd dlq list` (table and -json) and `idemd dlq replay` print them
+// with every non-printable character escaped: no terminal escape, C1 control or
+// bidirectional override reaches the operator's screen.
+func TestDLQListEscapesSenderText(t *testing.T) {
+	t.Parallel()
+	schema, pool := migratedSchema(t)
+	ctx := context.Background()
+	const (
+		hostileID     = "evt_\x1b[2J\x1b]0;owned\x07_\u009b31m"
+		hostileReason = "boom \x1b[31mred\u202etxt.exe"
+	)
+	var id int64
+	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		var err error
+		id, err = deadletter.New(schema).WriteTx(ctx, tx, &deadletter.Letter{
+			Pipeline: "gone", Origin: deadletter.Origin{Door: deadletter.DoorHTTP}, Scope: "gone", MessageID: hostileID, Reason: hostileReason,
+			Payload: []byte("{\"x\":\"\u0085\u2028\"}"), Headers: map[string][]string{"X-Evil": {"\u009b2J"}},
+		})
+		return err
+	}))
+	file := filepath.Join(t.TempDir(), "idemd.yaml")
+	require.NoError(t, os.WriteFile(file, []byte("sources:\n  - name: stripe\n    verify: {scheme: stripe, secrets_env: [DLQ_STRIPE_SECRET]}\n"), 0o600))
+	vars := map[string]string{
+		"IDEMD_DATABASE_URL": pgtest.URL(), "IDEMD_DB_SCHEMA": schema, "IDEMD_PIPELINES_FILE": file,
+		"DLQ_STRIPE_SECRET": "whsec_dlq_escape_test_secret",
+	}
+	raw := func(out string) {
+		t.Helper()
+		for _, r := range out {
+			require.False(t, r == 0x1b || r == 0x07 || (r >= 0x80 && r <= 0x9f) || r == 0x202e || r == 0x2028,
+				"raw %U reached the terminal:\n%q", r, out)
+		}
+	}
+	code, out, _ := runIdemd(t, vars, "dlq", "list")
+	require.Equal(t, exitOK, code)
+	raw(out)
+	require.Contains(t, out, `evt_\x1b[2J\x1b]0;owned\x07_\u009b31m`)
+	require.Contains(t, out, `boom \x1b[31mred\u202etxt.exe`)
+
+	code, out, _ = runIdemd(t, vars, "dlq", "list", "-json")
+	require.Equal(t, exitOK, code)
+	raw(out)
+	var got struct {
+		MessageID string              `json:"message_id"`
+		Reason    string              `json:"reason"`
+		Payload   string              `json:"payload"`
+		Headers   map[string][]string `json:"headers"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &got), out)
+	require.Equal(t, hostileID, got.MessageID, "the JSON still decodes to the stored text")
+	require.Equal(t, hostileReason, got.Reason)
+
+	code, out, _ = runIdemd(t, vars, "dlq", "replay", fmt.Sprint(id))
+	require.Equal(t, exitFailure, code)
+	raw(out)
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/caarlos0/env/v11"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemd/idemd/admin"
 )
@@ -45,6 +46,9 @@ type Env struct {
 	EntityVersionRetain time.Duration `env:"ENTITY_VERSION_RETENTION" envDefault:"720h" cmds:"serve,dev,check" help:"how long the stale-event guard keeps an entity's last version after its last update"`
 	TLSCertFile         string        `env:"TLS_CERT_FILE" cmds:"serve,dev,check" help:"PEM certificate (chain) of the receiver: it serves HTTPS (with IDEMD_TLS_KEY_FILE)"`
 	TLSKeyFile          string        `env:"TLS_KEY_FILE" cmds:"serve,dev,check" help:"PEM private key of IDEMD_TLS_CERT_FILE"`
+	// The defaults are receiver.MaxConnsDefault and MaxUnverifiedBytesDefault (a test holds them equal).
+	HTTPMaxConns           int   `env:"HTTP_MAX_CONNS" envDefault:"1024" cmds:"serve,dev,check" help:"receiver connections open at once, idle ones included; one more is closed as soon as it is accepted"`
+	HTTPMaxUnverifiedBytes int64 `env:"HTTP_MAX_UNVERIFIED_BYTES" envDefault:"67108864" cmds:"serve,dev,check" help:"request body bytes read before their signature or token is checked, all requests together; a request that does not fit gets 503"`
 
 	// set records which variables were given, for dev's defaults.
 	set map[string]bool
@@ -174,6 +178,18 @@ var envChecks = map[string]func(*Env) error{
 		c.adminTokens = tokens
 		return nil
 	},
+	"IDEMD_HTTP_MAX_CONNS": func(c *Env) error {
+		if c.HTTPMaxConns < 1 {
+			return fmt.Errorf("IDEMD_HTTP_MAX_CONNS: %d is too small: it must be at least 1", c.HTTPMaxConns)
+		}
+		return nil
+	},
+	"IDEMD_HTTP_MAX_UNVERIFIED_BYTES": func(c *Env) error {
+		if c.HTTPMaxUnverifiedBytes < 1 {
+			return fmt.Errorf("IDEMD_HTTP_MAX_UNVERIFIED_BYTES: %d is too small: it must be at least 1", c.HTTPMaxUnverifiedBytes)
+		}
+		return nil
+	},
 	"IDEMD_DB_MAX_CONNS": func(c *Env) error {
 		if c.DBMaxConns < 2 {
 			return fmt.Errorf("IDEMD_DB_MAX_CONNS: %d is too small: it must be at least 2", c.DBMaxConns)
@@ -248,16 +264,15 @@ func kindWords(t reflect.Type) string {
 	return "a valid value"
 }
 
-// redactURL hides the password of a connection string for logs and messages.
-func redactURL(u string) string {
-	at := strings.LastIndex(u, "@")
-	scheme := strings.Index(u, "://")
-	if at < 0 || scheme < 0 || scheme > at {
-		return u
+// databaseLabel names a connection string's database for logs and messages: host, port,
+// user and database as PostgreSQL parsed them, in libpq's key=value form (psql accepts
+// it). Nothing else of the string is shown: a password may sit in a URL's user info, in a
+// ?password= parameter or in a key=value password= item, and other parameters may hold
+// secrets too (sslpassword, a passfile's path).
+func databaseLabel(conn string) string {
+	cfg, err := pgconn.ParseConfig(conn)
+	if err != nil {
+		return "(IDEMD_DATABASE_URL does not parse)"
 	}
-	creds := u[scheme+3 : at]
-	if user, _, ok := strings.Cut(creds, ":"); ok {
-		return u[:scheme+3] + user + ":***" + u[at:]
-	}
-	return u
+	return fmt.Sprintf("host=%s port=%d user=%s dbname=%s", cfg.Host, cfg.Port, cfg.User, cfg.Database)
 }

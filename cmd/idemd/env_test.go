@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemd/idemd/receiver"
 )
 
 // commandsWithEnv are the commands whose --help has an Environment section.
@@ -79,4 +81,18 @@ func TestSelfCommand(t *testing.T) {
 	require.Equal(t, "go run ./cmd/idemd", selfCommandFor("/tmp/go-build123/b001/exe/idemd", "../.."))
 	require.Equal(t, "go run github.com/idemd/idemd/cmd/idemd", selfCommandFor("/tmp/go-build123/b001/exe/idemd", t.TempDir()))
 	require.Equal(t, `'/opt/my tools/idemd'`, selfCommandFor("/opt/my tools/idemd", "."))
+}
+
+// TestReceiverLimitDefaults: the defaults of IDEMD_HTTP_MAX_CONNS and
+// IDEMD_HTTP_MAX_UNVERIFIED_BYTES (their envDefault tags, shown by --help and the README)
+// are the receiver's own.
+func TestReceiverLimitDefaults(t *testing.T) {
+	t.Parallel()
+	e, err := loadEnv(newEnvironment(nil))
+	require.NoError(t, err)
+	require.Equal(t, receiver.MaxConnsDefault, e.HTTPMaxConns)
+	require.EqualValues(t, receiver.MaxUnverifiedBytesDefault, e.HTTPMaxUnverifiedBytes)
+	_, err = loadEnv(newEnvironment([]string{"IDEMD_HTTP_MAX_CONNS=0", "IDEMD_HTTP_MAX_UNVERIFIED_BYTES=-1"}))
+	require.ErrorContains(t, err, "IDEMD_HTTP_MAX_CONNS: 0 is too small")
+	require.ErrorContains(t, err, "IDEMD_HTTP_MAX_UNVERIFIED_BYTES: -1 is too small")
 }

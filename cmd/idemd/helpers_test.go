@@ -14,10 +14,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemd/idemd/internal/pgtest"
 	"github.com/idemd/idemd/internal/proctest"
+	"github.com/idemd/idemd/migrations"
 )
 
 func TestMain(m *testing.M) { proctest.Main(m) }
@@ -78,6 +80,15 @@ func testSchema(t *testing.T) string {
 		}
 	})
 	return schema
+}
+
+// migratedSchema is testSchema with idemd's migrations applied, and a pool on the database.
+func migratedSchema(t *testing.T) (string, *pgxpool.Pool) {
+	t.Helper()
+	schema := testSchema(t)
+	pool := pgtest.Pool(t, 2)
+	require.NoError(t, migrations.Apply(context.Background(), pool, &migrations.Config{Schema: schema}))
+	return schema, pool
 }
 
 // stripeRequest is a webhook signed the way Stripe signs it.

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+
+	"github.com/idemd/idemd/internal/printable"
 )
 
 // logLevels are the values of IDEMD_LOG_LEVEL, spelled as the logs spell them.
@@ -32,6 +34,12 @@ func parseLevel(s string) (logrus.Level, error) {
 // in docs/daemon.md (Logs); durations are numbers of seconds.
 func newLogger(cfg *Env, w io.Writer) *logrus.Entry {
 	l := logrus.New()
+	if cfg.LogFormat != "text" {
+		// Logs carry sender-controlled ids and (at debug) payloads: encoding/json leaves C1
+		// controls and bidi overrides raw, so they are escaped before reaching a terminal.
+		// The text format quotes such values itself.
+		w = printable.JSONWriter(w)
+	}
 	l.SetOutput(w)
 	level, _ := parseLevel(cfg.LogLevel)
 	l.SetLevel(level)

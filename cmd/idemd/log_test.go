@@ -69,7 +69,7 @@ func TestLogFieldsDocumented(t *testing.T) {
 	require.True(t, ok)
 	logs, _, _ = strings.Cut(logs, "\n## ")
 	documented := map[string]bool{}
-	for _, row := range regexp.MustCompile("(?m)^\\| ([^|]+) \\|").FindAllStringSubmatch(logs, -1) {
+	for _, row := range regexp.MustCompile(`(?m)^\| ([^|]+) \|`).FindAllStringSubmatch(logs, -1) {
 		for _, f := range regexp.MustCompile("`([a-z_]+)`").FindAllStringSubmatch(row[1], -1) {
 			documented[f[1]] = true
 		}

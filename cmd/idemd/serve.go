@@ -56,7 +56,7 @@ func (c *cli) runDaemon(cmd string, e *Env, f *config.File, onReady func(httpAdd
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	log.WithField("component", "daemon").WithField("version", versionString()).
-		WithField("database", redactURL(e.DatabaseURL)).WithField("schema", e.DBSchema).Info("starting idemd")
+		WithField("database", databaseLabel(e.DatabaseURL)).WithField("schema", e.DBSchema).Info("starting idemd")
 	switch {
 	case len(e.adminTokens) == 0 && e.AdminInsecureReads:
 		log.WithField("component", "admin").Warn("IDEMD_ADMIN_TOKEN is not set and IDEMD_ADMIN_INSECURE_READS is true: anyone reaching IDEMD_ADMIN_ADDR reads the admin API and console; writes answer 401")
@@ -85,6 +85,8 @@ func daemonConfigFrom(e *Env, f *config.File, log *logrus.Entry, onReady func(st
 		HTTPAddr:                    e.HTTPAddr,
 		TLSCertFile:                 e.TLSCertFile,
 		TLSKeyFile:                  e.TLSKeyFile,
+		HTTPMaxConns:                e.HTTPMaxConns,
+		HTTPMaxUnverified:           e.HTTPMaxUnverifiedBytes,
 		AdminAddr:                   e.AdminAddr,
 		AdminTokens:                 e.adminTokens,
 		AdminInsecureReads:          e.AdminInsecureReads,
@@ -160,7 +162,7 @@ func connect(ctx context.Context, e *Env) (*pgxpool.Pool, error) {
 	defer cancel()
 	if err := pool.Ping(pctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("the database at %s does not answer: %w", redactURL(e.DatabaseURL), err)
+		return nil, fmt.Errorf("the database at %s does not answer: %w", databaseLabel(e.DatabaseURL), err)
 	}
 	return pool, nil
 }
@@ -215,7 +217,7 @@ func (c *cli) check(args []string) int {
 		}
 	}
 	if len(e.KafkaBrokers) > 0 {
-		unreachable, missing := checkKafka(ctx, e.KafkaBrokers, f.Topics())
+		missing, unreachable := checkKafka(ctx, e.KafkaBrokers, f.Topics())
 		switch {
 		case unreachable != nil && e.KafkaCreateTopics:
 			problems.add(fmt.Errorf("%w (serve creates the topics at start, as IDEMD_KAFKA_CREATE_TOPICS=true, and would fail)", unreachable))
@@ -263,11 +265,11 @@ func (r *report) add(err error) {
 }
 
 // checkKafka reaches the brokers and lists the topics that do not exist.
-func checkKafka(ctx context.Context, brokers, topics []string) (unreachable error, missing []string) {
+func checkKafka(ctx context.Context, brokers, topics []string) (missing []string, unreachable error) {
 	cl := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second}
 	md, err := cl.Metadata(ctx, &kafka.MetadataRequest{Topics: topics})
 	if err != nil {
-		return fmt.Errorf("the Kafka brokers %s do not answer: %w", strings.Join(brokers, ","), err), nil
+		return nil, fmt.Errorf("the Kafka brokers %s do not answer: %w", strings.Join(brokers, ","), err)
 	}
 	for _, t := range md.Topics {
 		if t.Error != nil {
@@ -275,7 +277,7 @@ func checkKafka(ctx context.Context, brokers, topics []string) (unreachable erro
 		}
 	}
 	slices.Sort(missing)
-	return nil, missing
+	return missing, nil
 }
 
 func (c *cli) version(args []string) int {

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"strconv"
@@ -31,8 +32,8 @@ var (
 	biSW      = "whsec_" + base64.StdEncoding.EncodeToString(biSWKey)
 	biSlack   = "slack-signing-3a8b5f10"
 	biHMAC    = "hmac-secret-0f6d2e93"
-	biTokA    = "tokA-8c1f2e0b9d"
-	biTokB    = "tokB-77d0a1c3e5"
+	biTokA    = "tokA-8c1f2e0b9d77a1"
+	biTokB    = "tokB-77d0a1c3e5f2b8"
 )
 
 // badInputDDL: effect tables of every source.
@@ -63,6 +64,7 @@ func badInputNode(t *testing.T, d *db, extra map[string]string) *node {
   - name: generic
     verify: {scheme: hmac-sha256, secrets_env: [BI_HMAC], header: X-Signature, encoding: base64}
     message_id: {header: X-Id}
+    allow_unsigned_message_id: true
     effect: %[1]s
   - name: orders
     path: /v1/orders
@@ -191,6 +193,10 @@ func catalogue() []badCase {
 		{name: "stripe/only v0", req: post("/webhooks/stripe", good, "Stripe-Signature", strings.Replace(stripeSig(good, now), "v1=", "v0=", 1)), want: 401},
 		{name: "stripe/replay 10 min old", req: post("/webhooks/stripe", good, "Stripe-Signature", stripeSig(good, now-600)), want: 401},
 		{name: "stripe/timestamp 10 min ahead", req: post("/webhooks/stripe", good, "Stripe-Signature", stripeSig(good, now+600)), want: 401},
+		// 292 years ahead: the skew in seconds × time.Second wrapped to a negative Duration.
+		{name: "stripe/timestamp 292 years ahead", req: post("/webhooks/stripe", good, "Stripe-Signature", stripeSig(good, now+9223372037)), want: 401},
+		{name: "stripe/timestamp 584 years ahead", req: post("/webhooks/stripe", good, "Stripe-Signature", stripeSig(good, now+18446744074)), want: 401},
+		{name: "stripe/timestamp at the start of int64", req: post("/webhooks/stripe", good, "Stripe-Signature", stripeSig(good, math.MinInt64)), want: 401},
 		{name: "stripe/timestamp not a number", req: post("/webhooks/stripe", good, "Stripe-Signature", "t=yesterday,v1="+strings.Repeat("ab", 32)), want: 401},
 		{name: "stripe/two timestamps", req: post("/webhooks/stripe", good, "Stripe-Signature", stripeSig(good, now)+",t=1"), want: 401},
 		{name: "stripe/body altered after signing", req: post("/webhooks/stripe", evt("evt_bi_other"), "Stripe-Signature", stripeSig(good, now)), want: 401},
@@ -201,6 +207,10 @@ func catalogue() []badCase {
 		{name: "stripe/empty body", req: signed([]byte{}), want: 400},
 		{name: "stripe/invalid UTF-8 in id", req: signed([]byte("{\"id\":\"evt_\xff\xfe\"}")), want: 400},
 		{name: "stripe/control character in id", req: signed([]byte(`{"id":"evt_\u0000x"}`)), want: 400},
+		{name: "stripe/C1 control character in id", req: signed([]byte(`{"id":"evt_\u009b2J"}`)), want: 400},
+		// encoding/json reads every lone surrogate as U+FFFD: two such ids would be one.
+		{name: "stripe/lone high surrogate in id", req: signed([]byte(`{"id":"evt_x\ud800"}`)), want: 400},
+		{name: "stripe/lone low surrogate in id", req: signed([]byte(`{"id":"evt_x\udfff"}`)), want: 400},
 		{name: "stripe/id missing", req: signed([]byte(`{"object":"event"}`)), want: 400},
 		{name: "stripe/id empty", req: signed(evt("")), want: 400},
 		{name: "stripe/id is an object", req: signed([]byte(`{"id":{"a":1}}`)), want: 400},
@@ -238,6 +248,7 @@ func catalogue() []badCase {
 			"sha256="+remember(macB64([]byte(biGitHub), string(ghBody), base64.StdEncoding)), "X-GitHub-Delivery", "d2"), want: 401},
 		{name: "github/SHA-1 header only", req: post("/webhooks/github", ghBody, "X-Hub-Signature", "sha1=0123456789abcdef0123456789abcdef01234567", "X-GitHub-Delivery", "d3"), want: 401},
 		{name: "github/valid signature, no delivery id", req: post("/webhooks/github", ghBody, "X-Hub-Signature-256", ghSig), want: 400},
+		{name: "github/valid signature, C1 control in delivery id", req: post("/webhooks/github", ghBody, "X-Hub-Signature-256", ghSig, "X-GitHub-Delivery", "d\u0085x"), want: 400},
 		{name: "github/valid signature, 300-character delivery id", req: post("/webhooks/github", ghBody, "X-Hub-Signature-256", ghSig, "X-GitHub-Delivery", strings.Repeat("d", 300)), want: 400},
 		{name: "shopify/hex instead of base64", req: post("/webhooks/shopify", shopBody, "X-Shopify-Hmac-Sha256", remember(macHex(biShopify, string(shopBody))), "X-Shopify-Event-Id", "s1"), want: 401},
 		{name: "shopify/base64 without padding", req: post("/webhooks/shopify", shopBody, "X-Shopify-Hmac-Sha256", strings.TrimRight(shopSig, "="), "X-Shopify-Event-Id", "s2"), want: 401},
@@ -245,10 +256,13 @@ func catalogue() []badCase {
 			"Webhook-Signature", "v1,"+remember(macHex(string(biSWKey), "msg_1."+strconv.FormatInt(now, 10)+"."+string(swBody)))), want: 401},
 		{name: "sw/replay one hour old", req: post("/webhooks/sw", swBody, "Webhook-Id", "msg_2", "Webhook-Timestamp", strconv.FormatInt(now-3600, 10),
 			"Webhook-Signature", swSign("msg_2", now-3600, swBody)), want: 401},
+		{name: "sw/timestamp 292 years ahead", req: post("/webhooks/sw", swBody, "Webhook-Id", "msg_far", "Webhook-Timestamp", strconv.FormatInt(now+9223372037, 10),
+			"Webhook-Signature", swSign("msg_far", now+9223372037, swBody)), want: 401},
 		{name: "sw/no webhook-id", req: post("/webhooks/sw", swBody, "Webhook-Timestamp", strconv.FormatInt(now, 10), "Webhook-Signature", swSign("", now, swBody)), want: 401},
 		{name: "sw/signature for another id", req: post("/webhooks/sw", swBody, "Webhook-Id", "msg_3", "Webhook-Timestamp", strconv.FormatInt(now, 10),
 			"Webhook-Signature", swSign("msg_4", now, swBody)), want: 401},
 		{name: "slack/replay 10 min old", req: post("/webhooks/slack", slackBody, "X-Slack-Request-Timestamp", strconv.FormatInt(now-600, 10), "X-Slack-Signature", slackSig(now-600)), want: 401},
+		{name: "slack/timestamp 292 years ahead", req: post("/webhooks/slack", slackBody, "X-Slack-Request-Timestamp", strconv.FormatInt(now+9223372037, 10), "X-Slack-Signature", slackSig(now+9223372037)), want: 401},
 		{name: "slack/no timestamp", req: post("/webhooks/slack", slackBody, "X-Slack-Signature", slackSig(now)), want: 401},
 		{name: "generic/hex where base64 is configured", req: post("/webhooks/generic", genBody, "X-Signature", remember(macHex(biHMAC, string(genBody))), "X-Id", "g1"), want: 401},
 		{name: "generic/valid signature, SQL-looking 10,000-character id", req: post("/webhooks/generic", genBody, "X-Signature", genSig, "X-Id", "';--"+long), want: 400},
@@ -259,11 +273,14 @@ func catalogue() []badCase {
 		{name: "api/token with a suffix", req: post("/v1/orders", order, "Authorization", bearerA+"x", "Idempotency-Key", "k1"), want: 401},
 		{name: "api/no Idempotency-Key", req: post("/v1/orders", order, "Authorization", bearerA), want: 400},
 		{name: "api/two Idempotency-Key headers", req: post("/v1/orders", order, "Authorization", bearerA, "Idempotency-Key", "k1", "Idempotency-Key", "k2"), want: 400},
+		{name: "api/Idempotency-Key is an inner list", req: post("/v1/orders", order, "Authorization", bearerA, "Idempotency-Key", `("a" "b")`), want: 400},
 		{name: "api/Idempotency-Key of 256 characters", req: post("/v1/orders", order, "Authorization", bearerA, "Idempotency-Key", strings.Repeat("k", 256)), want: 400},
 		{name: "api/Idempotency-Key of 10,000 characters", req: post("/v1/orders", order, "Authorization", bearerA, "Idempotency-Key", long), want: 400},
 		{name: "api/Idempotency-Key non-ASCII", req: post("/v1/orders", order, "Authorization", bearerA, "Idempotency-Key", "clé"), want: 400},
 		{name: "api/Idempotency-Key unterminated string", req: post("/v1/orders", order, "Authorization", bearerA, "Idempotency-Key", `"abc`), want: 400},
 		{name: "api/SQL-looking Idempotency-Key is data", req: post("/v1/orders", order, "Authorization", bearerA, "Idempotency-Key", `k'); DELETE FROM orders; --`), want: 201, orders: 1},
+		// wait × 1 s overflowed to a negative wait: the request's deadline was already past (503).
+		{name: "api/Prefer: wait=9223372037 is clamped", req: post("/v1/orders", order, "Authorization", bearerA, "Idempotency-Key", "k-wait", "Prefer", "wait=9223372037"), want: 201, orders: 1},
 		{name: "api/DELETE on a key", req: with(http.MethodDelete, post("/v1/orders/k1", order, "Authorization", bearerA)), want: 405},
 		// --- the wire ---
 		{name: "wire/control character in a header value", raw: func() []byte {

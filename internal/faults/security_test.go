@@ -14,6 +14,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"go/types"
 	"io"
 	"math/big"
 	"net"
@@ -245,6 +246,28 @@ func TestSignatureComparisonsAreConstantTime(t *testing.T) {
 		})
 		if fd.Name.Name == "anyMAC" {
 			require.True(t, c["subtle.ConstantTimeCompare"], "anyMAC compares with subtle.ConstantTimeCompare")
+		}
+		// Bearer tokens are compared as digests (slices of fixed-size arrays), so that a
+		// token of the wrong length costs the same time as one of the right length.
+		if fd.Recv != nil && fmt.Sprint(fd.Recv.List[0].Type) == "bearerVerifier" {
+			compares := 0
+			ast.Inspect(fd, func(n ast.Node) bool {
+				call, ok := n.(*ast.CallExpr)
+				if !ok {
+					return true
+				}
+				if sel, ok := call.Fun.(*ast.SelectorExpr); !ok || sel.Sel.Name != "ConstantTimeCompare" {
+					return true
+				}
+				compares++
+				for _, arg := range call.Args {
+					if _, digest := arg.(*ast.SliceExpr); !digest {
+						t.Errorf("%s: bearerVerifier.%s compares %s, not a fixed-length digest", fset.Position(arg.Pos()), fd.Name.Name, types.ExprString(arg))
+					}
+				}
+				return true
+			})
+			require.Positive(t, compares, "bearerVerifier.%s compares tokens with subtle.ConstantTimeCompare", fd.Name.Name)
 		}
 		if fd.Recv == nil || fd.Name.Name != "verify" {
 			continue

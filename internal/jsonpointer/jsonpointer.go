@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // Validate reports whether ptr is a JSON pointer: "" (the whole document) or "/" followed
@@ -60,10 +61,17 @@ func Get(doc any, ptr string) (any, bool) {
 }
 
 // Scalar renders a value found by Get as an id, a key or a version: strings as they are,
-// numbers as written, booleans as true/false. Objects, arrays and null are not scalars.
+// numbers as written, booleans as true/false. Objects, arrays and null are not scalars,
+// and neither is a string holding U+FFFD: encoding/json decodes every unpaired surrogate
+// escape ("\ud800", "\udbff") to U+FFFD, so "x\ud800", "x\udbff" and "x\ufffd" would
+// all read as one id (or one entity of the stale-event guard). Such a value is refused,
+// like the invalid UTF-8 it stands for, rather than collapsed.
 func Scalar(v any) (string, bool) {
 	switch x := v.(type) {
 	case string:
+		if strings.ContainsRune(x, utf8.RuneError) {
+			return "", false
+		}
 		return x, true
 	case json.Number:
 		return x.String(), true

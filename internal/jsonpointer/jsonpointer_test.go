@@ -59,3 +59,22 @@ func TestValidate(t *testing.T) {
 	require.Error(t, Validate("/a~2"))
 	require.Error(t, Validate("/a~"))
 }
+
+// TestScalarRefusesLoneSurrogates: encoding/json decodes every unpaired surrogate escape to
+// U+FFFD, so ids that differ only there would read alike; Scalar refuses them all, and a
+// properly paired surrogate (a real character) still reads.
+func TestScalarRefusesLoneSurrogates(t *testing.T) {
+	t.Parallel()
+	for _, id := range []string{`"x\ud800"`, `"x\udbff"`, `"x\udfff"`, `"x\ufffd"`, `"x\ud800\u0041"`, "\"x\xef\xbf\xbd\""} {
+		doc := decode(t, `{"id":`+id+`}`)
+		v, ok := Get(doc, "/id")
+		require.True(t, ok)
+		s, ok := Scalar(v)
+		require.False(t, ok, "%s read as %q", id, s)
+	}
+	doc := decode(t, `{"id":"x\ud83d\ude00"}`)
+	v, _ := Get(doc, "/id")
+	s, ok := Scalar(v)
+	require.True(t, ok)
+	require.Equal(t, "x😀", s)
+}

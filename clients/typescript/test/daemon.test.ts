@@ -26,7 +26,7 @@ describe("against idemd", { timeout: 60_000 }, () => {
       sql: "INSERT INTO ${schema}.orders (tenant, key, body) VALUES (@tenant, @key, @payload) RETURNING id, tenant, key"
       status: 201
 `,
-      { TS_ORDERS_TOKENS: "token-a=acme" },
+      { TS_ORDERS_TOKENS: "token-a-0123456789=acme" },
     );
   });
 
@@ -37,7 +37,7 @@ describe("against idemd", { timeout: 60_000 }, () => {
 
   const order = (body: object): RequestInit => ({
     method: "POST",
-    headers: { Authorization: "Bearer token-a", "Content-Type": "application/json" },
+    headers: { Authorization: "Bearer token-a-0123456789", "Content-Type": "application/json" },
     body: JSON.stringify(body),
   });
   const effects = (key: string) => psql(`SELECT count(*) FROM ${schema}.orders WHERE key = '${key.replace(/'/g, "''")}' AND tenant = 'acme'`);
