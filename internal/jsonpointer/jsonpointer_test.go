@@ -59,3 +59,35 @@ func TestValidate(t *testing.T) {
 	require.Error(t, Validate("/a~2"))
 	require.Error(t, Validate("/a~"))
 }
+
+// Ids read from a payload must not merge: invalid UTF-8 and escaped unpaired surrogates
+// (which encoding/json decodes as U+FFFD) make the payload not JSON, so no id is read.
+func TestDecodeRefusesWhatWouldMergeIDs(t *testing.T) {
+	t.Parallel()
+	for _, body := range []string{
+		`{"id":"x\ud800"}`, `{"id":"x\udbff"}`, `{"id":"x\udfff"}`, `{"id":"x\uD800\u0041"}`,
+		`{"id":"x\udc00\ud800"}`, `{"id":"x\ud800\\udc00"}`, `{"\ud800":1}`, "{\"id\":\"x\xff\"}",
+		`{"id":"x"} trailing`, `{"id":"x"}}`, `{"id":`,
+	} {
+		_, ok := Decode([]byte(body))
+		require.False(t, ok, body)
+	}
+	ids := map[string]string{}
+	for _, body := range []string{
+		`{"id":"x\ufffd"}`, `{"id":"x\ud83d\ude00"}`, `{"id":"x\uD83D\uDE00 "}`, `{"id":"x\\ud800"}`,
+		`{"id":"x\\\ud83d\ude00"}`, `{"id":"x"}` + " \n", `{"id":"x\u00e9"}`,
+	} {
+		doc, ok := Decode([]byte(body))
+		require.True(t, ok, body)
+		v, ok := Get(doc, "/id")
+		require.True(t, ok, body)
+		id, _ := Scalar(v)
+		if prev, dup := ids[id]; dup {
+			t.Fatalf("%s and %s read as one id %q", prev, body, id)
+		}
+		ids[id] = body
+	}
+	doc, ok := Decode([]byte(`{"id":"\ud83d\ude00"}`))
+	require.True(t, ok)
+	require.Equal(t, map[string]any{"id": "😀"}, doc)
+}
