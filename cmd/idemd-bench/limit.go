@@ -318,6 +318,10 @@ func (e *env) limitRecords() *limitInput {
 func benchLimit(ctx context.Context, e *env, res *Results) error {
 	in := e.limitRecords()
 	try := func(c limitConfig) (*Row, error) {
+		in := in
+		if c.batch == 1 {
+			in = newLimitInput(records("limit-one", e.o.messagesOne, e.o.partitions))
+		}
 		if err := e.truncate(ctx); err != nil {
 			return nil, err
 		}
