@@ -108,7 +108,7 @@ func claim(ctx context.Context, tx pgx.Tx, scope, id string, payload []byte) (bo
 }
 
 func runWatermill(ctx context.Context, o options, pool *pgxpool.Pool) error {
-	logger := watermill.NewStdLogger(false, false)
+	logger := quietLogger{watermill.NewStdLogger(false, false)}
 	schema := wmsql.DefaultPostgreSQLSchema{}
 	const fwdTopic = "bench_forwarder"
 
@@ -187,6 +187,16 @@ func runWatermill(ctx context.Context, o options, pool *pgxpool.Pool) error {
 	_ = router.Close()
 	_ = fwd.Close()
 	return nil
+}
+
+// quietLogger keeps Watermill's errors and drops its per-handler info lines.
+type quietLogger struct{ watermill.LoggerAdapter }
+
+func (quietLogger) Info(string, watermill.LogFields)  {}
+func (quietLogger) Debug(string, watermill.LogFields) {}
+func (quietLogger) Trace(string, watermill.LogFields) {}
+func (l quietLogger) With(f watermill.LogFields) watermill.LoggerAdapter {
+	return quietLogger{l.LoggerAdapter.With(f)}
 }
 
 func runKafkaGo(ctx context.Context, o options, pool *pgxpool.Pool) error {

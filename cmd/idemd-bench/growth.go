@@ -202,7 +202,24 @@ func benchPrune(ctx context.Context, e *env, res *Results) error {
 	if err := snap("after VACUUM"); err != nil {
 		return err
 	}
-	res.Notes = append(res.Notes, "prune: sizes are of processed_messages and the outbox with their indexes; the size goal compares the last line with the first")
+	// A second run with the pruner (nothing left to prune): do its inserts reuse the space
+	// the first one freed?
+	again, err := e.runConsumer(ctx, consumerRun{
+		name: fmt.Sprintf("consumer at %s rows, pruner running, after VACUUM", human(e.o.pruneRows)),
+		n:    e.o.growthMessages, batch: e.o.batch, partitions: e.o.partitions, relay: true, prune: true,
+	})
+	if err != nil {
+		return err
+	}
+	again.Section = "prune"
+	res.PruneAgain = again
+	if err := e.vacuum(ctx); err != nil {
+		return err
+	}
+	if err := snap("after a second run and VACUUM"); err != nil {
+		return err
+	}
+	res.Notes = append(res.Notes, "prune: sizes are of processed_messages and the outbox with their indexes (MiB); the size goal is bytes per live row at the end against after the run without the pruner; VACUUM is run by the bench where autovacuum would")
 	return nil
 }
 
@@ -226,7 +243,7 @@ CREATE TABLE IF NOT EXISTS `+q+`.outbox_lean (
 	}
 	in := e.limitRecords()
 	base := e.bestLimit(res)
-	for _, v := range []struct {
+	variants := []struct {
 		what string
 		c    limitConfig
 	}{
@@ -240,21 +257,32 @@ CREATE TABLE IF NOT EXISTS `+q+`.outbox_lean (
 		{"lean processed row, outbox without partial indexes (watermark)", with(base, func(c *limitConfig) {
 			c.processed, c.lean, c.outboxTable = "processed_lean", true, "outbox_lean"
 		})},
-	} {
-		if err := e.truncate(ctx); err != nil {
-			return err
+	}
+	// Two rounds, the variants interleaved; each keeps its faster run (the machine is shared).
+	rows := make([]*Row, len(variants))
+	for round := range 2 {
+		for i, v := range variants {
+			if err := e.truncate(ctx); err != nil {
+				return err
+			}
+			if _, err := e.pool.Exec(ctx, "TRUNCATE "+q+".processed_lean, "+q+".outbox_lean"); err != nil {
+				return err
+			}
+			elapsed, err := e.runLimit(ctx, in, v.c)
+			if err != nil {
+				return err
+			}
+			rate := float64(len(in.recs)) / elapsed.Seconds()
+			e.logf("amplification round %d, %s (%s): %.0f msgs/s", round+1, v.what, v.c, rate)
+			if rows[i] == nil || rate > rows[i].Rate {
+				rows[i] = &Row{Section: "amplification", Mode: v.what, Count: len(in.recs), Seconds: elapsed.Seconds(),
+					Rate: rate, Unit: "msgs/s", config: v.c, Note: "faster of two interleaved runs; " + v.c.String()}
+			}
 		}
-		if _, err := e.pool.Exec(ctx, "TRUNCATE "+q+".processed_lean, "+q+".outbox_lean"); err != nil {
-			return err
-		}
-		elapsed, err := e.runLimit(ctx, in, v.c)
-		if err != nil {
-			return err
-		}
-		r := &Row{Section: "amplification", Mode: v.what, Count: len(in.recs), Seconds: elapsed.Seconds(),
-			Rate: float64(len(in.recs)) / elapsed.Seconds(), Unit: "msgs/s", config: v.c}
-		e.logf("amplification %s (%s): %.0f msgs/s", v.what, v.c, r.Rate)
-		res.Amplification = append(res.Amplification, r)
+	}
+	res.Amplification = rows
+	for _, r := range rows[1:] {
+		res.Notes = append(res.Notes, fmt.Sprintf("amplification: %s = %.2f x idemd's tables", r.Mode, r.Rate/rows[0].Rate))
 	}
 	return nil
 }
