@@ -153,8 +153,7 @@ func (r *Results) ratios() []Ratio {
 	if r.Relay != nil && r.Limit != nil {
 		info("relay drain events/s / limit msgs/s", r.Relay.Rate/r.Limit.Rate)
 	}
-	if n := len(r.Growth); n >= 2 && r.Growth[0].Rows == 0 {
-		g0, gn := r.Growth[0], r.Growth[n-1]
+	if g0, gn, ok := r.growthEnds(); ok {
 		if g0.Limit != nil && g0.Consumer != nil && gn.Limit != nil && gn.Consumer != nil {
 			r0 := g0.Consumer.Rate / g0.Limit.Rate
 			rn := gn.Consumer.Rate / gn.Limit.Rate
@@ -185,6 +184,37 @@ func (r *Results) ratios() []Ratio {
 		add("peak RSS of idemd, MiB (max over loads)", peak, "<= 150 MB", peak*1.048576 <= 150)
 	}
 	return out
+}
+
+// growthEnds are the growth points the goal compares: the largest size, and the empty
+// tables measured closest in time to it (the last 0-row point before or after it).
+func (r *Results) growthEnds() (g0, gn GrowthPoint, ok bool) {
+	largest, at := -1, -1
+	for i, g := range r.Growth {
+		if g.Rows > largest {
+			largest, at = g.Rows, i
+		}
+	}
+	if largest <= 0 {
+		return g0, gn, false
+	}
+	best := -1
+	for i, g := range r.Growth {
+		if g.Rows == 0 && (best < 0 || abs(i-at) <= abs(best-at)) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return g0, gn, false
+	}
+	return r.Growth[best], r.Growth[at], true
+}
+
+func abs(n int) int {
+	if n < 0 {
+		return -n
+	}
+	return n
 }
 
 // all are the rows of the run in print order.
