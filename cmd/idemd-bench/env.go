@@ -22,6 +22,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/idemd/idemd/migrations"
+	"github.com/idemd/idemd/processed"
 )
 
 const databaseURLDefault = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
@@ -42,6 +43,9 @@ type env struct {
 	runID   string
 	// seq numbers the consumer runs (topics and groups).
 	seq int
+	// claims is idemd's claim store on the bench schema (the growth section's limit with
+	// idemd's claim statements).
+	claims *processed.Store
 }
 
 func newEnv(ctx context.Context, o *options, logw io.Writer) (*env, error) {
@@ -78,6 +82,10 @@ func newEnv(ctx context.Context, o *options, logw io.Writer) (*env, error) {
 	if _, err := e.pool.Exec(cctx, fmt.Sprintf(effectsDDL, e.q())); err != nil {
 		e.close()
 		return nil, fmt.Errorf("creating the effects table: %w", err)
+	}
+	if e.claims, err = processed.New(&processed.Config{Schema: e.schema}); err != nil {
+		e.close()
+		return nil, err
 	}
 	brokers := o.brokers
 	if brokers == "" {

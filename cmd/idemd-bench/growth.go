@@ -115,6 +115,16 @@ func benchGrowth(ctx context.Context, e *env, res *Results) error {
 		limit := &Row{Section: "growth", Mode: fmt.Sprintf("limit at %s rows: %s", size, lc), Count: len(recs), Seconds: elapsed.Seconds(),
 			Rate: float64(len(recs)) / elapsed.Seconds(), Unit: "msgs/s", config: lc}
 		e.logf("%s: %.0f msgs/s", limit.Mode, limit.Rate)
+		// The same writes with idemd's claim statements, on fresh ids.
+		cc := limitConfig{method: methodClaim, batch: e.o.batch, workers: e.o.partitions}
+		crecs, cunique := records(fmt.Sprintf("evt-%s-growth-claim-%d", e.runID, i), e.o.growthMessages, e.o.partitions)
+		elapsed, err = e.runLimit(ctx, newLimitInput(crecs, cunique), cc)
+		if err != nil {
+			return err
+		}
+		claim := &Row{Section: "growth", Mode: fmt.Sprintf("limit at %s rows: %s", size, cc), Count: len(crecs), Seconds: elapsed.Seconds(),
+			Rate: float64(len(crecs)) / elapsed.Seconds(), Unit: "msgs/s", config: cc}
+		e.logf("%s: %.0f msgs/s", claim.Mode, claim.Rate)
 		// The limit's rows are left in place (the tables keep growing, as they would) but
 		// marked published, so that the consumer's relay has only its own to publish.
 		if _, err := e.pool.Exec(ctx, "UPDATE "+e.q()+".outbox SET published_at = now() WHERE published_at IS NULL"); err != nil {
@@ -131,7 +141,7 @@ func benchGrowth(ctx context.Context, e *env, res *Results) error {
 			return err
 		}
 		con.Section = "growth"
-		res.Growth = append(res.Growth, GrowthPoint{Rows: rows, Limit: limit, Consumer: con})
+		res.Growth = append(res.Growth, GrowthPoint{Rows: rows, Limit: limit, LimitClaim: claim, Consumer: con})
 	}
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemd/idemd/outbox"
+	"github.com/idemd/idemd/processed"
 )
 
 // The limit is the consumer's database work done as fast as we know how through pgx, on the
@@ -34,6 +35,11 @@ const (
 	methodPipelined limitMethod = "pipelined"
 	methodUnnest    limitMethod = "unnest"
 	methodCopy      limitMethod = "copy"
+	// methodClaim claims with idemd's own statements (processed.Store.ClaimBatchTx: the
+	// claim with ON CONFLICT … DO UPDATE … WHERE and the lookup of every id), then writes
+	// the effects and outbox rows of the claimed ids with one unnest statement. Not one of
+	// the limit's candidates: the growth section uses it to tell the claim's cost apart.
+	methodClaim limitMethod = "idemd claim + unnest"
 )
 
 var limitMethods = []limitMethod{methodPipelined, methodUnnest, methodCopy}
@@ -106,6 +112,13 @@ func (e *env) limitSQL(c limitConfig) string {
 		from = `unnest($5::text[], $6::bytea[], $7::bytea[], $8::int[], $9::bigint[], $10::uuid[])`
 	case methodCopy:
 		from = `limit_stage`
+	case methodClaim:
+		return `WITH u (id, payload, part, off, op) AS (
+    SELECT * FROM unnest($5::text[], $6::bytea[], $7::int[], $8::bigint[], $9::uuid[])),
+eff AS (INSERT INTO ` + q + `.effects (message_id, payload, topic, part, off)
+        SELECT u.id, convert_from(u.payload, 'UTF8')::jsonb, $2, u.part, u.off FROM u)
+INSERT INTO ` + ob + ` (operation_id, pipeline, causation_id, topic, payload, headers)
+SELECT u.op, $1, u.id, $3, u.payload, $4::jsonb FROM u`
 	}
 	return `WITH u (id, fp, payload, part, off, op) AS (SELECT * FROM ` + from + ` AS s),
 ins AS (INSERT INTO ` + pm + ` ` + cols + ` SELECT ` + vals + ` FROM u ON CONFLICT DO NOTHING RETURNING message_id),
@@ -234,7 +247,7 @@ func (e *env) limitBatch(ctx context.Context, pool *pgxpool.Pool, sql string, in
 	const scope, topic, outTopic = "bench", "limit", "bench.ledger"
 	// A repeat within the batch would match its first occurrence's dedup row twice in the
 	// joins: only first occurrences are sent (idemd does the same).
-	if c.method != methodPipelined {
+	if c.method != methodPipelined && c.method != methodClaim {
 		seen := make(map[string]bool, len(part))
 		uniq := part[:0:0]
 		for _, i := range part {
@@ -263,6 +276,29 @@ func (e *env) limitBatch(ctx context.Context, pool *pgxpool.Pool, sql string, in
 				ids[j], fps[j], bodies[j], parts[j], offs[j], ops[j] = r.id, in.fps[i], r.body, int32(r.partition), int64(i), in.ops[i]
 			}
 			_, err := tx.Exec(ctx, sql, scope, topic, outTopic, outboxHeaders, ids, fps, bodies, parts, offs, ops)
+			return err
+		case methodClaim:
+			claims := make([]processed.Claim, len(part))
+			for j, i := range part {
+				claims[j] = processed.Claim{Scope: scope, MessageID: in.recs[i].id, Fingerprint: in.fps[i]}
+			}
+			results, err := e.claims.ClaimBatchTx(ctx, tx, claims)
+			if err != nil {
+				return err
+			}
+			var ids []string
+			var bodies [][]byte
+			var parts []int32
+			var offs []int64
+			var ops []pgtype.UUID
+			for j, i := range part {
+				if results[j].Outcome == processed.Claimed {
+					r := &in.recs[i]
+					ids, bodies, parts = append(ids, r.id), append(bodies, r.body), append(parts, int32(r.partition))
+					offs, ops = append(offs, int64(i)), append(ops, in.ops[i])
+				}
+			}
+			_, err = tx.Exec(ctx, sql, scope, topic, outTopic, outboxHeaders, ids, bodies, parts, offs, ops)
 			return err
 		default:
 			_, err := tx.CopyFrom(ctx, pgx.Identifier{"limit_stage"}, []string{"id", "fp", "payload", "part", "off", "op"},

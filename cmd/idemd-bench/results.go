@@ -55,9 +55,10 @@ type Sizes struct {
 
 // GrowthPoint is the consumer and the limit on tables pre-filled to Rows rows.
 type GrowthPoint struct {
-	Rows     int  `json:"rows"`
-	Limit    *Row `json:"limit"`
-	Consumer *Row `json:"consumer"`
+	Rows       int  `json:"rows"`
+	Limit      *Row `json:"limit"`
+	LimitClaim *Row `json:"limit_idemd_claim"`
+	Consumer   *Row `json:"consumer"`
 }
 
 // Results is everything one run measured.
@@ -161,6 +162,9 @@ func (r *Results) ratios() []Ratio {
 			add(fmt.Sprintf("consumer/limit at %s rows / at 0 rows", human(gn.Rows)), v, ">= 0.90", v >= 0.9)
 			info(fmt.Sprintf("limit at %s rows / at 0 rows", human(gn.Rows)), gn.Limit.Rate/g0.Limit.Rate)
 			info(fmt.Sprintf("consumer at %s rows / at 0 rows", human(gn.Rows)), gn.Consumer.Rate/g0.Consumer.Rate)
+			if g0.LimitClaim != nil && gn.LimitClaim != nil {
+				info(fmt.Sprintf("limit with idemd's claim at %s rows / at 0 rows", human(gn.Rows)), gn.LimitClaim.Rate/g0.LimitClaim.Rate)
+			}
 		}
 	}
 	if r.PruneBaseline != nil && r.PruneLoaded != nil {
@@ -223,7 +227,7 @@ func (r *Results) all() []*Row {
 		r.Relay, r.RelayLatency, r.RelayUnderLoad}
 	rows = append(rows, r.Peers...)
 	for _, g := range r.Growth {
-		rows = append(rows, g.Limit, g.Consumer)
+		rows = append(rows, g.Limit, g.LimitClaim, g.Consumer)
 	}
 	rows = append(rows, r.PruneBaseline, r.PruneLoaded, r.PruneAgain)
 	rows = append(rows, r.Amplification...)
