@@ -59,7 +59,7 @@ func (b *bundle) config() *consumer.Config {
 		Topics:            []string{b.topic},
 		Group:             b.group,
 		Schema:            b.db.Schema,
-		SQL:               b.db.Q(effectSQL),
+		Effect:            consumer.Effect{SQL: b.db.Q(effectSQL)},
 		BatchSize:         100,
 		HeartbeatInterval: 100 * time.Millisecond,
 		SessionTimeout:    6 * time.Second,

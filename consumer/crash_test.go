@@ -2,10 +2,12 @@ package consumer_test
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -19,6 +21,7 @@ import (
 	"github.com/idemd/idemd/internal/kafkatest"
 	"github.com/idemd/idemd/internal/pgtest"
 	"github.com/idemd/idemd/outbox"
+	"github.com/idemd/idemd/pipeline"
 )
 
 // TestHelperProcess is the child of TestCrashAfterCommitBeforeOffsetCommit: a consumer that
@@ -38,7 +41,7 @@ func TestHelperProcess(t *testing.T) {
 		Topics:            []string{os.Getenv("IDEMD_CONSUMER_TOPIC")},
 		Group:             os.Getenv("IDEMD_CONSUMER_GROUP"),
 		Schema:            schema,
-		SQL:               strings.ReplaceAll(effectSQL, "{schema}", `"`+schema+`"`),
+		Effect:            consumer.Effect{SQL: strings.ReplaceAll(effectSQL, "{schema}", `"`+schema+`"`)},
 		BatchSize:         20,
 		HeartbeatInterval: 100 * time.Millisecond,
 		SessionTimeout:    6 * time.Second,
@@ -106,7 +109,7 @@ func TestRebalanceBetweenTwoInstances(t *testing.T) {
 	// are in flight when partitions move.
 	instance := func(name string) *consumer.Config {
 		cfg := b.config()
-		cfg.SQL, cfg.BatchSize = "", 50
+		cfg.Effect.SQL, cfg.BatchSize = "", 50
 		cfg.Handler = func(ctx context.Context, tx pgx.Tx, m consumer.Message) error {
 			time.Sleep(200 * time.Microsecond)
 			_, err := tx.Exec(ctx, b.db.Q(`INSERT INTO {schema}.effects (message_id, instance) VALUES ($1, $2)`), m.ID, name)
@@ -156,7 +159,7 @@ func TestRestartsWithDuplicates(t *testing.T) {
 	t.Cleanup(func() { cancel(); <-relayDone })
 
 	cfg := b.config()
-	cfg.Publish = &consumer.Publish{Topic: out, Key: &consumer.Field{JSON: "/id"}}
+	cfg.Publish = &pipeline.Publish{Topic: out, Key: &pipeline.Field{JSON: "/id"}}
 	produceAsync(t, b.brokers, b.topic, all...)
 	restarts := 0
 	for step := 1; step <= 4; step++ {
@@ -190,4 +193,51 @@ func withDuplicates(idList []string, partitions int) []kafka.Message {
 	}
 	rand.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
 	return out
+}
+
+// TestOldOwnerCannotMoveOffsetBack: a member holds a committed batch whose offset it has
+// not committed yet when a rebalance gives its partition to another member, which goes on
+// and commits further. When the old member finally commits, its generation has ended and
+// the coordinator refuses it: the partition's offset never moves back (which would make the
+// new owner redo work and report lag that is not there).
+func TestOldOwnerCannotMoveOffsetBack(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1)
+	first := make([]kafka.Message, 10)
+	for i := range first {
+		first[i] = msg(fmt.Sprintf("a%d", i), 0, "")
+	}
+	produce(t, b.brokers, b.topic, first...)
+
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	old := b.config()
+	old.AfterCommit = func([]consumer.Message) {
+		once.Do(func() { close(held); <-release })
+	}
+	stopOld := start(t, b.db, old)
+	<-held // a batch committed in PostgreSQL, its offset not yet committed
+
+	commits := make(chan int64, 100)
+	next := b.config()
+	next.OnOffsetCommit = func(_ string, _ int, offset int64) { commits <- offset }
+	start(t, b.db, next)
+	second := make([]kafka.Message, 10)
+	for i := range second {
+		second[i] = msg(fmt.Sprintf("b%d", i), 0, "")
+	}
+	produce(t, b.brokers, b.topic, second...)
+	for offset := int64(0); offset < 20; {
+		select {
+		case offset = <-commits:
+		case <-time.After(60 * time.Second):
+			t.Fatalf("the new owner did not commit offset 20 (last %d)", offset)
+		}
+	}
+
+	close(release) // the old member commits offset 10, with its ended generation
+	stopOld()
+	require.Equal(t, int64(20), committed(t, b.brokers, b.group, b.topic, 1)[0], "the offset did not move back")
+	require.Equal(t, 20, b.distinctEffects(t))
+	require.Equal(t, 20, b.effects(t), "the batch the new owner read again was deduplicated")
 }

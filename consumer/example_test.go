@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/idemd/idemd/consumer"
+	"github.com/idemd/idemd/exactlyonce"
 	"github.com/idemd/idemd/internal/pgtest"
 )
 
@@ -33,7 +34,7 @@ func Example_sqlEffect() {
 		Brokers: brokers,
 		Topics:  []string{topic},
 		Schema:  schema,
-		SQL:     `INSERT INTO ` + schema + `.ledger (event_id, body) VALUES (@message_id, @payload::jsonb)`,
+		Effect:  consumer.Effect{SQL: `INSERT INTO ` + schema + `.ledger (event_id, body) VALUES (@message_id, @payload::jsonb)`},
 		Logger:  exampleLogger(),
 	})
 	if err != nil {
@@ -64,7 +65,7 @@ func Example_goHandler() {
 		Handler: func(ctx context.Context, tx pgx.Tx, msg consumer.Message) error {
 			if len(msg.Value) == 0 {
 				// Retrying cannot help: dead-letter it after DeadLetter.MaxAttempts.
-				return consumer.Permanent(fmt.Errorf("empty record"))
+				return exactlyonce.Permanent(fmt.Errorf("empty record"))
 			}
 			_, err := tx.Exec(ctx, `INSERT INTO `+schema+`.ledger (event_id, body) VALUES ($1, $2)`, msg.ID, msg.Value)
 			return err

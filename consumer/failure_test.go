@@ -13,14 +13,16 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemd/idemd/consumer"
+	"github.com/idemd/idemd/exactlyonce"
+	"github.com/idemd/idemd/pipeline"
 )
 
 func TestPoisonMessageAmongGoodOnes(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 1)
 	cfg := b.config()
-	cfg.DeadLetter = consumer.DeadLetter{Topic: "ledger.dlq", MaxAttempts: 3}
-	cfg.Publish = &consumer.Publish{Topic: "ledger.entries", Key: &consumer.Field{JSON: "/id"}}
+	cfg.DeadLetter = pipeline.DeadLetter{Topic: "ledger.dlq", MaxAttempts: 3}
+	cfg.Publish = &pipeline.Publish{Topic: "ledger.entries", Key: &pipeline.Field{JSON: "/id"}}
 	var msgs []kafka.Message
 	for i, id := range ids("good", 100) {
 		msgs = append(msgs, msg(id, 0, ""))
@@ -83,17 +85,17 @@ func TestMessageIDSources(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name string
-		spec *consumer.Field
+		spec *pipeline.Field
 		m    kafka.Message
 		want string
 	}{
 		{"default operation-id", nil, kafka.Message{Value: []byte(`{}`), Headers: []kafka.Header{{Key: "operation-id", Value: []byte("x1")}}}, "x1"},
 		{"default message-id", nil, kafka.Message{Value: []byte(`{}`), Headers: []kafka.Header{{Key: "message-id", Value: []byte("x2")}}}, "x2"},
 		{"default idempotency-key", nil, kafka.Message{Value: []byte(`{}`), Headers: []kafka.Header{{Key: "idempotency-key", Value: []byte("x3")}}}, "x3"},
-		{"header", &consumer.Field{Header: "X-Id"}, kafka.Message{Value: []byte(`{}`), Headers: []kafka.Header{{Key: "X-Id", Value: []byte("x4")}}}, "x4"},
-		{"json", &consumer.Field{JSON: "/data/object/id"}, kafka.Message{Value: []byte(`{"data":{"object":{"id":"x5"}}}`)}, "x5"},
-		{"json number", &consumer.Field{JSON: "/n"}, kafka.Message{Value: []byte(`{"n":12345678901234567890}`)}, "12345678901234567890"},
-		{"key", &consumer.Field{Key: true}, kafka.Message{Key: []byte("x7"), Value: []byte(`{}`)}, "x7"},
+		{"header", &pipeline.Field{Header: "X-Id"}, kafka.Message{Value: []byte(`{}`), Headers: []kafka.Header{{Key: "X-Id", Value: []byte("x4")}}}, "x4"},
+		{"json", &pipeline.Field{JSON: "/data/object/id"}, kafka.Message{Value: []byte(`{"data":{"object":{"id":"x5"}}}`)}, "x5"},
+		{"json number", &pipeline.Field{JSON: "/n"}, kafka.Message{Value: []byte(`{"n":12345678901234567890}`)}, "12345678901234567890"},
+		{"key", &pipeline.Field{Key: true}, kafka.Message{Key: []byte("x7"), Value: []byte(`{}`)}, "x7"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -112,7 +114,7 @@ func TestStaleEventGuard(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 2)
 	cfg := b.config()
-	cfg.Order = &consumer.Order{Entity: consumer.Field{JSON: "/entity"}, Version: consumer.Field{JSON: "/version"}}
+	cfg.Order = &pipeline.Order{Entity: pipeline.Field{JSON: "/entity"}, Version: pipeline.Field{JSON: "/version"}}
 	ev := func(id, entity, version string, p int) kafka.Message {
 		return msg(id, p, fmt.Sprintf(`{"entity":%q,"version":%s}`, entity, version))
 	}
@@ -146,13 +148,13 @@ func TestHandlerPermanentAndTransientErrors(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 1)
 	cfg := b.config()
-	cfg.SQL = ""
+	cfg.Effect.SQL = ""
 	cfg.DeadLetter.MaxAttempts = 2
 	failures := 0
 	cfg.Handler = func(ctx context.Context, tx pgx.Tx, m consumer.Message) error {
 		switch {
 		case m.ID == "bad":
-			return consumer.Permanent(errors.New("refused"))
+			return exactlyonce.Permanent(errors.New("refused"))
 		case m.ID == "flaky" && failures < 2:
 			failures++ // a plain error is retried, never skipped
 			return errors.New("try again")
@@ -180,15 +182,16 @@ func TestNewChecksConfig(t *testing.T) {
 		want   string
 	}{
 		{"name", func(c *consumer.Config) { c.Name = "" }, "Name is required"},
-		{"brokers", func(c *consumer.Config) { c.Brokers = nil }, "Brokers"},
 		{"topics", func(c *consumer.Config) { c.Topics = nil }, "Topics"},
-		{"sql syntax", func(c *consumer.Config) { c.SQL = "INSERT INTO nowhere VALUES (@message_id" }, "SQL: does not prepare"},
-		{"sql table", func(c *consumer.Config) { c.SQL = "INSERT INTO no_such_table VALUES (@message_id)" }, "SQL: does not prepare"},
-		{"sql parameter", func(c *consumer.Config) { c.SQL = b.db.Q("INSERT INTO {schema}.effects (message_id) VALUES (@nope)") }, "unknown parameter @nope"},
-		{"message id", func(c *consumer.Config) { c.MessageID = &consumer.Field{Header: "a", Key: true} }, "MessageID"},
-		{"json pointer", func(c *consumer.Config) { c.MessageID = &consumer.Field{JSON: "id"} }, "MessageID"},
-		{"publish", func(c *consumer.Config) { c.Publish = &consumer.Publish{} }, "Publish.Topic"},
-		{"order", func(c *consumer.Config) { c.Order = &consumer.Order{Entity: consumer.Field{JSON: "/e"}} }, "Order.Version"},
+		{"sql syntax", func(c *consumer.Config) { c.Effect.SQL = "INSERT INTO nowhere VALUES (@message_id" }, "SQL: does not prepare"},
+		{"sql table", func(c *consumer.Config) { c.Effect.SQL = "INSERT INTO no_such_table VALUES (@message_id)" }, "SQL: does not prepare"},
+		{"sql parameter", func(c *consumer.Config) {
+			c.Effect.SQL = b.db.Q("INSERT INTO {schema}.effects (message_id) VALUES (@nope)")
+		}, "unknown parameter @nope"},
+		{"message id", func(c *consumer.Config) { c.MessageID = &pipeline.Field{Header: "a", Key: true} }, "MessageID"},
+		{"json pointer", func(c *consumer.Config) { c.MessageID = &pipeline.Field{JSON: "id"} }, "MessageID"},
+		{"publish", func(c *consumer.Config) { c.Publish = &pipeline.Publish{} }, "Publish: want topic"},
+		{"order", func(c *consumer.Config) { c.Order = &pipeline.Order{Entity: pipeline.Field{JSON: "/e"}} }, "Order.Version"},
 		{"max attempts", func(c *consumer.Config) { c.DeadLetter.MaxAttempts = -1 }, "DeadLetter.MaxAttempts"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -201,4 +204,12 @@ func TestNewChecksConfig(t *testing.T) {
 	}
 	_, err := consumer.New(b.db.Pool, b.config())
 	require.NoError(t, err)
+
+	// Brokers are needed to consume, not to replay: New takes a config without them, Run
+	// refuses it.
+	cfg := b.config()
+	cfg.Brokers = nil
+	c, err := consumer.New(b.db.Pool, cfg)
+	require.NoError(t, err)
+	require.ErrorContains(t, c.Run(context.Background()), "Brokers is required")
 }

@@ -1,7 +1,6 @@
 package consumer
 
 import (
-	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -11,6 +10,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/idemd/idemd/internal/jsonpointer"
+	"github.com/idemd/idemd/pipeline"
 )
 
 // Message is one Kafka record as a Handler sees it.
@@ -34,61 +34,17 @@ type Message struct {
 	ReceivedAt time.Time
 }
 
-// Field says where a value is read from a record: exactly one of Header, JSON and Key.
-type Field struct {
-	// Header names a record header.
-	Header string `yaml:"header,omitempty" json:"header,omitempty"`
-	// JSON is a JSON pointer (RFC 6901) into the record value, such as "/data/id". Strings
-	// are taken as they are, numbers as written.
-	JSON string `yaml:"json,omitempty" json:"json,omitempty"`
-	// Key takes the record key.
-	Key bool `yaml:"key,omitempty" json:"key,omitempty"`
-}
-
 // DefaultIDHeaders are the headers whose first present one is the message id when
 // Config.MessageID is not set.
 var DefaultIDHeaders = []string{"operation-id", "message-id", "idempotency-key"}
 
-func (f *Field) validate() error {
-	n := 0
-	if f.Header != "" {
-		n++
-	}
-	if f.JSON != "" {
-		n++
-		if err := jsonpointer.Validate(f.JSON); err != nil {
-			return err
-		}
-	}
-	if f.Key {
-		n++
-	}
-	if n != 1 {
-		return errors.New("exactly one of header, json and key must be set")
-	}
-	return nil
-}
-
-func (f *Field) String() string {
-	switch {
-	case f.Header != "":
-		return "header " + f.Header
-	case f.JSON != "":
-		return "json " + f.JSON
-	default:
-		return "the record key"
-	}
-}
-
 // record is one fetched Kafka record on its way through a batch.
 type record struct {
-	msg     Message
-	raw     kafka.Message
-	parsed  bool
-	doc     any // the decoded value, nil when it is not JSON
-	isJSON  bool
-	stale   bool
-	pending *pending
+	msg    Message
+	raw    kafka.Message
+	parsed bool
+	doc    any // the decoded value, nil when it is not JSON
+	isJSON bool
 }
 
 // json decodes the value once, on first use.
@@ -103,7 +59,7 @@ func (r *record) json() (any, bool) {
 }
 
 // lookup reads f from the record; ok is false when it is absent (or not a scalar).
-func (r *record) lookup(f *Field) (string, bool) {
+func (r *record) lookup(f *pipeline.Field) (string, bool) {
 	switch {
 	case f.Header != "":
 		v, ok := r.msg.Headers[f.Header]
@@ -125,7 +81,7 @@ func (r *record) lookup(f *Field) (string, bool) {
 }
 
 // id returns the message id by spec, or by the default header chain when spec is nil.
-func (r *record) id(spec *Field) (string, bool) {
+func (r *record) id(spec *pipeline.Field) (string, bool) {
 	if spec != nil {
 		return r.lookup(spec)
 	}

@@ -11,76 +11,56 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/segmentio/kafka-go"
 
-	"github.com/idemd/idemd/internal/deadletter"
-	"github.com/idemd/idemd/internal/fingerprint"
-	"github.com/idemd/idemd/processed"
+	"github.com/idemd/idemd/deadletter"
+	"github.com/idemd/idemd/exactlyonce"
 )
 
-// ErrAlreadyReplayed: the dead letter was replayed before; its effect is not run again.
-var ErrAlreadyReplayed = deadletter.ErrAlreadyReplayed
-
-// ErrUnknownPipeline: the dead letter was not written by this subscription (another
-// pipeline's, or an HTTP delivery's).
+// ErrUnknownPipeline: the dead letter was not written by this subscription.
 var ErrUnknownPipeline = errors.New("dead letter does not belong to this subscription")
 
-// Replay runs a dead-lettered record through this subscription's pipeline again, for
-// `idemd dlq replay`, once the cause was fixed: the stale guard (when Order is set), the SQL
-// effect, the Handler and the publish event, whose operation id is the one the original
-// would have had (outbox.OperationID(pipeline, message id, 0)), so a downstream consumer
-// deduplicates it against an earlier copy. The record is rebuilt from the letter; nothing is
-// read from Kafka, so Replay needs no broker and works on a Consumer that never ran.
+// RegisterReplay tells rp how this subscription's letters (deadletter.DoorKafka) are
+// replayed, once the cause was fixed: the record is rebuilt from the letter and applied
+// through the unit of work again — the stale guard (when Order is set), the SQL effect, the
+// Handler and the publish event, whose operation id is the one the original would have had
+// (outbox.OperationID(pipeline, message id, 0)), so a downstream consumer deduplicates it
+// against an earlier copy. Nothing is read from Kafka, so replays need no broker and work on
+// a Consumer that never ran.
 //
-// Exactly once: the letter is locked, the effect runs and the letter is marked replayed in
-// one transaction, so two replays of one letter apply it once (the second gets
-// ErrAlreadyReplayed). A replay that fails again commits nothing and returns the error; the
-// letter stays as it was. A record that was dead-lettered for having no message id is
-// replayed only when the pipeline's MessageID now finds one in it; that id is then claimed
-// like a consumed record's, so a record already applied under it is not applied again.
-func (c *Consumer) Replay(ctx context.Context, letterID int64) error {
-	return c.dead.Replay(ctx, c.pool, letterID, func(ctx context.Context, tx pgx.Tx, l *deadletter.Letter) error {
-		if l.Pipeline != c.cfg.Name || l.Scope != c.cfg.Name {
-			return fmt.Errorf("dead letter %d (pipeline %q, scope %q): %w", letterID, l.Pipeline, l.Scope, ErrUnknownPipeline)
-		}
-		r := replayRecord(c.cfg.Name, l)
-		if l.MessageID != "" {
-			r.msg.ID = l.MessageID
-		} else if err := c.claimFound(ctx, tx, r); err != nil {
-			return fmt.Errorf("dead letter %d: %w", letterID, err)
-		}
-		if err := c.apply(ctx, tx, r, nil); err != nil {
-			return fmt.Errorf("error replaying dead letter %d: %w", letterID, err)
-		}
-		log := c.log.WithField("dead_letter", letterID).WithField("message_id", r.msg.ID)
-		if r.stale {
-			log.Info("dead letter replayed: stale message, effect skipped")
-		} else {
-			log.Info("dead letter replayed")
-		}
-		return nil
-	})
+// A record that was dead-lettered for having no message id is replayed only when the
+// pipeline's MessageID now finds one in it; that id is then claimed like a consumed
+// record's, so a record already applied under it is not applied again.
+func (c *Consumer) RegisterReplay(rp *deadletter.Replayer) {
+	rp.Register(deadletter.DoorKafka, c.cfg.Name, c.replay)
 }
 
-// claimFound gives a record dead-lettered without a message id the id the pipeline finds in
-// it now, and claims that id in tx, as a consumed record's claim would.
-func (c *Consumer) claimFound(ctx context.Context, tx pgx.Tx, r *record) error {
-	id, ok := r.id(c.cfg.MessageID)
-	if !ok {
-		return fmt.Errorf("the pipeline still finds no message id in the record: %w", ErrNoMessageID)
+func (c *Consumer) replay(ctx context.Context, tx pgx.Tx, l *deadletter.Letter) (string, error) {
+	if l.Pipeline != c.cfg.Name || l.Scope != c.cfg.Name {
+		return "", fmt.Errorf("dead letter %d (pipeline %q, scope %q): %w", l.ID, l.Pipeline, l.Scope, ErrUnknownPipeline)
 	}
-	if !processed.ValidID(id) {
-		return fmt.Errorf("the record's message id cannot be claimed: %w", ErrMalformedMessageID)
+	r := replayRecord(c.cfg.Name, l)
+	// The id it was dead-lettered under, whatever the pipeline would read now; or, for a
+	// letter without one, the id the pipeline finds now, claimed as new.
+	id, ok, claim := l.MessageID, true, l.MessageID == ""
+	if claim {
+		id, ok = r.id(c.cfg.MessageID)
 	}
-	res, err := c.unit.Processed().ClaimBatchTx(ctx, tx, []processed.Claim{{
-		Scope: c.cfg.Name, MessageID: id, Fingerprint: fingerprint.Body(r.msg.Value), Retention: c.cfg.Retention,
-	}})
-	if err != nil {
-		return err
+	m := c.messageWithID(r, id, ok)
+	if m.Invalid != nil {
+		if errors.Is(m.Invalid, ErrNoMessageID) {
+			return "", fmt.Errorf("dead letter %d: the pipeline still finds no message id in the record: %w", l.ID, m.Invalid)
+		}
+		if errors.Is(m.Invalid, ErrMalformedMessageID) {
+			return "", fmt.Errorf("dead letter %d: the record's message id cannot be claimed: %w", l.ID, m.Invalid)
+		}
 	}
-	if err := res[0].Err(); err != nil {
-		return fmt.Errorf("message id %q: %w", id, err)
+	if err := c.unit.ReplayTx(ctx, tx, m, claim); err != nil {
+		return "", fmt.Errorf("error replaying dead letter %d: %w", l.ID, err)
 	}
-	r.msg.ID = id
-	return nil
+	c.log.WithField("dead_letter", l.ID).WithField("message_id", m.ID).WithField("outcome", m.Outcome.String()).Info("dead letter replayed")
+	if m.Outcome == exactlyonce.Stale {
+		return fmt.Sprintf("replayed through subscription %q: stale message, effect skipped", c.cfg.Name), nil
+	}
+	return fmt.Sprintf("replayed through subscription %q", c.cfg.Name), nil
 }
 
 // replayRecord rebuilds a dead-lettered record from the letter the consumer wrote

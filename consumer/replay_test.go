@@ -9,8 +9,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemd/idemd/consumer"
-	"github.com/idemd/idemd/internal/deadletter"
+	"github.com/idemd/idemd/deadletter"
 	"github.com/idemd/idemd/outbox"
+	"github.com/idemd/idemd/pipeline"
 	"github.com/idemd/idemd/processed"
 )
 
@@ -30,14 +31,23 @@ func (b *bundle) deadLetter(t *testing.T, cfg *consumer.Config, n int, msgs ...k
 	return letters
 }
 
-// replayer is a Consumer built with New and never run, on brokers nothing listens on:
-// Replay must not need Kafka.
-func (b *bundle) replayer(t *testing.T, cfg *consumer.Config) *consumer.Consumer {
+// testReplayer replays letters through a Consumer built with New and never run, on
+// brokers nothing listens on: replays must not need Kafka.
+type testReplayer struct{ rp *deadletter.Replayer }
+
+func (r testReplayer) Replay(ctx context.Context, id int64) error {
+	_, err := r.rp.Replay(ctx, id)
+	return err
+}
+
+func (b *bundle) replayer(t *testing.T, cfg *consumer.Config) testReplayer {
 	t.Helper()
 	cfg.Brokers = []string{"127.0.0.1:1"}
 	c, err := consumer.New(b.db.Pool, cfg)
 	require.NoError(t, err)
-	return c
+	rp := deadletter.NewReplayer(b.db.Pool, deadletter.New(b.db.Schema))
+	c.RegisterReplay(rp)
+	return testReplayer{rp}
 }
 
 func TestReplayAppliesOnceAfterTheCauseIsFixed(t *testing.T) {
@@ -46,7 +56,7 @@ func TestReplayAppliesOnceAfterTheCauseIsFixed(t *testing.T) {
 	b.db.Exec(t, b.db.Q(`ALTER TABLE {schema}.effects ADD CONSTRAINT no_poison CHECK (message_id <> 'poison')`))
 	cfg := b.config()
 	cfg.DeadLetter.MaxAttempts = 1
-	cfg.Publish = &consumer.Publish{Topic: "ledger.entries", Key: &consumer.Field{JSON: "/id"}}
+	cfg.Publish = &pipeline.Publish{Topic: "ledger.entries", Key: &pipeline.Field{JSON: "/id"}}
 	m := msg("poison", 0, "")
 	m.Key = []byte("k1")
 	m.Headers = append(m.Headers, kafka.Header{Key: "event-type", Value: []byte("entry.created")})
@@ -72,7 +82,7 @@ func TestReplayAppliesOnceAfterTheCauseIsFixed(t *testing.T) {
 	require.Equal(t, 1, b.db.Count(t, "{schema}.dead_letters WHERE id = $1 AND replayed_at IS NOT NULL", l.ID))
 
 	// Twice: refused, no second effect.
-	require.ErrorIs(t, c.Replay(ctx, l.ID), consumer.ErrAlreadyReplayed)
+	require.ErrorIs(t, c.Replay(ctx, l.ID), deadletter.ErrAlreadyReplayed)
 	require.Equal(t, 1, b.db.Count(t, "{schema}.effects WHERE message_id = 'poison'"))
 	require.Equal(t, 1, b.db.Count(t, "{schema}.outbox WHERE causation_id = 'poison'"))
 }
@@ -88,7 +98,7 @@ func TestReplayThatFailsAgainCommitsNothing(t *testing.T) {
 
 	// The publish event is queued after the SQL effect: it must roll back with it.
 	cfg2 := b.config()
-	cfg2.Publish = &consumer.Publish{Topic: "ledger.entries"}
+	cfg2.Publish = &pipeline.Publish{Topic: "ledger.entries"}
 	c := b.replayer(t, cfg2)
 	err := c.Replay(context.Background(), l.ID)
 	require.Error(t, err)
@@ -122,7 +132,7 @@ func TestReplayOfARecordWithoutID(t *testing.T) {
 	// The pipeline now reads the id from the value: the record is applied under it, and the
 	// id is claimed like a consumed record's.
 	cfg2 := b.config()
-	cfg2.MessageID = &consumer.Field{JSON: "/ref"}
+	cfg2.MessageID = &pipeline.Field{JSON: "/ref"}
 	require.NoError(t, b.replayer(t, cfg2).Replay(ctx, l.ID))
 	require.Equal(t, 1, b.db.Count(t, "{schema}.effects WHERE message_id = 'r1'"))
 	require.Equal(t, 1, b.db.Count(t, "{schema}.processed_messages WHERE scope = 'ledger' AND message_id = 'r1' AND status = 'done'"))
@@ -132,7 +142,7 @@ func TestReplayOfAnIDAppliedMeanwhileIsRefused(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 1)
 	cfg := b.config()
-	cfg.MessageID = &consumer.Field{Header: "x-id"}
+	cfg.MessageID = &pipeline.Field{Header: "x-id"}
 	letters := b.deadLetter(t, cfg, 1, kafka.Message{Value: []byte(`{"ref":"r1"}`)})
 	l := letters[0]
 
@@ -147,7 +157,7 @@ func TestReplayOfAnIDAppliedMeanwhileIsRefused(t *testing.T) {
 	require.NoError(t, tx.Commit(ctx))
 
 	cfg2 := b.config()
-	cfg2.MessageID = &consumer.Field{JSON: "/ref"}
+	cfg2.MessageID = &pipeline.Field{JSON: "/ref"}
 	err = b.replayer(t, cfg2).Replay(ctx, l.ID)
 	require.ErrorIs(t, err, processed.ErrConflict)
 	require.Equal(t, 0, b.db.Count(t, "{schema}.effects"))
@@ -161,17 +171,23 @@ func TestReplayRefusesOtherLetters(t *testing.T) {
 	tx, err := b.db.Pool.Begin(ctx)
 	require.NoError(t, err)
 	store := deadletter.New(b.db.Schema)
-	other, err := store.WriteTx(ctx, tx, &deadletter.Letter{Pipeline: "payments", Scope: "payments", MessageID: "m1", Payload: []byte(`{}`), Reason: "x"})
+	other, err := store.WriteTx(ctx, tx, &deadletter.Letter{Pipeline: "payments", Origin: deadletter.Origin{Door: deadletter.DoorKafka},
+		Scope: "payments", MessageID: "m1", Payload: []byte(`{}`), Reason: "x"})
 	require.NoError(t, err)
 	// An HTTP delivery's letter carries the subscription's name but is the sink's.
-	delivery, err := store.WriteTx(ctx, tx, &deadletter.Letter{Pipeline: "ledger", Scope: "http:ledger", MessageID: "m2", Payload: []byte(`{}`), Reason: "x",
-		Metadata: map[string]any{"door": "http_delivery", "delivery_id": 1}})
+	delivery, err := store.WriteTx(ctx, tx, &deadletter.Letter{Pipeline: "ledger", Origin: deadletter.Origin{Door: deadletter.DoorDelivery, DeliveryID: 1},
+		Scope: "http:ledger", MessageID: "m2", Payload: []byte(`{}`), Reason: "x"})
+	require.NoError(t, err)
+	// A letter of this subscription's name under another scope is not its own.
+	scoped, err := store.WriteTx(ctx, tx, &deadletter.Letter{Pipeline: "ledger", Origin: deadletter.Origin{Door: deadletter.DoorKafka},
+		Scope: "other", MessageID: "m3", Payload: []byte(`{}`), Reason: "x"})
 	require.NoError(t, err)
 	require.NoError(t, tx.Commit(ctx))
 
 	c := b.replayer(t, b.config())
-	require.ErrorIs(t, c.Replay(ctx, other), consumer.ErrUnknownPipeline)
-	require.ErrorIs(t, c.Replay(ctx, delivery), consumer.ErrUnknownPipeline)
+	require.ErrorIs(t, c.Replay(ctx, other), deadletter.ErrNoReplayer)
+	require.ErrorIs(t, c.Replay(ctx, delivery), deadletter.ErrNoReplayer)
+	require.ErrorIs(t, c.Replay(ctx, scoped), consumer.ErrUnknownPipeline)
 	require.ErrorIs(t, c.Replay(ctx, 1<<40), deadletter.ErrNotFound)
 	require.Equal(t, 0, b.db.Count(t, "{schema}.effects"))
 }
@@ -182,7 +198,7 @@ func TestReplayKeepsTheStaleGuard(t *testing.T) {
 	b.db.Exec(t, b.db.Q(`ALTER TABLE {schema}.effects ADD CONSTRAINT no_poison CHECK (message_id <> 'a1')`))
 	cfg := b.config()
 	cfg.DeadLetter.MaxAttempts = 1
-	cfg.Order = &consumer.Order{Entity: consumer.Field{JSON: "/entity"}, Version: consumer.Field{JSON: "/version"}}
+	cfg.Order = &pipeline.Order{Entity: pipeline.Field{JSON: "/entity"}, Version: pipeline.Field{JSON: "/version"}}
 	letters := b.deadLetter(t, cfg, 1,
 		msg("a1", 0, `{"entity":"A","version":1}`),
 		msg("a2", 0, `{"entity":"A","version":2}`))

@@ -32,7 +32,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/sirupsen/logrus"
 
-	"github.com/idemd/idemd/internal/deadletter"
+	"github.com/idemd/idemd/deadletter"
 	"github.com/idemd/idemd/internal/retry"
 	"github.com/idemd/idemd/outbox"
 )
@@ -266,7 +266,8 @@ FROM claimable c WHERE d.id = c.id
 RETURNING d.id, d.operation_id, d.pipeline, d.causation_id, d.key, d.payload, d.headers, d.attempts, d.created_at`,
 		nextDue: `SELECT extract(epoch FROM min(next_attempt_at) - now()) FROM ` + t + `
 WHERE endpoint = $1 AND state = 'pending' AND next_attempt_at > now()`,
-		backlog: `SELECT count(*) FROM ` + t + ` WHERE endpoint = $1 AND state = 'pending'`,
+		backlog: `SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8 FROM ` + t + `
+WHERE endpoint = $1 AND state = 'pending'`,
 		delivered: `UPDATE ` + t + ` SET state = 'delivered', finished_at = now(), lease_until = NULL,
     last_status = $3, last_error = NULL WHERE id = $1 AND lease_token = $2`,
 		retry: `UPDATE ` + t + ` SET next_attempt_at = now() + $3::bigint * interval '1 microsecond',
@@ -373,10 +374,12 @@ func (d *Deliverer) runEndpoint(ctx context.Context, ep *endpoint) {
 			}
 			if time.Since(lastStats) >= d.cfg.StatsInterval {
 				var n int64
-				if err := d.pool.QueryRow(ctx, d.sql.backlog, ep.Name).Scan(&n); err != nil {
+				var age float64
+				if err := d.pool.QueryRow(ctx, d.sql.backlog, ep.Name).Scan(&n, &age); err != nil {
 					return fmt.Errorf("error reading the delivery backlog: %w", err)
 				}
 				backlog.WithLabelValues(ep.Name).Set(float64(n))
+				oldestPending.WithLabelValues(ep.Name).Set(age)
 				lastStats = time.Now()
 			}
 			var (
@@ -429,7 +432,7 @@ func (d *Deliverer) runEndpoint(ctx context.Context, ep *endpoint) {
 		case err != nil:
 			failures++
 			wait = retry.Backoff(100*time.Millisecond, 10*time.Second, failures)
-			log.WithError(err).WithField("retry_in", wait.String()).Warn("error reading deliveries; retrying")
+			log.WithError(err).WithField("retry_in", wait.Seconds()).Warn("error reading deliveries; retrying")
 		default:
 			failures = 0
 		}
@@ -509,7 +512,7 @@ func (d *Deliverer) attempt(ctx context.Context, ep *endpoint, r *row) {
 	case Delivered:
 		log.WithField("status", status).Debug("delivered")
 	case Retry:
-		log.WithField("status", status).WithField("retry_in", a.RetryIn.String()).WithField("error", lastErr).Debug("delivery failed; retrying")
+		log.WithField("status", status).WithField("retry_in", a.RetryIn.Seconds()).WithField("error", lastErr).Debug("delivery failed; retrying")
 	case DeadLettered:
 		log.WithField("status", status).WithField("reason", lastErr).Warn("delivery dead-lettered")
 	case Disabled:
@@ -602,6 +605,7 @@ func (d *Deliverer) record(ctx context.Context, ep *endpoint, r *row, a Attempt,
 			}
 			_, err := d.deadletter.WriteTx(ctx, tx, &deadletter.Letter{
 				Pipeline:  r.pipeline,
+				Origin:    deadletter.Origin{Door: deadletter.DoorDelivery, DeliveryID: r.id, OperationID: r.op},
 				Scope:     "http:" + ep.Name,
 				MessageID: r.op.String(),
 				Payload:   r.payload,

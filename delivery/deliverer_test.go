@@ -17,8 +17,8 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemd/idemd/deadletter"
 	"github.com/idemd/idemd/delivery"
-	"github.com/idemd/idemd/internal/deadletter"
 	"github.com/idemd/idemd/internal/pgtest"
 	"github.com/idemd/idemd/outbox"
 )
@@ -300,8 +300,13 @@ func TestGoneDisablesEndpoint(t *testing.T) {
 		return testutil.ToFloat64(delivery.EndpointDisabledGauge.WithLabelValues(name)) == 1
 	}, 10*time.Second, 10*time.Millisecond)
 
-	// A restart keeps it disabled: the state is in the database.
+	// A restart keeps it disabled: the state is in the database. Its backlog and the age of
+	// its oldest pending event are exported for the alerts.
 	b.start(t, delivery.Config{Endpoints: []delivery.Endpoint{ep}})
+	require.Eventually(t, func() bool {
+		return testutil.ToFloat64(delivery.BacklogGauge.WithLabelValues(name)) == 3 &&
+			testutil.ToFloat64(delivery.OldestPendingGauge.WithLabelValues(name)) > 0
+	}, 10*time.Second, 10*time.Millisecond)
 
 	gone.Store(false)
 	require.NoError(t, store.Enable(ctx, b.db.Pool, name))

@@ -28,8 +28,13 @@ var (
 		Name: "idemd_http_delivery_backlog",
 		Help: "Pending outbound HTTP deliveries per endpoint.",
 	}, []string{"endpoint"})
+	// oldestPending is the age of the oldest pending delivery per endpoint.
+	oldestPending = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "idemd_http_delivery_oldest_pending_age_seconds",
+		Help: "Age of the oldest pending outbound HTTP delivery per endpoint (0 when none).",
+	}, []string{"endpoint"})
 )
 
 func init() {
-	metrics.Registry.MustRegister(attemptsTotal, attemptDuration, endpointDisabled, backlog)
+	metrics.Registry.MustRegister(attemptsTotal, attemptDuration, endpointDisabled, backlog, oldestPending)
 }

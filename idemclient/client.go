@@ -3,9 +3,9 @@
 // Guarantee: one logical operation is sent with one key, chosen once before the first
 // attempt and repeated unchanged on every retry, so however many attempts reach the server
 // it applies the operation at most once, and a retry after a lost answer returns the
-// original result. Retries (network errors, 409, 429, 5xx) wait a capped exponential
-// backoff with full jitter and never less than the server's Retry-After; other 4xx are
-// never retried. For an operation that must survive a restart of the caller, store a key
+// original result. Retries (network errors, 409, 408, 425, 429, 5xx) wait a capped
+// exponential backoff with full jitter and never less than the server's Retry-After; other
+// 4xx are never retried. For an operation that must survive a restart of the caller, store a key
 // (NewKey) with the operation and set it on the request yourself.
 package idemclient
 
@@ -175,10 +175,11 @@ func (c *Client) send(ctx context.Context, req *http.Request, key string) (*http
 	return c.http.Do(r)
 }
 
-// retryableStatus: 409 (the same key is still in flight), 429 and 5xx. Every other 4xx
-// says the request itself is wrong and would fail again.
+// retryableStatus: 409 (the same key is still in flight) and the statuses that mean "the
+// same request may succeed later" (408, 425, 429, 5xx). Every other 4xx says the request
+// itself is wrong and would fail again.
 func retryableStatus(status int) bool {
-	return status == http.StatusConflict || status == http.StatusTooManyRequests || (status >= 500 && status <= 599)
+	return status == http.StatusConflict || retry.Retryable(status)
 }
 
 // retryableError: a network error may have happened before or after the server applied

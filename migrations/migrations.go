@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -32,6 +33,10 @@ type Config struct {
 	// Schema is the PostgreSQL schema of idemd's tables. It is created when missing.
 	// Defaults to "idemd".
 	Schema string
+	// OnApply, when set, is called before each migration that Apply applies, with its
+	// version and name (the file name without .sql), so that a command can say what it
+	// did. Defaults to nil.
+	OnApply func(version int32, name string)
 }
 
 func (c *Config) schema() string {
@@ -55,13 +60,12 @@ func (s Status) UpToDate() bool { return s.Current >= s.Latest }
 // Apply migrates the schema to the latest version. It is safe to call from many processes
 // at once: they serialize on an advisory lock and all but the first find nothing to do.
 func Apply(ctx context.Context, pool *pgxpool.Pool, cfg *Config) error {
-	schema := cfg.schema()
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("error acquiring connection for migrations: %w", err)
 	}
 	defer conn.Release()
-	return ApplyConn(ctx, conn.Conn(), &Config{Schema: schema})
+	return ApplyConn(ctx, conn.Conn(), cfg)
 }
 
 // ApplyConn is Apply on a single connection.
@@ -87,6 +91,9 @@ func ApplyConn(ctx context.Context, conn *pgx.Conn, cfg *Config) (err error) {
 	m, err := newMigrator(ctx, conn, schema)
 	if err != nil {
 		return err
+	}
+	if cfg != nil && cfg.OnApply != nil {
+		m.OnStart = func(version int32, name, _, _ string) { cfg.OnApply(version, strings.TrimSuffix(name, ".sql")) }
 	}
 	if err := m.Migrate(ctx); err != nil {
 		return fmt.Errorf("error applying migrations to schema %s: %w", quoted, err)

@@ -11,6 +11,7 @@ import (
 	"context"
 	"crypto/sha1"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"strconv"
@@ -163,7 +164,7 @@ func (s *Store) EnqueueTx(ctx context.Context, tx pgx.Tx, events ...Event) error
 func (s *Store) Queue(batch *pgx.Batch, events ...Event) error {
 	for i, e := range events {
 		if err := e.validate(); err != nil {
-			return fmt.Errorf("outbox: event %d: %w", i, err)
+			return fmt.Errorf("outbox: event %d: %w: %w", i, ErrInvalidEvent, err)
 		}
 	}
 	s.queue(batch, events)
@@ -237,6 +238,10 @@ func (d *deliveryColumns) add(e Event, op uuid.UUID, payload []byte, headers map
 	d.payloads = append(d.payloads, payload)
 	d.headers = append(d.headers, headers)
 }
+
+// ErrInvalidEvent: an event lacks what it needs (a topic or endpoint, a pipeline, a
+// causation or operation id). Enqueueing it again fails the same way.
+var ErrInvalidEvent = errors.New("invalid outbox event")
 
 func (e Event) validate() error {
 	switch {

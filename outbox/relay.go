@@ -15,7 +15,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/sirupsen/logrus"
 
-	"github.com/idemd/idemd/internal/deadletter"
+	"github.com/idemd/idemd/deadletter"
 	"github.com/idemd/idemd/internal/metrics"
 	"github.com/idemd/idemd/internal/retry"
 )
@@ -181,8 +181,13 @@ func (r *Relay) Run(ctx context.Context) error {
 	defer r.writer.Close()
 	for {
 		err := r.lead(ctx)
-		r.leader.Store(false)
-		metrics.RelayLeader.Set(0)
+		if r.leader.Swap(false) {
+			// The backlog gauges are the leader's: a standby exports none, so that max()
+			// over replicas is the new leader's value, never this process's last one.
+			metrics.RelayLeader.Set(0)
+			metrics.OutboxBacklog.Reset()
+			metrics.OutboxOldestAge.Reset()
+		}
 		// The hook's error first: the test that stops the relay on it may cancel ctx at once.
 		var hookErr hookError
 		if errors.As(err, &hookErr) {
@@ -249,7 +254,7 @@ func (r *Relay) lead(ctx context.Context) error {
 			failures++
 			metrics.OutboxPublishErrors.WithLabelValues().Inc()
 			wait := retry.Backoff(r.cfg.BackoffMin, r.cfg.BackoffMax, failures)
-			r.log.WithError(err).WithField("retry_in", wait.String()).Warn("error publishing outbox batch; rows are kept and retried")
+			r.log.WithError(err).WithField("retry_in", wait.Seconds()).Warn("error publishing outbox batch; rows are kept and retried")
 			// Still the leader? A dead lock connection means someone else may lead now.
 			if err := pingLock(ctx, conn); err != nil {
 				return fmt.Errorf("relay lock connection lost: %w", err)
@@ -356,8 +361,8 @@ func (r *Relay) refreshStats(ctx context.Context) {
 		}
 		return
 	}
-	metrics.OutboxBacklog.Set(float64(backlog))
-	metrics.OutboxOldestAge.Set(age)
+	metrics.OutboxBacklog.WithLabelValues().Set(float64(backlog))
+	metrics.OutboxOldestAge.WithLabelValues().Set(age)
 }
 
 func recordHeaders(op uuid.UUID, causation, pipeline string, extra map[string]string) []kafka.Header {
@@ -455,8 +460,10 @@ func (r *Relay) deadLetterTooLarge(ctx context.Context, id int64, m kafka.Messag
 			op = string(h.Value)
 		}
 	}
+	opID, _ := uuid.Parse(op)
 	letter := &deadletter.Letter{
-		Pipeline: pipeline, Scope: "kafka:" + m.Topic, MessageID: causation, Payload: m.Value, Headers: headers,
+		Pipeline: pipeline, Origin: deadletter.Origin{Door: deadletter.DoorRelay, OutboxID: id, OperationID: opID},
+		Scope: "kafka:" + m.Topic, MessageID: causation, Payload: m.Value, Headers: headers,
 		Metadata: map[string]any{"door": "relay", "topic": m.Topic, "key": string(m.Key), "operation_id": op, "outbox_id": id},
 		Reason:   fmt.Sprintf("the broker refuses the record as too large (%d bytes of value): %v", len(m.Value), cause),
 		Attempts: 1,

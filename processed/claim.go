@@ -109,6 +109,20 @@ func (s *Store) ClaimTx(ctx context.Context, tx pgx.Tx, scope, id string, finger
 // Rows are inserted in (scope, id) order so that two batches sharing ids cannot deadlock
 // on each other's claims.
 func (s *Store) ClaimBatchTx(ctx context.Context, tx pgx.Tx, claims []Claim) ([]Result, error) {
+	return s.claimBatch(ctx, tx, claims, nil)
+}
+
+// ClaimBatchXactTx is ClaimBatchTx that also returns the id of tx's transaction
+// (pg_current_xact_id), in the same round trip. A caller whose COMMIT ends without an
+// answer (connection lost, timeout) can then ask another connection whether it committed
+// (pg_xact_status) instead of guessing.
+func (s *Store) ClaimBatchXactTx(ctx context.Context, tx pgx.Tx, claims []Claim) ([]Result, string, error) {
+	var xid string
+	res, err := s.claimBatch(ctx, tx, claims, &xid)
+	return res, xid, err
+}
+
+func (s *Store) claimBatch(ctx context.Context, tx pgx.Tx, claims []Claim, xid *string) ([]Result, error) {
 	results := make([]Result, len(claims))
 	// first maps a claim's key (appendKey) to the index of its first occurrence.
 	first := make(map[string]int, len(claims))
@@ -195,6 +209,9 @@ func (s *Store) ClaimBatchTx(ctx context.Context, tx pgx.Tx, claims []Claim) ([]
 		}
 		return rows.Err()
 	})
+	if xid != nil {
+		batch.Queue(`SELECT pg_current_xact_id()::text`).QueryRow(func(row pgx.Row) error { return row.Scan(xid) })
+	}
 	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
 		return nil, fmt.Errorf("error claiming messages: %w", err)
 	}
@@ -280,15 +297,22 @@ func (s *Store) recordConflicts(ctx context.Context, tx pgx.Tx, claims []Claim, 
 // reservation changed hands meanwhile. Whichever of the two writes the row first wins; the
 // other sees it.
 func (s *Store) AcquireTx(ctx context.Context, tx pgx.Tx, scope, id string, token uuid.UUID) error {
-	var ok bool
-	err := tx.QueryRow(ctx, s.sql.acquire, scope, id, token).Scan(&ok)
+	_, err := s.AcquireXactTx(ctx, tx, scope, id, token)
+	return err
+}
+
+// AcquireXactTx is AcquireTx that also returns the id of tx's transaction, in the same
+// round trip (see ClaimBatchXactTx).
+func (s *Store) AcquireXactTx(ctx context.Context, tx pgx.Tx, scope, id string, token uuid.UUID) (string, error) {
+	var xid string
+	err := tx.QueryRow(ctx, s.sql.acquire, scope, id, token).Scan(&xid)
 	if err == pgx.ErrNoRows {
-		return ErrLeaseLost
+		return "", ErrLeaseLost
 	}
 	if err != nil {
-		return fmt.Errorf("error acquiring reservation: %w", err)
+		return "", fmt.Errorf("error acquiring reservation: %w", err)
 	}
-	return nil
+	return xid, nil
 }
 
 // ReleaseTx gives a reservation up (its effect could not run and nothing was stored), so a
@@ -333,4 +357,21 @@ func scanRecord(rows pgx.Rows) (*Record, error) {
 		r.Response = &Response{Status: int(*status), Headers: headers, Body: body}
 	}
 	return &r, nil
+}
+
+// ForgetTx deletes claims that tx made and no longer wants, such as a claim made beside
+// another that turned out not to be new: rolled back with the rest of tx, it would have
+// left nothing either.
+func (s *Store) ForgetTx(ctx context.Context, tx pgx.Tx, claims []Claim) error {
+	if len(claims) == 0 {
+		return nil
+	}
+	scopes, ids := make([]string, len(claims)), make([]string, len(claims))
+	for i, c := range claims {
+		scopes[i], ids[i] = c.Scope, c.MessageID
+	}
+	if _, err := tx.Exec(ctx, s.sql.forget, scopes, ids); err != nil {
+		return fmt.Errorf("error forgetting claims: %w", err)
+	}
+	return nil
 }

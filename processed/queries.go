@@ -2,7 +2,7 @@ package processed
 
 // queries are built once per Store, with the schema already quoted in.
 type queries struct {
-	claim, lookup, conflict, complete, acquire, release, prune, pruneConflicts string
+	claim, lookup, conflict, complete, acquire, release, forget, prune, pruneConflicts string
 }
 
 func newQueries(schema string) queries {
@@ -56,8 +56,12 @@ WHERE p.scope = c.scope AND p.message_id = c.message_id
   AND (c.token IS NULL OR p.lease_token = c.token)`,
 
 		acquire: `
-SELECT true FROM ` + t + `
+SELECT pg_current_xact_id()::text FROM ` + t + `
 WHERE scope = $1 AND message_id = $2 AND status = 'in_flight' AND lease_token = $3`,
+
+		forget: `
+DELETE FROM ` + t + ` p USING unnest($1::text[], $2::text[]) AS c(scope, message_id)
+WHERE p.scope = c.scope AND p.message_id = c.message_id`,
 
 		release: `DELETE FROM ` + t + ` WHERE scope = $1 AND message_id = $2 AND status = 'in_flight' AND lease_token = $3`,
 

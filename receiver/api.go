@@ -8,11 +8,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/sirupsen/logrus"
 
-	"github.com/idemd/idemd/internal/exactlyonce"
-	"github.com/idemd/idemd/internal/fingerprint"
+	"github.com/idemd/idemd/exactlyonce"
 	"github.com/idemd/idemd/internal/metrics"
 	"github.com/idemd/idemd/processed"
 )
@@ -51,95 +49,49 @@ func (r *Receiver) serveAPI(w http.ResponseWriter, req *http.Request, c *call, u
 	}
 	log.WithField("payload", string(c.req.Body)).Debug("API request authenticated")
 
-	m := r.apiMessage(c)
+	m := c.src.message(c)
 	wait := preferWait(req.Header.Values("Prefer"), r.cfg.MaxWait)
-	deadline := time.Now().Add(wait)
 	// The reservation and the effect run on their own contexts: a client that hangs up
 	// mid-way must not leave half a state behind.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(req.Context()), r.cfg.ApplyTimeout+wait)
 	defer cancel()
-	poll := 25 * time.Millisecond
-	for {
-		token, err := r.unit.Reserve(ctx, m)
-		if err != nil {
-			log.WithError(err).Error("reserving an idempotency key failed; answered 503")
-			writeProblem(w, probUnavailable, "retry later with the same Idempotency-Key", key, 1)
-			return
-		}
-		switch m.Outcome {
-		case exactlyonce.Duplicate:
-			metrics.Duplicates.WithLabelValues(src.name).Inc()
-			writeStored(w, m.Response, key)
-			return
-		case exactlyonce.Conflict:
-			metrics.Conflicts.WithLabelValues(src.name).Inc()
-			log.WithField("conflict_count", m.ConflictCount).Warn("idempotency key reused with a different request; recorded")
-			writeProblem(w, probConflict, "this Idempotency-Key was used with a different request", key, 0)
-			return
-		case exactlyonce.InFlight:
-			if time.Now().Add(poll).Before(deadline) {
-				select {
-				case <-req.Context().Done():
-					return
-				case <-time.After(poll):
-				}
-				poll = min(poll*2, 250*time.Millisecond)
-				continue
-			}
-			metrics.InFlight.WithLabelValues(src.name).Inc()
-			writeProblem(w, probInFlight, "a request with this Idempotency-Key is being processed; retry later or send Prefer: wait=N", key, 1)
-			return
-		}
-		err = r.unit.ApplyReserved(ctx, m, token)
-		switch {
-		case errors.Is(err, processed.ErrLeaseLost):
-			metrics.InFlight.WithLabelValues(src.name).Inc()
-			log.Warn("reservation lease expired and was taken over; answered 409")
-			writeProblem(w, probInFlight, "a request with this Idempotency-Key is being processed; retry later", key, 1)
-		case err != nil:
-			log.WithError(err).Error("API transaction failed; answered 503, nothing stored")
-			writeProblem(w, probUnavailable, "retry later with the same Idempotency-Key", key, 1)
-		case m.Outcome == exactlyonce.DeadLettered:
-			metrics.DeadLettered.WithLabelValues(src.name).Inc()
-			log.WithField("reason", errString(m.Cause)).Warn("API effect failed permanently; 422 stored")
-			writeStored(w, m.Response, "")
-		default:
-			metrics.Processed.WithLabelValues(src.name).Inc()
-			writeStored(w, m.Response, "")
-		}
+	token, err := r.unit.Reserve(ctx, m, wait)
+	if err != nil {
+		log.WithError(err).Error("reserving an idempotency key failed; answered 503")
+		writeProblem(w, probUnavailable, "retry later with the same Idempotency-Key", key, 1)
 		return
 	}
-}
-
-// apiMessage builds the unit-of-work message of an API call: its response is stored, and a
-// permanent failure stores a 422 problem instead.
-func (r *Receiver) apiMessage(c *call) *exactlyonce.Message {
-	return &exactlyonce.Message{
-		Scope: c.scope, ID: c.req.Key,
-		Fingerprint:   fingerprint.Request(c.req.Method, c.req.Path, c.req.Body),
-		Retention:     c.src.retention,
-		MaxAttempts:   c.src.maxAttempts,
-		StoreResponse: true,
-		Value:         c,
-		Effect: func(ctx context.Context, tx pgx.Tx, m *exactlyonce.Message) (*processed.Response, error) {
-			body, err := r.runEffect(ctx, tx, c)
-			if err != nil {
-				return nil, err
-			}
-			if body == nil {
-				body = statusBody("processed", c.req.Key)
-			}
-			return &processed.Response{
-				Status: c.src.status, Headers: map[string]string{"Content-Type": "application/json"}, Body: body,
-			}, nil
-		},
-		DeadLetter: func(ctx context.Context, tx pgx.Tx, m *exactlyonce.Message, cause error) (*processed.Response, error) {
-			return &processed.Response{
-				Status:  probEffectFailed.Status,
-				Headers: map[string]string{"Content-Type": "application/problem+json"},
-				Body:    problemBody(probEffectFailed, effectFailure(cause), c.req.Key),
-			}, nil
-		},
+	switch m.Outcome {
+	case exactlyonce.Duplicate:
+		metrics.Duplicates.WithLabelValues(src.name).Inc()
+		writeStored(w, m.Response, key)
+		return
+	case exactlyonce.Conflict:
+		metrics.Conflicts.WithLabelValues(src.name).Inc()
+		log.WithField("conflict_count", m.ConflictCount).Warn("idempotency key reused with a different request; recorded")
+		writeProblem(w, probConflict, "this Idempotency-Key was used with a different request", key, 0)
+		return
+	case exactlyonce.InFlight:
+		metrics.InFlight.WithLabelValues(src.name).Inc()
+		writeProblem(w, probInFlight, "a request with this Idempotency-Key is being processed; retry later or send Prefer: wait=N", key, 1)
+		return
+	}
+	err = r.unit.ApplyReserved(ctx, m, token)
+	switch {
+	case errors.Is(err, processed.ErrLeaseLost):
+		metrics.InFlight.WithLabelValues(src.name).Inc()
+		log.Warn("reservation lease expired and was taken over; answered 409")
+		writeProblem(w, probInFlight, "a request with this Idempotency-Key is being processed; retry later", key, 1)
+	case err != nil:
+		log.WithError(err).Error("API transaction failed; answered 503, nothing stored")
+		writeProblem(w, probUnavailable, "retry later with the same Idempotency-Key", key, 1)
+	case m.Outcome == exactlyonce.DeadLettered:
+		metrics.DeadLettered.WithLabelValues(src.name).Inc()
+		log.WithField("reason", errString(m.Cause)).Warn("API effect failed permanently; 422 stored")
+		writeStored(w, m.Response, "")
+	default:
+		metrics.Processed.WithLabelValues(src.name).Inc()
+		writeStored(w, m.Response, "")
 	}
 }
 

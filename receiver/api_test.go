@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemd/idemd/internal/pgtest"
+	"github.com/idemd/idemd/pipeline"
 )
 
 // TestAPIStatusTable walks SPEC 2.4 for an API source (in flight: TestAPIInFlight;
@@ -225,17 +226,17 @@ func TestNewErrors(t *testing.T) {
 		src  Source
 		want string
 	}{
-		{Source{Name: "x", Verify: Verify{Scheme: "none"}, MessageID: IDSpec{Header: "X-Id"}}, `source 0 ("x"): verify.scheme none is refused`},
+		{Source{Name: "x", Verify: Verify{Scheme: "none"}, MessageID: &pipeline.Field{Header: "X-Id"}}, `source 0 ("x"): verify.scheme none is refused`},
 		{Source{Name: "x", Verify: Verify{Scheme: "github", Secrets: []string{"s"}}, Effect: Effect{SQL: "INSERT INTO nowhere VALUES (@message_id)"}}, `source 0 ("x"): effect.sql does not prepare`},
 		{Source{Name: "x", Verify: Verify{Scheme: "hmac-sha256", Secrets: []string{"s"}, Header: "X-S"}}, "message_id is required"},
-		{Source{Name: "x", Verify: Verify{Scheme: "github", Secrets: []string{"s"}}, Publish: &Publish{}}, "publish.topic"},
+		{Source{Name: "x", Verify: Verify{Scheme: "github", Secrets: []string{"s"}}, Publish: &pipeline.Publish{}}, "publish: want topic, http or both"},
 		{Source{Verify: Verify{Scheme: "github", Secrets: []string{"s"}}}, "name is required"},
 	} {
 		_, err := New(db.Pool, &Config{Schema: db.Schema, Sources: []Source{tc.src}})
 		require.ErrorContains(t, err, tc.want)
 	}
 	r, err := New(db.Pool, &Config{Schema: db.Schema, Sources: []Source{{Name: "x", Verify: Verify{Scheme: "none"},
-		AllowUnverified: true, MessageID: IDSpec{Header: "X-Id"}}}})
+		AllowUnverified: true, MessageID: &pipeline.Field{Header: "X-Id"}}}})
 	require.NoError(t, err)
 	r.Close()
 	r.Close()

@@ -4,24 +4,20 @@ import (
 	"context"
 	"time"
 
+	"github.com/idemd/idemd/pipeline"
 	"github.com/jackc/pgx/v5"
 	"github.com/sirupsen/logrus"
 )
 
-// Defaults of Config and Source.
+// Defaults of Config and Source; the retentions and MaxAttempts are the pipeline
+// package's.
 const (
-	SchemaDefault       = "idemd"
 	MaxBatchDefault     = 128
 	LingerDefault       = time.Millisecond
 	ApplyTimeoutDefault = 5 * time.Second
 	LeaseDefault        = 30 * time.Second
 	MaxWaitDefault      = 30 * time.Second
 	BodyLimitDefault    = 1 << 20
-	// RetentionDefault is how long webhook dedup records are kept: Stripe retries for up
-	// to 3 days, so a week leaves a margin for every provider of SPEC 3.2.
-	RetentionDefault = 7 * 24 * time.Hour
-	// IdempotencyRetentionDefault is how long API idempotency keys are kept.
-	IdempotencyRetentionDefault = 24 * time.Hour
 	// StatusDefault is the status of a new API request whose effect committed.
 	StatusDefault = 200
 )
@@ -32,7 +28,7 @@ type Config struct {
 	// Sources are the HTTP endpoints. At least one is required.
 	Sources []Source
 	// Schema holds idemd's tables (processed_messages, outbox, dead_letters). Defaults to
-	// "idemd".
+	// "idemd" (migrations.SchemaDefault).
 	Schema string
 	// MaxBatch is how many concurrent webhook requests one transaction may carry (group
 	// commit). 1 gives one transaction per request. Defaults to 128.
@@ -61,74 +57,82 @@ type Config struct {
 	BeforeCommit func(messageIDs []string)
 }
 
-// Source is one inbound HTTP endpoint (a pipeline).
+// Source is one inbound HTTP endpoint (a pipeline). It is also what a source of the
+// pipelines file decodes into (the yaml names); the file names the environment variables
+// that hold secrets (SecretsEnv, TokensEnv), and the daemon resolves them.
 type Source struct {
 	// Name names the pipeline: metrics, logs, dedup scope. Required.
-	Name string
+	Name string `yaml:"name"`
 	// Path is where the source listens for POST. Defaults to "/webhooks/{Name}".
-	Path string
+	Path string `yaml:"path"`
 	// Verify says how requests are authenticated. Required.
-	Verify Verify
+	Verify Verify `yaml:"verify"`
 	// AllowUnverified permits Verify.Scheme "none". Defaults to false.
-	AllowUnverified bool
+	AllowUnverified bool `yaml:"allow_unverified"`
 	// MessageID says where a webhook's id is. Defaults to the scheme's (SPEC 3.1): stripe
 	// JSON /id, standard-webhooks header webhook-id, github X-GitHub-Delivery, shopify
 	// X-Shopify-Event-Id, slack JSON /event_id; required for hmac-sha256 and none. Ignored by
 	// API sources, whose id is the Idempotency-Key.
-	MessageID IDSpec
+	MessageID *pipeline.Field `yaml:"message_id"`
 	// Effect runs in the dedup transaction. Defaults to none (the claim is the effect).
-	Effect Effect
-	// Publish, when set, writes an outbox event in the same transaction. Defaults to nil.
-	Publish *Publish
+	Effect Effect `yaml:"effect"`
+	// Publish, when set, writes an outbox event in the same transaction; with HTTP set, the
+	// event goes to the endpoint named after the source. Defaults to nil.
+	Publish *pipeline.Publish `yaml:"publish"`
 	// Idempotency, when set, makes this an API source with the Idempotency-Key contract.
 	// Defaults to nil (a webhook source).
-	Idempotency *Idempotency
-	// Retention is how long webhook dedup records are kept. Defaults to 7 days.
-	Retention time.Duration
+	Idempotency *Idempotency `yaml:"idempotency"`
+	// Retention is how long webhook dedup records are kept. Defaults to 7 days
+	// (pipeline.RetentionDefault).
+	Retention time.Duration `yaml:"retention"`
 	// BodyLimit is the largest accepted body, in bytes. Defaults to 1 MiB.
-	BodyLimit int64
+	BodyLimit int64 `yaml:"max_body_bytes"`
 	// FingerprintIgnore lists extra JSON pointers left out of a webhook's fingerprint, on
 	// top of the scheme's (stripe: /pending_webhooks). Defaults to none.
-	FingerprintIgnore []string
+	FingerprintIgnore []string `yaml:"fingerprint_ignore"`
 	// MaxAttempts is how many times a permanently failing effect is tried (each in its
 	// savepoint) before the request is dead-lettered (webhooks) or answered 422 (API).
-	// Defaults to 1.
-	MaxAttempts int
+	// Defaults to 5 (pipeline.MaxAttemptsDefault).
+	MaxAttempts int `yaml:"max_attempts"`
+}
+
+// RoutePath is where the source is served: Path, or "/webhooks/{Name}" by default.
+func (s *Source) RoutePath() string {
+	if s.Path != "" {
+		return s.Path
+	}
+	return "/webhooks/" + s.Name
 }
 
 // Verify configures a verification scheme (SPEC 3.1).
 type Verify struct {
 	// Scheme is stripe, standard-webhooks, github, shopify, slack, hmac-sha256, bearer or
 	// none. Required.
-	Scheme string
+	Scheme string `yaml:"scheme"`
+	// SecretsEnv names the environment variables that hold Secrets (the pipelines file).
+	SecretsEnv []string `yaml:"secrets_env"`
 	// Secrets are the signing secrets, all accepted at once (rotation). Stripe's whole
 	// whsec_… string is the key; standard-webhooks' is base64 after whsec_. Required for
 	// HMAC schemes. Defaults to none.
-	Secrets []string
+	Secrets []string `yaml:"-"`
 	// PublicKeys are standard-webhooks Ed25519 keys (whpk_<base64>) for v1a signatures.
 	// Defaults to none.
-	PublicKeys []string
+	PublicKeys []string `yaml:"-"`
 	// Tolerance bounds the distance between a signed timestamp and now, both ways.
 	// Defaults to 300 s.
-	Tolerance time.Duration
+	Tolerance time.Duration `yaml:"tolerance"`
 	// Header is the signature header of hmac-sha256. Required for it. Defaults to "".
-	Header string
+	Header string `yaml:"header"`
 	// Encoding of hmac-sha256 signatures: "hex" or "base64". Defaults to "hex".
-	Encoding string
+	Encoding string `yaml:"encoding"`
 	// Prefix before the hmac-sha256 signature, such as "sha256=". Defaults to "".
-	Prefix string
+	Prefix string `yaml:"prefix"`
+	// TokensEnv names the environment variable that holds Tokens as
+	// "token=tenant,token2=tenant2" (the pipelines file).
+	TokensEnv string `yaml:"tokens_env"`
 	// Tokens maps bearer tokens to tenants (see ParseTokens). Required for bearer.
 	// Defaults to none.
-	Tokens map[string]string
-}
-
-// IDSpec locates an id in a request: a JSON pointer into the body or a header name. One of
-// the two, or neither for the default.
-type IDSpec struct {
-	// JSON is a JSON pointer such as "/id". Defaults to "".
-	JSON string
-	// Header is a header name such as "X-Id". Defaults to "".
-	Header string
+	Tokens map[string]string `yaml:"-"`
 }
 
 // Effect is a source's effect: SQL with named parameters, or a Go function, or neither.
@@ -136,36 +140,22 @@ type Effect struct {
 	// SQL runs with pgx named arguments @message_id @payload @headers @source @tenant @key
 	// @topic @partition @offset @received_at; its returned rows are the API response body
 	// and, with Publish.Body "effect", the event. It must prepare at New. Defaults to "".
-	SQL string
+	SQL string `yaml:"sql"`
 	// Func runs in the transaction instead of SQL (library users); what it returns is
-	// marshalled to JSON like returned rows. Wrap errors with Permanent to dead-letter
-	// rather than retry. Defaults to nil.
-	Func EffectFunc
+	// marshalled to JSON like returned rows. Wrap errors with exactlyonce.Permanent to
+	// dead-letter rather than retry. Defaults to nil.
+	Func EffectFunc `yaml:"-"`
 	// Status is the HTTP status of a new API request whose effect committed. Defaults to 200.
-	Status int
-}
-
-// Publish writes one outbox event per new message.
-type Publish struct {
-	// Topic is the Kafka topic. Required unless Endpoint is set.
-	Topic string
-	// Endpoint names an outbound HTTP endpoint (delivery.Endpoint.Name) that receives the
-	// event by POST, beside or instead of Topic. Defaults to none.
-	Endpoint string
-	// Key locates the record key: a JSON pointer into the body, or a header. Defaults to no
-	// key.
-	Key IDSpec
-	// Body is "payload" (the request body) or "effect" (the effect's returned rows as
-	// JSON). Defaults to "payload".
-	Body string
+	Status int `yaml:"status"`
 }
 
 // Idempotency makes a source an API source.
 type Idempotency struct {
 	// Required rejects requests without an Idempotency-Key with 400. Defaults to false.
-	Required bool
-	// Retention is how long a key is remembered; after it the key is new. Defaults to 24 h.
-	Retention time.Duration
+	Required bool `yaml:"required"`
+	// Retention is how long a key is remembered; after it the key is new. Defaults to 24 h
+	// (pipeline.IdempotencyRetentionDefault).
+	Retention time.Duration `yaml:"retention"`
 }
 
 // Request is what an EffectFunc sees of one request.

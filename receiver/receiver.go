@@ -24,15 +24,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/sirupsen/logrus"
 
-	"github.com/idemd/idemd/internal/deadletter"
-	"github.com/idemd/idemd/internal/exactlyonce"
-	"github.com/idemd/idemd/internal/fingerprint"
+	"github.com/idemd/idemd/exactlyonce"
 	"github.com/idemd/idemd/internal/metrics"
-	"github.com/idemd/idemd/outbox"
+	"github.com/idemd/idemd/migrations"
 	"github.com/idemd/idemd/processed"
 )
 
@@ -42,8 +39,6 @@ type Receiver struct {
 	cfg       Config
 	unit      *exactlyonce.Unit
 	processed *processed.Store
-	outbox    *outbox.Store
-	letters   *deadletter.Store
 	log       *logrus.Entry
 
 	byPath map[string]*source
@@ -74,7 +69,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Receiver, error) {
 	if cfg != nil {
 		c = *cfg
 	}
-	c.Schema = cmp.Or(c.Schema, SchemaDefault)
+	c.Schema = cmp.Or(c.Schema, migrations.SchemaDefault)
 	c.MaxBatch = cmp.Or(c.MaxBatch, MaxBatchDefault)
 	c.Linger = cmp.Or(c.Linger, LingerDefault)
 	c.Workers = cmp.Or(c.Workers, int(pool.Config().MaxConns), 1)
@@ -105,8 +100,6 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Receiver, error) {
 		pool:      pool,
 		cfg:       c,
 		processed: store,
-		outbox:    outbox.New(&outbox.Config{Schema: c.Schema}),
-		letters:   deadletter.New(c.Schema),
 		log:       c.Logger.WithField("component", "receiver"),
 		byPath:    map[string]*source{},
 		byName:    map[string]*source{},
@@ -114,11 +107,11 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Receiver, error) {
 		sem:       make(chan struct{}, c.Workers),
 	}
 	ecfg := &exactlyonce.Config{
+		Schema:    c.Schema,
 		Processed: store,
 		Logger:    r.log,
 		OnRetry:   func(error) { metrics.Retries.WithLabelValues("http").Inc() },
 	}
-	ecfg.Flush = r.flush
 	if hook := c.BeforeCommit; hook != nil {
 		ecfg.BeforeCommit = func(msgs []*exactlyonce.Message) {
 			ids := make([]string, len(msgs))
@@ -252,37 +245,6 @@ func (r *Receiver) serve(w http.ResponseWriter, req *http.Request, src *source, 
 	r.serveWebhook(w, c, log)
 }
 
-// webhookMessage builds the unit-of-work message of a webhook call.
-func (r *Receiver) webhookMessage(c *call) *exactlyonce.Message {
-	return &exactlyonce.Message{
-		Scope: c.scope, ID: c.req.MessageID,
-		Fingerprint: fingerprint.Body(c.req.Body, c.src.ignore...),
-		Retention:   c.src.retention,
-		MaxAttempts: c.src.maxAttempts,
-		Value:       c,
-		Effect: func(ctx context.Context, tx pgx.Tx, m *exactlyonce.Message) (*processed.Response, error) {
-			if p := c.pending; p != nil && !m.Careful && c.src.queueable() {
-				if p.tx != tx { // a new try: what is queued belongs to a rolled-back one
-					p.tx, p.batch, p.events = tx, pgx.Batch{}, nil
-				}
-				r.queueEffect(p, c)
-				return nil, nil
-			}
-			_, err := r.runEffect(ctx, tx, c)
-			return nil, err
-		},
-		DeadLetter: func(ctx context.Context, tx pgx.Tx, m *exactlyonce.Message, cause error) (*processed.Response, error) {
-			_, err := r.letters.WriteTx(ctx, tx, &deadletter.Letter{
-				Pipeline: c.src.name, Scope: c.scope, MessageID: c.req.MessageID,
-				Payload: c.req.Body, Headers: c.req.Header,
-				Metadata: map[string]any{"door": "http", "method": c.req.Method, "path": c.req.Path, "tenant": c.req.Tenant},
-				Reason:   cause.Error(), Attempts: m.Attempts,
-			})
-			return nil, err
-		},
-	}
-}
-
 func (r *Receiver) serveWebhook(w http.ResponseWriter, c *call, log *logrus.Entry) {
 	src := c.src
 	id := lookup(src.msgID, http.Header(c.req.Header), c.body)
@@ -294,15 +256,8 @@ func (r *Receiver) serveWebhook(w http.ResponseWriter, c *call, log *logrus.Entr
 	log = log.WithField("message_id", id)
 	log.WithField("payload", string(c.req.Body)).Debug("webhook verified")
 
-	m := r.webhookMessage(c)
-	var err error
-	// InFlight is rare here (a record pruned or reserved between two statements): the
-	// claim is simply asked again.
-	for range 3 {
-		if err = r.submit(m); err != nil || m.Outcome != exactlyonce.InFlight {
-			break
-		}
-	}
+	m := src.message(c)
+	err := r.submit(m)
 	switch {
 	case err != nil:
 		log.WithError(err).Error("webhook transaction failed; answered 503, nothing stored")
@@ -321,9 +276,9 @@ func (r *Receiver) serveWebhook(w http.ResponseWriter, c *call, log *logrus.Entr
 		metrics.DeadLettered.WithLabelValues(src.name).Inc()
 		log.WithField("reason", errString(m.Cause)).Warn("webhook effect failed permanently; dead-lettered")
 		writeJSON(w, http.StatusAccepted, statusBody("dead_lettered", id), false)
-	default:
-		metrics.InFlight.WithLabelValues(src.name).Inc()
-		writeProblem(w, probUnavailable, "the same message is being processed; retry later", id, 1)
+	default: // Stale
+		metrics.Stale.WithLabelValues(src.name).Inc()
+		writeJSON(w, http.StatusOK, statusBody("stale", id), false)
 	}
 }
 
@@ -399,10 +354,8 @@ func (r *Receiver) applyBatch(batch []*item) {
 	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.ApplyTimeout)
 	defer cancel()
 	msgs := make([]*exactlyonce.Message, len(batch))
-	shared := &pending{}
 	for i, it := range batch {
 		msgs[i] = it.msg
-		it.msg.Value.(*call).pending = shared
 	}
 	start := time.Now()
 	err := r.unit.Apply(ctx, msgs)

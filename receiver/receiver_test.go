@@ -19,8 +19,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemd/idemd/internal/deadletter"
+	"github.com/idemd/idemd/deadletter"
 	"github.com/idemd/idemd/internal/pgtest"
+	"github.com/idemd/idemd/pipeline"
 )
 
 const testSecret = "whsec_receiver_test"
@@ -55,7 +56,7 @@ func stripeSource(db *pgtest.DB) Source {
 		Verify: Verify{Scheme: SchemeStripe, Secrets: []string{"whsec_old", testSecret}},
 		Effect: Effect{SQL: db.Q(`INSERT INTO {schema}.effects (message_id, amount, body)
 			VALUES (@message_id, (@payload::jsonb #>> '{data,object,amount}')::bigint, @headers::jsonb)`)},
-		Publish: &Publish{Topic: "webhooks.stripe", Key: IDSpec{JSON: "/data/object/id"}},
+		Publish: &pipeline.Publish{Topic: "webhooks.stripe", Key: &pipeline.Field{JSON: "/data/object/id"}},
 	}
 }
 
@@ -67,7 +68,7 @@ func ordersSource(db *pgtest.DB) Source {
 		Idempotency: &Idempotency{Required: true},
 		Effect: Effect{SQL: db.Q(`INSERT INTO {schema}.effects (tenant, message_id, body, amount)
 			VALUES (@tenant, @key, @payload, (@payload::jsonb ->> 'amount')::bigint) RETURNING id, tenant`), Status: 201},
-		Publish: &Publish{Topic: "orders.created", Body: "effect"},
+		Publish: &pipeline.Publish{Topic: "orders.created", Body: "effect"},
 	}
 }
 
@@ -209,8 +210,12 @@ func TestWebhookStatusTable(t *testing.T) {
 
 	// Replay after the cause is fixed: applied once.
 	b.db.Exec(t, b.db.Q(`ALTER TABLE {schema}.effects DROP CONSTRAINT effects_amount_check`))
-	require.NoError(t, b.rcv.Replay(context.Background(), letters[0].ID))
-	require.ErrorIs(t, b.rcv.Replay(context.Background(), letters[0].ID), ErrAlreadyReplayed)
+	rp := deadletter.NewReplayer(b.db.Pool, deadletter.New(b.db.Schema))
+	b.rcv.RegisterReplay(rp)
+	_, err = rp.Replay(context.Background(), letters[0].ID)
+	require.NoError(t, err)
+	_, err = rp.Replay(context.Background(), letters[0].ID)
+	require.ErrorIs(t, err, deadletter.ErrAlreadyReplayed)
 	require.Equal(t, 1, b.db.Count(t, "{schema}.effects WHERE message_id = 'evt_bad'"))
 	require.Equal(t, 1, b.db.Count(t, "{schema}.outbox WHERE causation_id = 'evt_bad'"))
 }
@@ -311,3 +316,28 @@ func newServer(t *testing.T, h http.Handler) *httptest.Server {
 }
 
 func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }
+
+// TestSignedBodyUnderFreshIDs: GitHub signs the body only, so X-GitHub-Delivery is not
+// authenticated. One captured signed body resent with fresh delivery ids must run its effect
+// once: the later ones are duplicates (the body's hash is claimed with the id).
+func TestSignedBodyUnderFreshIDs(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 4, func(db *pgtest.DB) Config {
+		return Config{Sources: []Source{{Name: "gh", Verify: Verify{Scheme: SchemeGitHub, Secrets: []string{ghSecret}},
+			Effect: Effect{SQL: db.Q(`INSERT INTO {schema}.effects (message_id) VALUES (@message_id)`)}}}}
+	})
+	post := func(delivery string) resp {
+		return do(t, nil, "POST", b.srv.URL+"/webhooks/gh", []byte(ghBody), http.Header{
+			"X-Hub-Signature-256": {ghSig}, "X-Github-Delivery": {delivery}, "X-Github-Event": {"push"}})
+	}
+	r := post("d-1")
+	require.Equal(t, 200, r.status)
+	require.Equal(t, "processed", r.json(t)["status"])
+	for _, d := range []string{"d-2", "d-3", "d-4"} {
+		r := post(d)
+		require.Equal(t, 200, r.status)
+		require.Equal(t, "duplicate", r.json(t)["status"], "delivery %s", d)
+		require.Equal(t, "true", r.header.Get("Idempotent-Replayed"))
+	}
+	require.Equal(t, 1, b.effects(t), "one signed body, one effect")
+}

@@ -3,7 +3,8 @@ package receiver
 import (
 	"cmp"
 	"context"
-	"encoding/json"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -14,10 +15,14 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemd/idemd/deadletter"
+	"github.com/idemd/idemd/exactlyonce"
 	"github.com/idemd/idemd/internal/effectsql"
-	"github.com/idemd/idemd/internal/exactlyonce"
+	"github.com/idemd/idemd/internal/fingerprint"
 	"github.com/idemd/idemd/internal/jsonpointer"
 	"github.com/idemd/idemd/outbox"
+	"github.com/idemd/idemd/pipeline"
+	"github.com/idemd/idemd/processed"
 )
 
 // source is a compiled Source.
@@ -30,24 +35,17 @@ type source struct {
 	bodyLimit int64
 	verifier  verifier
 	scheme    string
-	msgID     IDSpec
+	msgID     *pipeline.Field
 	ignore    []string
 	sql       string
-	// sqlPositional is sql with $n for its named parameters, sqlParams their names in
-	// order: rewritten once, at New, not per request.
-	sqlPositional string
-	sqlParams     []string
-	fn            EffectFunc
-	status        int
-	publish       *Publish
-	maxAttempts   int
-	secretHdrs    map[string]bool
+	// stmt is sql compiled once, at New, not per request.
+	stmt        *effectsql.Statement
+	fn          EffectFunc
+	status      int
+	publish     *pipeline.Publish
+	maxAttempts int
+	secretHdrs  map[string]bool
 }
-
-// Permanent marks an EffectFunc's error as permanent: the request fails the same way on every
-// retry, so it is dead-lettered (webhooks) or answered and stored as 422 (API) instead of
-// being retried.
-func Permanent(err error) error { return exactlyonce.Permanent(err) }
 
 func compileSource(ctx context.Context, pool *pgxpool.Pool, s Source) (*source, error) {
 	if s.Name == "" {
@@ -55,9 +53,9 @@ func compileSource(ctx context.Context, pool *pgxpool.Pool, s Source) (*source, 
 	}
 	c := &source{
 		name:        s.Name,
-		path:        cmp.Or(s.Path, "/webhooks/"+s.Name),
+		path:        s.RoutePath(),
 		api:         s.Idempotency != nil,
-		retention:   cmp.Or(s.Retention, RetentionDefault),
+		retention:   cmp.Or(s.Retention, pipeline.RetentionDefault),
 		bodyLimit:   cmp.Or(s.BodyLimit, BodyLimitDefault),
 		scheme:      s.Verify.Scheme,
 		msgID:       s.MessageID,
@@ -65,14 +63,14 @@ func compileSource(ctx context.Context, pool *pgxpool.Pool, s Source) (*source, 
 		fn:          s.Effect.Func,
 		status:      cmp.Or(s.Effect.Status, StatusDefault),
 		publish:     s.Publish,
-		maxAttempts: cmp.Or(s.MaxAttempts, 1),
+		maxAttempts: cmp.Or(s.MaxAttempts, pipeline.MaxAttemptsDefault),
 	}
 	if !strings.HasPrefix(c.path, "/") {
 		return nil, fmt.Errorf("path %q must start with /", c.path)
 	}
 	if c.api {
 		c.required = s.Idempotency.Required
-		c.retention = cmp.Or(s.Idempotency.Retention, IdempotencyRetentionDefault)
+		c.retention = cmp.Or(s.Idempotency.Retention, pipeline.IdempotencyRetentionDefault)
 		if s.Idempotency.Retention < 0 {
 			return nil, errors.New("idempotency.retention must not be negative")
 		}
@@ -97,26 +95,23 @@ func compileSource(ctx context.Context, pool *pgxpool.Pool, s Source) (*source, 
 	if s.Verify.Scheme == SchemeBearer && !c.api {
 		return nil, errors.New("verify.scheme bearer is for API sources: set idempotency")
 	}
-	if s.MessageID.JSON != "" && s.MessageID.Header != "" {
-		return nil, errors.New("message_id: set json or header, not both")
-	}
-	if s.MessageID.JSON != "" {
-		if err := jsonpointer.Validate(s.MessageID.JSON); err != nil {
-			return nil, fmt.Errorf("message_id.json: %w", err)
+	if s.MessageID != nil {
+		if err := s.MessageID.Validate(false); err != nil {
+			return nil, fmt.Errorf("message_id: %w", err)
 		}
 	}
-	if c.msgID == (IDSpec{}) && !c.api {
+	if c.msgID == nil && !c.api {
 		switch c.scheme {
 		case SchemeStripe:
-			c.msgID = IDSpec{JSON: "/id"}
+			c.msgID = &pipeline.Field{JSON: "/id"}
 		case SchemeStandardWebhooks:
-			c.msgID = IDSpec{Header: "Webhook-Id"}
+			c.msgID = &pipeline.Field{Header: "Webhook-Id"}
 		case SchemeGitHub:
-			c.msgID = IDSpec{Header: "X-GitHub-Delivery"}
+			c.msgID = &pipeline.Field{Header: "X-GitHub-Delivery"}
 		case SchemeShopify:
-			c.msgID = IDSpec{Header: "X-Shopify-Event-Id"}
+			c.msgID = &pipeline.Field{Header: "X-Shopify-Event-Id"}
 		case SchemeSlack:
-			c.msgID = IDSpec{JSON: "/event_id"}
+			c.msgID = &pipeline.Field{JSON: "/event_id"}
 		default:
 			return nil, fmt.Errorf("message_id is required for verify.scheme %s", c.scheme)
 		}
@@ -139,39 +134,29 @@ func compileSource(ctx context.Context, pool *pgxpool.Pool, s Source) (*source, 
 	}
 	if c.sql != "" {
 		var err error
-		if c.sqlPositional, c.sqlParams, err = compile(ctx, pool, c.sql); err != nil {
+		if c.stmt, err = compile(ctx, pool, c.sql); err != nil {
 			return nil, fmt.Errorf("effect.sql does not prepare: %w", err)
 		}
 	}
 	if p := c.publish; p != nil {
-		if p.Topic == "" && p.Endpoint == "" {
-			return nil, errors.New("publish.topic is required unless the event goes to an HTTP endpoint (publish.http)")
+		if err := p.Validate(false); err != nil {
+			return nil, fmt.Errorf("publish: %w", err)
 		}
-		switch p.Body {
-		case "", "payload":
-		case "effect":
-			if c.sql == "" && c.fn == nil {
-				return nil, errors.New("publish.body effect needs an effect")
-			}
-		default:
-			return nil, fmt.Errorf("publish.body must be payload or effect, got %q", p.Body)
-		}
-		if p.Key.JSON != "" && p.Key.Header != "" {
-			return nil, errors.New("publish.key: set json or header, not both")
+		if p.Body == pipeline.BodyEffect && c.sql == "" && c.fn == nil {
+			return nil, errors.New("publish.body effect needs an effect")
 		}
 	}
 	return c, nil
 }
 
-// compile checks that sql uses known parameters only and prepares, and returns its
-// positional form and parameter names (internal/effectsql).
-func compile(ctx context.Context, pool *pgxpool.Pool, sql string) (string, []string, error) {
+// compile checks that sql uses known parameters only and prepares (internal/effectsql).
+func compile(ctx context.Context, pool *pgxpool.Pool, sql string) (*effectsql.Statement, error) {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
-		return "", nil, err
+		return nil, err
 	}
 	defer conn.Release()
-	return effectsql.Compile(ctx, conn.Conn(), sql)
+	return effectsql.Prepare(ctx, conn.Conn(), sql)
 }
 
 // parsedBody decodes a JSON body once, on first use.
@@ -203,7 +188,7 @@ func (p *parsedBody) pointer(ptr string) (any, bool) {
 }
 
 // lookup finds the id spec's value in the request.
-func lookup(spec IDSpec, h http.Header, body *parsedBody) string {
+func lookup(spec *pipeline.Field, h http.Header, body *parsedBody) string {
 	if spec.Header != "" {
 		v := h.Get(spec.Header)
 		if v == "" && strings.EqualFold(spec.Header, "Webhook-Id") {
@@ -250,7 +235,7 @@ func (s *source) cleanHeaders(h http.Header) map[string][]string {
 	return out
 }
 
-// call is one request on its way to the unit of work.
+// call is one request on its way to the unit of work: what the door read of it.
 type call struct {
 	src       *source
 	req       *Request
@@ -258,175 +243,118 @@ type call struct {
 	eventType string
 	// scope is the dedup scope (pipeline, tenant); it also keys the operation ids.
 	scope string
-	// pending, for a webhook in a group-committed batch, collects the statements of the
-	// batch's effects so that they reach PostgreSQL in one round trip (see queueEffect).
-	pending *pending
 }
 
-// pending holds the effect statements and outbox events queued by one try of a batch; the
-// unit's Flush hook sends them in one round trip, in the batch's transaction.
-type pending struct {
-	tx     pgx.Tx
-	batch  pgx.Batch
-	events []outbox.Event
-}
-
-// queueable reports whether a webhook's effect can be queued rather than run: its result is
-// not needed (a webhook answers "processed", and its event carries the payload) and it is
-// SQL (a Go effect runs when it is called).
-func (s *source) queueable() bool {
-	return s.fn == nil && (s.publish == nil || s.publish.Body != "effect")
-}
-
-// queueEffect queues c's effect statement and outbox event on p instead of running them.
-// Their errors surface at Flush: a permanent one makes the unit run the batch again with a
-// savepoint around each effect, which then runs directly (m.Careful).
-func (r *Receiver) queueEffect(p *pending, c *call) {
-	if c.src.sql != "" {
-		p.batch.Queue(c.src.sqlPositional, r.sqlArgs(c)...)
+// message is the unit-of-work message of a call: its key, fingerprint, bound effect,
+// event, and — for a webhook — its dead letter, or — for an API request — its answer.
+func (s *source) message(c *call) *exactlyonce.Message {
+	m := &exactlyonce.Message{
+		Scope: c.scope, ID: c.req.MessageID,
+		Retention:   s.retention,
+		MaxAttempts: s.maxAttempts,
+		Effect:      s.effect(c),
 	}
-	if c.src.publish != nil {
-		p.events = append(p.events, r.publishEvent(c, nil))
+	if s.publish != nil {
+		m.Events = []exactlyonce.Event{s.publishEvent(c)}
 	}
-}
-
-// flush is the unit's Flush hook: it sends what the current try queued.
-func (r *Receiver) flush(ctx context.Context, tx pgx.Tx, msgs []*exactlyonce.Message) error {
-	c, ok := msgs[0].Value.(*call)
-	if !ok || c.pending == nil || c.pending.tx != tx {
-		return nil // nothing queued in this try (a careful re-run, or an API message)
-	}
-	p := c.pending
-	if len(p.events) > 0 {
-		if err := r.outbox.Queue(&p.batch, p.events...); err != nil {
-			return exactlyonce.Permanent(err)
-		}
-	}
-	if p.batch.Len() == 0 {
-		return nil
-	}
-	if err := tx.SendBatch(ctx, &p.batch).Close(); err != nil {
-		return fmt.Errorf("error running the batch's effects: %w", err)
-	}
-	return nil
-}
-
-// runEffect runs the source's effect and publish in tx and returns the effect's result as
-// JSON (nil without an effect or rows).
-func (r *Receiver) runEffect(ctx context.Context, tx pgx.Tx, c *call) ([]byte, error) {
-	var result []byte
-	switch {
-	case c.src.sql != "":
-		rows, err := tx.Query(ctx, c.src.sqlPositional, r.sqlArgs(c)...)
-		if err != nil {
-			return nil, err
-		}
-		maps, err := pgx.CollectRows(rows, pgx.RowToMap)
-		if err != nil {
-			return nil, err
-		}
-		switch len(maps) {
-		case 0:
-		case 1:
-			result, err = json.Marshal(maps[0])
-		default:
-			result, err = json.Marshal(maps)
-		}
-		if err != nil {
-			return nil, exactlyonce.Permanent(fmt.Errorf("error encoding returned rows: %w", err))
-		}
-	case c.src.fn != nil:
-		v, err := c.src.fn(ctx, tx, c.req)
-		if err != nil {
-			return nil, err
-		}
-		switch x := v.(type) {
-		case nil:
-		case json.RawMessage:
-			result = x
-		case []byte:
-			result = x
-		default:
-			if result, err = json.Marshal(v); err != nil {
-				return nil, exactlyonce.Permanent(fmt.Errorf("error encoding the effect's result: %w", err))
-			}
-		}
-	}
-	if c.src.publish != nil {
-		if err := r.outbox.EnqueueTx(ctx, tx, r.publishEvent(c, result)); err != nil {
-			return nil, err
-		}
-	}
-	return result, nil
-}
-
-// sqlArgs are the arguments of c's SQL effect (SPEC 2.3), in the order of its positional
-// parameters.
-func (r *Receiver) sqlArgs(c *call) []any {
-	args := make([]any, len(c.src.sqlParams))
-	for i, name := range c.src.sqlParams {
-		switch name {
-		case "message_id":
-			args[i] = c.req.MessageID
-		case "payload":
-			args[i] = string(c.req.Body)
-		case "headers":
-			hdrs := make(map[string]string, len(c.req.Header))
-			for k, v := range c.req.Header {
-				if len(v) > 0 {
-					hdrs[k] = v[0]
+	if s.api {
+		m.Fingerprint = fingerprint.Request(c.req.Method, c.req.Path, c.req.Body)
+		m.Answer = &exactlyonce.Answer{
+			Status: s.status,
+			Empty:  statusBody("processed", c.req.Key),
+			Failed: func(cause error) *processed.Response {
+				return &processed.Response{
+					Status:  probEffectFailed.Status,
+					Headers: map[string]string{"Content-Type": "application/problem+json"},
+					Body:    problemBody(probEffectFailed, effectFailure(cause), c.req.Key),
 				}
-			}
-			hj, _ := json.Marshal(hdrs)
-			args[i] = string(hj)
-		case "source":
-			args[i] = c.src.name
-		case "tenant":
-			if c.req.Tenant != "" {
-				args[i] = c.req.Tenant
-			}
-		case "key":
-			if c.req.Key != "" {
-				args[i] = c.req.Key
-			}
-		case "received_at":
-			args[i] = c.req.ReceivedAt
-		default: // topic, partition, offset: Kafka's, NULL over HTTP
+			},
 		}
+		return m
 	}
-	return args
+	m.Fingerprint = fingerprint.Body(c.req.Body, s.ignore...)
+	if s.unsignedID() {
+		// The id comes from a header the signature does not cover: claim the signed bytes
+		// too, so that resending them under a fresh id is a duplicate, not a second effect.
+		sum := sha256.Sum256(c.req.Body)
+		m.Also = []exactlyonce.Key{{Scope: c.scope + bodyScopeSuffix, ID: "sha256:" + hex.EncodeToString(sum[:]), Fingerprint: sum[:]}}
+	}
+	m.Letter = &deadletter.Letter{
+		Pipeline: s.name, Origin: deadletter.Origin{Door: deadletter.DoorHTTP},
+		Scope: c.scope, MessageID: c.req.MessageID, Payload: c.req.Body, Headers: c.req.Header,
+		Metadata: map[string]any{"method": c.req.Method, "path": c.req.Path, "tenant": c.req.Tenant},
+	}
+	return m
 }
 
-// publishEvent is c's outbox event; result is the effect's JSON for Body "effect".
-func (r *Receiver) publishEvent(c *call, result []byte) outbox.Event {
-	p := c.src.publish
-	payload, ctype := c.req.Body, "application/json"
-	if p.Body == "effect" {
-		payload = result
-		if payload == nil {
-			payload = []byte("null")
+// bodyScopeSuffix names the scope of signed-body claims beside a source's own ids.
+const bodyScopeSuffix = "\x1fbody"
+
+// unsignedID: the scheme signs the body only and the id is read from a header, which an
+// attacker who captured one signed request can change at will.
+func (s *source) unsignedID() bool {
+	switch s.scheme {
+	case SchemeGitHub, SchemeShopify, SchemeHMACSHA256:
+		return s.msgID.Header != ""
+	}
+	return false
+}
+
+// effect binds the source's effect to the call: its SQL with the SPEC 2.3 values of the
+// request, or its Go function.
+func (s *source) effect(c *call) exactlyonce.Effect {
+	var e exactlyonce.Effect
+	if s.stmt != nil {
+		hdrs := make(map[string]string, len(c.req.Header))
+		for k, v := range c.req.Header {
+			if len(v) > 0 {
+				hdrs[k] = v[0]
+			}
 		}
-	} else if _, ok := c.body.get(); !ok {
+		v := &effectsql.Values{
+			MessageID: c.req.MessageID, Payload: c.req.Body, Headers: hdrs, Source: s.name,
+			Tenant: c.req.Tenant, ReceivedAt: c.req.ReceivedAt,
+		}
+		if c.req.Key != "" {
+			v.Key = []byte(c.req.Key)
+		}
+		e.SQL, e.Args = s.stmt.SQL, s.stmt.Bind(v)
+	}
+	if s.fn != nil {
+		fn, req := s.fn, c.req
+		e.Func = func(ctx context.Context, tx pgx.Tx) (any, error) { return fn(ctx, tx, req) }
+	}
+	return e
+}
+
+// publishEvent is the call's outbox event; with Body "effect" its payload is the effect's
+// result.
+func (s *source) publishEvent(c *call) exactlyonce.Event {
+	p := s.publish
+	ctype := "application/json"
+	if _, ok := c.body.get(); !ok && p.Body != pipeline.BodyEffect {
 		ctype = "application/octet-stream"
 	}
 	ev := outbox.Event{
-		Topic: p.Topic, Endpoint: p.Endpoint, Payload: payload, Pipeline: c.src.name, CausationID: c.req.MessageID,
+		Topic: p.Topic, Payload: c.req.Body, Pipeline: s.name, CausationID: c.req.MessageID,
 		Headers: map[string]string{outbox.HeaderContentType: ctype},
+		// Tenants share key spaces, so the id includes the scope (pipeline and tenant), or a
+		// downstream consumer would drop tenant B's event as tenant A's duplicate; for
+		// webhooks the scope is the pipeline.
+		OperationID: outbox.OperationID(c.scope, c.req.MessageID, 0),
 	}
 	if c.eventType != "" {
 		ev.Headers[outbox.HeaderEventType] = c.eventType
 	}
-	if p.Key != (IDSpec{}) {
+	if p.HTTP != nil {
+		ev.Endpoint = s.name // the endpoint is named after its pipeline
+	}
+	if p.Key != nil {
 		if k := lookup(p.Key, c.req.Header, c.body); k != "" {
 			ev.Key = []byte(k)
 		}
 	}
-	// Set explicitly: queued events of a whole batch are enqueued in one call, where the
-	// default would number them by position. Tenants share key spaces, so the id includes
-	// the scope (pipeline and tenant), or a downstream consumer would drop tenant B's event
-	// as tenant A's duplicate; for webhooks the scope is the pipeline.
-	ev.OperationID = outbox.OperationID(c.scope, c.req.MessageID, 0)
-	return ev
+	return exactlyonce.Event{Event: ev, FromResult: p.Body == pipeline.BodyEffect}
 }
 
 // autoKey names an API request sent without an Idempotency-Key where none is required: it

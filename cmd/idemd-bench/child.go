@@ -21,6 +21,7 @@ import (
 	"github.com/idemd/idemd/consumer"
 	"github.com/idemd/idemd/internal/pruner"
 	"github.com/idemd/idemd/outbox"
+	"github.com/idemd/idemd/pipeline"
 	"github.com/idemd/idemd/receiver"
 )
 
@@ -117,8 +118,8 @@ func serveChild(ctx context.Context, kind, raw string, stdout io.Writer) error {
 			Topics:    []string{c.Topic},
 			Group:     c.Group,
 			Schema:    c.Schema,
-			SQL:       fmt.Sprintf(effectSQL, q),
-			Publish:   &consumer.Publish{Topic: c.OutboxTopic},
+			Effect:    consumer.Effect{SQL: fmt.Sprintf(effectSQL, q)},
+			Publish:   &pipeline.Publish{Topic: c.OutboxTopic},
 			BatchSize: c.Batch,
 			// Short group timings: the run starts with a join.
 			HeartbeatInterval: 250 * time.Millisecond,
@@ -137,7 +138,7 @@ func serveChild(ctx context.Context, kind, raw string, stdout io.Writer) error {
 				Name:    "stripe",
 				Verify:  receiver.Verify{Scheme: receiver.SchemeStripe, Secrets: []string{c.Secret}},
 				Effect:  receiver.Effect{SQL: fmt.Sprintf(effectSQL, q)},
-				Publish: &receiver.Publish{Topic: c.OutboxTopic, Key: receiver.IDSpec{JSON: "/data/object/id"}},
+				Publish: &pipeline.Publish{Topic: c.OutboxTopic, Key: &pipeline.Field{JSON: "/data/object/id"}},
 			}},
 		})
 		if err != nil {

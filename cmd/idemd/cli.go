@@ -84,31 +84,21 @@ func (c *cli) usage(w io.Writer) {
 	}
 	fmt.Fprintln(w, "\nRun 'idemd <command> --help' for a command's flags and environment.")
 	fmt.Fprintln(w, "Configuration comes from IDEMD_* environment variables and the pipelines file:")
-	envHelp(w)
+	envHelp(w, "")
 }
 
-// envHelp lists the environment variables with their defaults.
-func envHelp(w io.Writer) {
-	vars := [][2]string{
-		{"IDEMD_DATABASE_URL", "PostgreSQL connection string (required; dev: local server)"},
-		{"IDEMD_KAFKA_BROKERS", "comma-separated Kafka brokers (dev: in-memory broker when unset)"},
-		{"IDEMD_PIPELINES_FILE", "pipelines file (default idemd.yaml; dev: deploy/idemd.dev.yaml, embedded)"},
-		{"IDEMD_HTTP_ADDR", "receiver address (default :8080)"},
-		{"IDEMD_ADMIN_ADDR", "/metrics, /healthz, /readyz address (default :9090)"},
-		{"IDEMD_LOG_LEVEL", "trace|debug|info|warn|error (default info)"},
-		{"IDEMD_LOG_FORMAT", "json|text (default json; dev: text)"},
-		{"IDEMD_SHUTDOWN_TIMEOUT", "bound of the drain on SIGTERM (default 30s)"},
-		{"IDEMD_DB_SCHEMA", "schema of idemd's tables (default idemd)"},
-		{"IDEMD_DB_MAX_CONNS", "connection pool size (default 20)"},
-		{"IDEMD_DB_SEARCH_PATH", "search_path of effect SQL (default the server's)"},
-		{"IDEMD_ROLES", "roles of serve (default receiver,consumer,relay,pruner)"},
-		{"IDEMD_MIGRATE", "apply migrations at start (default true)"},
-		{"IDEMD_KAFKA_CREATE_TOPICS", "create the pipelines' topics at start (default false; dev: true)"},
-		{"IDEMD_PRUNE_INTERVAL", "pruner period (default 1m)"},
-		{"IDEMD_OUTBOX_RETENTION", "how long published outbox rows are kept (default 24h)"},
-	}
-	for _, v := range vars {
-		fmt.Fprintf(w, "  %-26s %s\n", v[0], v[1])
+// envHelp lists the environment variables command cmd reads ("" for all of them), with
+// their defaults, from the tags of Env.
+func envHelp(w io.Writer, cmd string) {
+	for _, v := range envVars() {
+		if !v.readBy(cmd) {
+			continue
+		}
+		line := v.Help
+		if v.Default != "" {
+			line += " (default " + v.Default + ")"
+		}
+		fmt.Fprintf(w, "  %-28s %s\n", v.Name, line)
 	}
 }
 
@@ -127,8 +117,9 @@ func (c *cli) flags(name, args, summary string, withEnv bool) *flag.FlagSet {
 			fs.PrintDefaults()
 		}
 		if withEnv {
+			// "dlq list" reads what "dlq" reads.
 			fmt.Fprintln(w, "\nEnvironment:")
-			envHelp(w)
+			envHelp(w, strings.Fields(name)[0])
 		}
 	}
 	return fs

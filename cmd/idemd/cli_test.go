@@ -9,8 +9,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemd/idemd/internal/config"
 	"github.com/idemd/idemd/internal/pgtest"
+	"github.com/idemd/idemd/receiver"
 )
 
 func TestHelpAndBadFlags(t *testing.T) {
@@ -121,7 +121,7 @@ func TestSignatureVectors(t *testing.T) {
 			"sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17"},
 		{"shopify", "hush", "e1", `{"id":123}`, "X-Shopify-Hmac-Sha256", "75DK9h3ZbLv2nIMppOFKPFxSYU9PgXvd4NXUhSs88Jk="},
 	} {
-		headers, err := signature(&config.Verify{Scheme: tc.scheme}, tc.secret, []byte(tc.body), tc.id, at)
+		headers, err := signature(&receiver.Verify{Scheme: tc.scheme}, tc.secret, []byte(tc.body), tc.id, at)
 		require.NoError(t, err, tc.scheme)
 		got := ""
 		for _, h := range headers {

@@ -5,14 +5,17 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/idemd/idemd/config"
 	"github.com/idemd/idemd/deploy"
-	"github.com/idemd/idemd/internal/config"
 )
 
 // Development-only defaults. They are used by `idemd dev` (and `idemd sign` without a
@@ -65,7 +68,7 @@ func (c *cli) dev(args []string) int {
 	if code, ok := c.parse(fs, args); !ok {
 		return code
 	}
-	e, err := loadEnv(c.env)
+	e, err := loadEnvFor("dev", c.env)
 	if err != nil {
 		return c.fail("dev", exitUsage, err)
 	}
@@ -187,10 +190,17 @@ func printDevBanner(w io.Writer, f *config.File, example, inMemory bool, e *Env,
 		}
 		fmt.Fprintf(&b, "\n# %s (%s): paste twice, the second answer is a replay\n%s\n", s.Name, s.Verify.Scheme, line)
 	}
-	fmt.Fprintln(&b, "\n# a fresh signed request at any time:\n#   go run ./cmd/idemd sign -source <name> [-body '<json>']")
+	sign := selfCommand() + " sign"
+	if !example {
+		sign += " -pipelines " + shellQuote(f.Path)
+	}
+	if base != "http://127.0.0.1:8080" {
+		sign += " -url " + base
+	}
+	fmt.Fprintf(&b, "\n# a fresh signed request at any time:\n#   %s -source <name> [-body '<json>']\n", sign)
 	if example {
-		fmt.Fprintf(&b, "\n# effects:\n#   psql %q -c 'SELECT * FROM %s_dev.payments; SELECT * FROM %s_dev.ledger; SELECT * FROM %s_dev.orders'\n",
-			redactURL(e.DatabaseURL), e.DBSchema, e.DBSchema, e.DBSchema)
+		fmt.Fprintf(&b, "\n# effects:\n#   psql %s -c 'SELECT * FROM %s_dev.payments; SELECT * FROM %s_dev.ledger; SELECT * FROM %s_dev.orders'\n",
+			psqlTarget(e.DatabaseURL), e.DBSchema, e.DBSchema, e.DBSchema)
 	}
 	fmt.Fprintln(&b)
 	_, _ = io.WriteString(w, b.String())
@@ -206,4 +216,43 @@ func localAddr(addr string) string {
 		host = "127.0.0.1"
 	}
 	return net.JoinHostPort(host, port)
+}
+
+// selfCommand is how to run this idemd again from a shell, so that the commands dev prints
+// work as pasted.
+func selfCommand() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return "idemd"
+	}
+	return selfCommandFor(exe, ".")
+}
+
+// selfCommandFor is selfCommand for the binary exe, run from directory dir: "go run" with
+// the package when it was started by go run (a temporary binary in a go-build directory),
+// "idemd" when it is the binary on PATH, else its path.
+func selfCommandFor(exe, dir string) string {
+	if strings.Contains(filepath.ToSlash(exe), "/go-build") {
+		if _, err := os.Stat(filepath.Join(dir, "cmd", "idemd", "main.go")); err == nil {
+			return "go run ./cmd/idemd"
+		}
+		return "go run github.com/idemd/idemd/cmd/idemd" // from any directory of the module
+	}
+	if p, err := exec.LookPath("idemd"); err == nil {
+		if a, err := os.Stat(p); err == nil {
+			if b, err := os.Stat(exe); err == nil && os.SameFile(a, b) {
+				return "idemd"
+			}
+		}
+	}
+	return shellQuote(exe)
+}
+
+// psqlTarget is the argument that connects psql to url: the URL itself, or, when it holds
+// a password (which dev never prints), the variable it came from.
+func psqlTarget(url string) string {
+	if redactURL(url) != url {
+		return `"$IDEMD_DATABASE_URL"`
+	}
+	return shellQuote(url)
 }

@@ -34,6 +34,16 @@ func TestDevBecomesReady(t *testing.T) {
 
 	curls := linesWith(p.Stdout(), "curl ")
 	require.Len(t, curls, 2, p.Stdout())
+
+	// The sign command it prints runs this very binary (a built one here; "go run" under go
+	// run) and prints a request.
+	signs := linesWith(p.Stdout(), " sign ")
+	require.Len(t, signs, 1, p.Stdout())
+	sign := strings.Replace(strings.TrimPrefix(signs[0], "#   "), "<name> [-body '<json>']", "stripe", 1)
+	require.Contains(t, sign, proctest.Binary(t))
+	out, err := exec.Command("bash", "-c", sign).CombinedOutput()
+	require.NoError(t, err, "%s\n%s", sign, out)
+	require.Contains(t, string(out), "curl ")
 	if _, err := exec.LookPath("curl"); err == nil {
 		for _, c := range curls {
 			c = strings.TrimPrefix(c, "#   ")

@@ -7,21 +7,18 @@ import (
 	"fmt"
 	"os/signal"
 	"strconv"
-	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/sirupsen/logrus"
 
+	"github.com/idemd/idemd/config"
 	"github.com/idemd/idemd/consumer"
+	"github.com/idemd/idemd/deadletter"
 	"github.com/idemd/idemd/delivery"
-	"github.com/idemd/idemd/internal/config"
-	"github.com/idemd/idemd/internal/daemon"
-	"github.com/idemd/idemd/internal/deadletter"
 	"github.com/idemd/idemd/outbox"
 	"github.com/idemd/idemd/receiver"
 )
@@ -147,18 +144,15 @@ func (c *cli) dlqReplay(args []string) int {
 		return c.fail("dlq replay", exitFailure, err)
 	}
 	defer pool.Close()
-	r, err := newReplayer(pool, e, f, newLogger(e, c.stderr))
-	if err != nil {
-		return c.fail("dlq replay", exitUsage, err)
-	}
-	defer r.close()
+	r, closeDoors := newReplayer(pool, e, f, newLogger(e, c.stderr))
+	defer closeDoors()
 	failed := 0
 	for _, id := range ids {
-		what, err := r.replay(ctx, id)
+		what, err := r.Replay(ctx, id)
 		switch {
 		case err == nil:
 			fmt.Fprintf(c.stdout, "%d: %s\n", id, what)
-		case errors.Is(err, receiver.ErrAlreadyReplayed), errors.Is(err, consumer.ErrAlreadyReplayed):
+		case errors.Is(err, deadletter.ErrAlreadyReplayed):
 			failed++
 			fmt.Fprintf(c.stdout, "%d: not replayed: it was replayed before; not run again\n", id)
 		default:
@@ -172,184 +166,35 @@ func (c *cli) dlqReplay(args []string) int {
 	return exitOK
 }
 
-// replayer sends each dead letter back through the door that wrote it. The doors are built
-// on first use, so that a letter of one kind needs nothing of the others (a pipelines file
-// without sources, a subscription whose SQL no longer prepares).
-type replayer struct {
-	pool      *pgxpool.Pool
-	letters   *deadletter.Store
-	delivery  *delivery.Store
-	log       *logrus.Entry
-	file      *config.File
-	schema    string
-	brokers   []string
-	sources   map[string]bool
-	subs      map[string]*consumer.Config
-	rcv       *receiver.Receiver
-	consumers map[string]*consumer.Consumer
-}
-
-func newReplayer(pool *pgxpool.Pool, e *Env, f *config.File, log *logrus.Entry) (*replayer, error) {
-	cfgs, err := daemon.ConsumerConfigs(f)
-	if err != nil {
-		return nil, err
+// newReplayer registers every door of the pipelines file with a deadletter.Replayer, so
+// that each letter goes back through the door that wrote it. A door that cannot be built (a
+// subscription whose SQL no longer prepares) refuses only its own letters, with its error.
+func newReplayer(pool *pgxpool.Pool, e *Env, f *config.File, log *logrus.Entry) (*deadletter.Replayer, func()) {
+	rp := deadletter.NewReplayer(pool, deadletter.New(e.DBSchema))
+	outbox.New(&outbox.Config{Schema: e.DBSchema}).RegisterReplay(rp)
+	delivery.NewStore(e.DBSchema).RegisterReplay(rp)
+	refuse := func(door deadletter.Door, pipeline string, err error) {
+		rp.Register(door, pipeline, func(context.Context, pgx.Tx, *deadletter.Letter) (string, error) { return "", err })
 	}
-	r := &replayer{
-		pool: pool, letters: deadletter.New(e.DBSchema), delivery: delivery.NewStore(e.DBSchema), log: log,
-		file: f, schema: e.DBSchema, brokers: e.KafkaBrokers,
-		sources: map[string]bool{}, subs: map[string]*consumer.Config{}, consumers: map[string]*consumer.Consumer{},
-	}
-	for _, s := range f.Sources {
-		r.sources[s.Name] = true
-	}
-	for _, cfg := range cfgs {
-		r.subs[cfg.Name] = cfg
-	}
-	return r, nil
-}
-
-func (r *replayer) close() {
-	if r.rcv != nil {
-		r.rcv.Close()
-	}
-}
-
-// replay replays letter id and says what it did.
-func (r *replayer) replay(ctx context.Context, id int64) (string, error) {
-	l, err := r.peek(ctx, id)
-	if err != nil {
-		return "", err
-	}
-	switch {
-	case strings.HasPrefix(l.Scope, "http:") || l.Metadata["door"] == "http_delivery":
-		return r.requeue(ctx, id)
-	case strings.HasPrefix(l.Scope, "kafka:") || l.Metadata["door"] == "relay":
-		return r.republish(ctx, id)
-	case r.subs[l.Pipeline] != nil:
-		c, err := r.consumer(l.Pipeline)
+	closeDoors := func() {}
+	if len(f.Sources) > 0 {
+		rcfg := f.Receiver()
+		rcfg.Schema, rcfg.Logger = e.DBSchema, log
+		rcv, err := receiver.New(pool, rcfg)
 		if err != nil {
-			return "", err
+			refuse(deadletter.DoorHTTP, "", fmt.Errorf("the receiver cannot be built: %w", err))
+		} else {
+			rcv.RegisterReplay(rp)
+			closeDoors = rcv.Close
 		}
-		if err := c.Replay(ctx, id); err != nil {
-			return "", err
-		}
-		return fmt.Sprintf("replayed through subscription %q", l.Pipeline), nil
-	case r.sources[l.Pipeline]:
-		if r.rcv == nil {
-			rcfg, err := daemon.ReceiverConfig(r.file)
-			if err != nil {
-				return "", err
-			}
-			rcfg.Schema, rcfg.Logger = r.schema, r.log
-			if r.rcv, err = receiver.New(r.pool, rcfg); err != nil {
-				return "", err
-			}
-		}
-		if err := r.rcv.Replay(ctx, id); err != nil {
-			return "", err
-		}
-		return fmt.Sprintf("replayed through source %q", l.Pipeline), nil
 	}
-	return "", fmt.Errorf("its pipeline %q is not in the pipelines file", l.Pipeline)
-}
-
-// peek reads a letter to route it; the door locks and checks it again.
-func (r *replayer) peek(ctx context.Context, id int64) (*deadletter.Letter, error) {
-	tx, err := r.pool.Begin(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("error reading dead letter %d: %w", id, err)
+	for _, cfg := range f.Consumers() {
+		cfg.Schema, cfg.Logger, cfg.Brokers = e.DBSchema, log, e.KafkaBrokers
+		if c, err := consumer.New(pool, cfg); err != nil {
+			refuse(deadletter.DoorKafka, cfg.Name, err)
+		} else {
+			c.RegisterReplay(rp)
+		}
 	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	return r.letters.GetTx(ctx, tx, id)
-}
-
-// consumer builds a subscription's consumer for Replay, which never contacts Kafka: New
-// wants brokers in its config, and gets a placeholder when none are configured.
-func (r *replayer) consumer(name string) (*consumer.Consumer, error) {
-	if c := r.consumers[name]; c != nil {
-		return c, nil
-	}
-	cfg := *r.subs[name]
-	cfg.Schema, cfg.Logger, cfg.Brokers = r.schema, r.log, r.brokers
-	if len(cfg.Brokers) == 0 {
-		cfg.Brokers = []string{"replay-contacts-no-broker:9092"}
-	}
-	c, err := consumer.New(r.pool, &cfg)
-	if err != nil {
-		return nil, err
-	}
-	r.consumers[name] = c
-	return c, nil
-}
-
-// requeue replays an HTTP delivery's letter: the delivery is made pending again and the
-// letter marked replayed in one transaction, under the letter's lock, so that two replays
-// cannot requeue it twice.
-func (r *replayer) requeue(ctx context.Context, id int64) (string, error) {
-	var what string
-	err := r.letters.Replay(ctx, r.pool, id, func(ctx context.Context, tx pgx.Tx, l *deadletter.Letter) error {
-		did, ok := metaID(l.Metadata["delivery_id"])
-		if !ok {
-			return fmt.Errorf("dead letter %d names no delivery_id", id)
-		}
-		if err := r.delivery.RequeueTx(ctx, tx, did); err != nil {
-			if errors.Is(err, delivery.ErrNotFound) {
-				return fmt.Errorf("delivery %d no longer exists (pruned?); the payload is in `idemd dlq list -json`", did)
-			}
-			return err
-		}
-		what = fmt.Sprintf("delivery %d requeued to endpoint %q with the same operation id", did, strings.TrimPrefix(l.Scope, "http:"))
-		return nil
-	})
-	return what, err
-}
-
-// republish replays an outbox event the broker refused as too large (once the topic's
-// max.message.bytes allows it): the event goes back to the outbox with its operation id, and
-// the letter is marked replayed, in one transaction under the letter's lock.
-func (r *replayer) republish(ctx context.Context, id int64) (string, error) {
-	var what string
-	err := r.letters.Replay(ctx, r.pool, id, func(ctx context.Context, tx pgx.Tx, l *deadletter.Letter) error {
-		topic, _ := l.Metadata["topic"].(string)
-		opText, _ := l.Metadata["operation_id"].(string)
-		op, err := uuid.Parse(opText)
-		if topic == "" || err != nil {
-			return fmt.Errorf("dead letter %d names no topic or operation id", id)
-		}
-		ev := outbox.Event{Topic: topic, Payload: l.Payload, Pipeline: l.Pipeline, CausationID: l.MessageID, OperationID: op,
-			Headers: map[string]string{}}
-		if k, _ := l.Metadata["key"].(string); k != "" {
-			ev.Key = []byte(k)
-		}
-		for k, v := range l.Headers {
-			switch k {
-			case outbox.HeaderOperationID, outbox.HeaderCausationID, outbox.HeaderPipeline:
-			default: // the relay sets those three again
-				if len(v) > 0 {
-					ev.Headers[k] = v[0]
-				}
-			}
-		}
-		if err := outbox.New(&outbox.Config{Schema: r.schema}).EnqueueTx(ctx, tx, ev); err != nil {
-			return err
-		}
-		what = fmt.Sprintf("event requeued to topic %q with the same operation id %s", topic, op)
-		return nil
-	})
-	return what, err
-}
-
-// metaID reads an id from a letter's metadata (JSON: a float64 once decoded).
-func metaID(v any) (int64, bool) {
-	switch x := v.(type) {
-	case float64:
-		return int64(x), x > 0 && x == float64(int64(x))
-	case string:
-		n, err := strconv.ParseInt(x, 10, 64)
-		return n, err == nil && n > 0
-	case json.Number:
-		n, err := x.Int64()
-		return n, err == nil && n > 0
-	}
-	return 0, false
+	return rp, closeDoors
 }

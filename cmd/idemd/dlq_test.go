@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemd/idemd/internal/deadletter"
+	"github.com/idemd/idemd/deadletter"
 	"github.com/idemd/idemd/internal/pgtest"
 	"github.com/idemd/idemd/migrations"
 	"github.com/idemd/idemd/outbox"
@@ -52,15 +52,15 @@ subscriptions:
 	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		var err error
 		if webhook, err = letters.WriteTx(ctx, tx, &deadletter.Letter{
-			Pipeline: "stripe", Scope: "stripe", MessageID: "evt_1", Payload: []byte(`{"amount":7}`),
+			Pipeline: "stripe", Origin: deadletter.Origin{Door: deadletter.DoorHTTP}, Scope: "stripe", MessageID: "evt_1", Payload: []byte(`{"amount":7}`),
 			Headers:  map[string][]string{"Content-Type": {"application/json"}},
-			Metadata: map[string]any{"door": "http", "method": "POST", "path": "/webhooks/stripe", "tenant": ""},
+			Metadata: map[string]any{"method": "POST", "path": "/webhooks/stripe", "tenant": ""},
 			Reason:   "boom", Attempts: 1,
 		}); err != nil {
 			return err
 		}
 		if record, err = letters.WriteTx(ctx, tx, &deadletter.Letter{
-			Pipeline: "ledger", Scope: "ledger", MessageID: "op_1", Payload: []byte(`{"amount":9}`),
+			Pipeline: "ledger", Origin: deadletter.Origin{Door: deadletter.DoorKafka}, Scope: "ledger", MessageID: "op_1", Payload: []byte(`{"amount":9}`),
 			Headers:  map[string][]string{"operation-id": {"op_1"}},
 			Metadata: map[string]any{"topic": "payments", "partition": 2, "offset": 41, "timestamp": "2026-01-02T03:04:05Z"},
 			Reason:   "boom", Attempts: 5,
@@ -73,8 +73,8 @@ VALUES ('ledger', $1, 'ledger', 'op_0', '{}', 'dead', 8, now()) RETURNING id`, u
 			return err
 		}
 		if sink, err = letters.WriteTx(ctx, tx, &deadletter.Letter{
-			Pipeline: "ledger", Scope: "http:ledger", MessageID: "x", Payload: []byte(`{}`),
-			Metadata: map[string]any{"door": "http_delivery", "endpoint": "ledger", "delivery_id": deliveryID},
+			Pipeline: "ledger", Origin: deadletter.Origin{Door: deadletter.DoorDelivery, DeliveryID: deliveryID}, Scope: "http:ledger", MessageID: "x", Payload: []byte(`{}`),
+			Metadata: map[string]any{"endpoint": "ledger"},
 			Reason:   "500", Attempts: 8,
 		}); err != nil {
 			return err
@@ -82,14 +82,14 @@ VALUES ('ledger', $1, 'ledger', 'op_0', '{}', 'dead', 8, now()) RETURNING id`, u
 		// An event the relay moved out of the outbox because the broker refused it as too
 		// large: pipeline "stripe" is a source, but this letter must not re-run its effect.
 		if tooLarge, err = letters.WriteTx(ctx, tx, &deadletter.Letter{
-			Pipeline: "stripe", Scope: "kafka:payments", MessageID: "evt_big", Payload: []byte(`{"big":true}`),
+			Pipeline: "stripe", Origin: deadletter.Origin{Door: deadletter.DoorRelay, OutboxID: 3, OperationID: tooLargeOp}, Scope: "kafka:payments", MessageID: "evt_big", Payload: []byte(`{"big":true}`),
 			Headers:  map[string][]string{"operation-id": {tooLargeOp.String()}, "content-type": {"application/json"}},
-			Metadata: map[string]any{"door": "relay", "topic": "payments", "key": "pi_9", "operation_id": tooLargeOp.String(), "outbox_id": 3},
+			Metadata: map[string]any{"topic": "payments", "key": "pi_9"},
 			Reason:   "too large", Attempts: 1,
 		}); err != nil {
 			return err
 		}
-		stranger, err = letters.WriteTx(ctx, tx, &deadletter.Letter{Pipeline: "gone", Scope: "gone", MessageID: "y", Reason: "x"})
+		stranger, err = letters.WriteTx(ctx, tx, &deadletter.Letter{Pipeline: "gone", Origin: deadletter.Origin{Door: deadletter.DoorKafka}, Scope: "gone", MessageID: "y", Reason: "x"})
 		return err
 	}))
 
@@ -108,7 +108,7 @@ VALUES ('ledger', $1, 'ledger', 'op_0', '{}', 'dead', 8, now()) RETURNING id`, u
 	require.Equal(t, fmt.Sprintf(`%d: replayed through subscription "ledger"`, record), lines[1])
 	require.Equal(t, fmt.Sprintf(`%d: delivery %d requeued to endpoint "ledger" with the same operation id`, sink, deliveryID), lines[2])
 	require.Equal(t, fmt.Sprintf(`%d: event requeued to topic "payments" with the same operation id %s`, tooLarge, tooLargeOp), lines[3])
-	require.Contains(t, lines[4], fmt.Sprintf(`%d: not replayed: its pipeline "gone" is not in the pipelines file`, stranger))
+	require.Contains(t, lines[4], fmt.Sprintf(`%d: not replayed: dead letter %d (door kafka, pipeline "gone"): no door replays this dead letter`, stranger, stranger))
 
 	count := func(from string, args ...any) int {
 		var n int

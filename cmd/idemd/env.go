@@ -3,43 +3,77 @@ package main
 import (
 	"errors"
 	"fmt"
-	"io"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/caarlos0/env/v11"
-	"github.com/sirupsen/logrus"
 
 	"github.com/idemd/idemd/internal/daemon"
 )
 
 // Env is idemd's whole environment (prefix IDEMD_). It is the only place that reads it;
 // secrets named by the pipelines file are looked up separately, by name.
+//
+// Each field's tags say everything the help needs: cmds lists the commands that read the
+// variable (only their --help shows it, and only they report its problems), help is its
+// line in --help, envDefault its default. Tests check --help and the README against them.
 type Env struct {
-	DatabaseURL         string        `env:"DATABASE_URL"`
-	KafkaBrokers        []string      `env:"KAFKA_BROKERS" envSeparator:","`
-	PipelinesFile       string        `env:"PIPELINES_FILE" envDefault:"idemd.yaml"`
-	HTTPAddr            string        `env:"HTTP_ADDR" envDefault:":8080"`
-	AdminAddr           string        `env:"ADMIN_ADDR" envDefault:":9090"`
-	LogLevel            string        `env:"LOG_LEVEL" envDefault:"info"`
-	LogFormat           string        `env:"LOG_FORMAT" envDefault:"json"`
-	ShutdownTimeout     time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"30s"`
-	DBSchema            string        `env:"DB_SCHEMA" envDefault:"idemd"`
-	DBMaxConns          int32         `env:"DB_MAX_CONNS" envDefault:"20"`
-	DBSearchPath        string        `env:"DB_SEARCH_PATH"`
-	Roles               []string      `env:"ROLES" envSeparator:"," envDefault:"receiver,consumer,relay,pruner"`
-	Migrate             bool          `env:"MIGRATE" envDefault:"true"`
-	KafkaCreateTopics   bool          `env:"KAFKA_CREATE_TOPICS" envDefault:"false"`
-	PruneInterval       time.Duration `env:"PRUNE_INTERVAL" envDefault:"1m"`
-	OutboxRetention     time.Duration `env:"OUTBOX_RETENTION" envDefault:"24h"`
-	KafkaSessionTimeout time.Duration `env:"KAFKA_SESSION_TIMEOUT" envDefault:"30s"`
-	TLSCertFile         string        `env:"TLS_CERT_FILE"`
-	TLSKeyFile          string        `env:"TLS_KEY_FILE"`
+	DatabaseURL         string        `env:"DATABASE_URL" cmds:"serve,dev,check,migrate,dlq" help:"PostgreSQL connection string (required; dev: postgres://postgres@127.0.0.1:5432/test)"`
+	KafkaBrokers        []string      `env:"KAFKA_BROKERS" envSeparator:"," cmds:"serve,dev,check,dlq" help:"comma-separated Kafka brokers (required by the consumer and relay roles; dev: an in-memory broker)"`
+	PipelinesFile       string        `env:"PIPELINES_FILE" envDefault:"idemd.yaml" cmds:"serve,dev,check,dlq,sign" help:"the pipelines file (dev and sign: the embedded deploy/idemd.dev.yaml)"`
+	HTTPAddr            string        `env:"HTTP_ADDR" envDefault:":8080" cmds:"serve,dev,check" help:"address of the receiver (HTTP sources)"`
+	AdminAddr           string        `env:"ADMIN_ADDR" envDefault:":9090" cmds:"serve,dev,check" help:"address of /metrics, /healthz and /readyz"`
+	LogLevel            string        `env:"LOG_LEVEL" envDefault:"info" cmds:"serve,dev,check,dlq" help:"trace, debug, info, warning or error"`
+	LogFormat           string        `env:"LOG_FORMAT" envDefault:"json" cmds:"serve,dev,check,dlq" help:"json or text (dev: text)"`
+	ShutdownTimeout     time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"30s" cmds:"serve,dev,check" help:"bound of the drain after SIGTERM"`
+	DBSchema            string        `env:"DB_SCHEMA" envDefault:"idemd" cmds:"serve,dev,check,migrate,dlq" help:"schema of idemd's tables"`
+	DBMaxConns          int32         `env:"DB_MAX_CONNS" envDefault:"20" cmds:"serve,dev,check" help:"connection pool size (at least 2)"`
+	DBSearchPath        string        `env:"DB_SEARCH_PATH" cmds:"serve,dev,check,migrate,dlq" help:"search_path of every connection, where effect SQL finds unqualified tables (default: the server's)"`
+	Roles               []string      `env:"ROLES" envSeparator:"," envDefault:"receiver,consumer,relay,pruner" cmds:"serve,dev,check" help:"roles this process runs"`
+	Migrate             bool          `env:"MIGRATE" envDefault:"true" cmds:"serve,dev,check" help:"apply the migrations at start (false: stay not ready until someone ran idemd migrate)"`
+	KafkaCreateTopics   bool          `env:"KAFKA_CREATE_TOPICS" envDefault:"false" cmds:"serve,dev,check" help:"create the topics the pipelines name at start (dev: true)"`
+	PruneInterval       time.Duration `env:"PRUNE_INTERVAL" envDefault:"1m" cmds:"serve,dev,check" help:"how often the pruner deletes expired rows"`
+	OutboxRetention     time.Duration `env:"OUTBOX_RETENTION" envDefault:"24h" cmds:"serve,dev,check" help:"how long published outbox rows and finished HTTP deliveries are kept"`
+	KafkaSessionTimeout time.Duration `env:"KAFKA_SESSION_TIMEOUT" envDefault:"30s" cmds:"serve,dev,check" help:"consumer groups' session and rebalance timeout (at least 6s)"`
+	TLSCertFile         string        `env:"TLS_CERT_FILE" cmds:"serve,dev,check" help:"PEM certificate (chain) of the receiver: it serves HTTPS (with IDEMD_TLS_KEY_FILE)"`
+	TLSKeyFile          string        `env:"TLS_KEY_FILE" cmds:"serve,dev,check" help:"PEM private key of IDEMD_TLS_CERT_FILE"`
 
 	// set records which variables were given, for dev's defaults.
 	set map[string]bool
 }
+
+// envVar is one variable of Env, as its tags describe it.
+type envVar struct {
+	Name, Default, Help string
+	Commands            []string
+	field               reflect.StructField
+}
+
+// envVars lists Env's variables in declaration order.
+func envVars() []envVar {
+	t := reflect.TypeFor[Env]()
+	var out []envVar
+	for i := range t.NumField() {
+		f := t.Field(i)
+		tag, ok := f.Tag.Lookup("env")
+		if !ok {
+			continue
+		}
+		out = append(out, envVar{
+			Name:     "IDEMD_" + strings.Split(tag, ",")[0],
+			Default:  f.Tag.Get("envDefault"),
+			Help:     f.Tag.Get("help"),
+			Commands: strings.Split(f.Tag.Get("cmds"), ","),
+			field:    f,
+		})
+	}
+	return out
+}
+
+// readBy reports whether command cmd reads v ("" stands for every command).
+func (v envVar) readBy(cmd string) bool { return cmd == "" || slices.Contains(v.Commands, cmd) }
 
 // environment is the process environment as a map, for env and for secret lookups.
 type environment map[string]string
@@ -59,83 +93,135 @@ func (e environment) lookup(name string) (string, bool) {
 	return v, ok
 }
 
-// loadEnv parses and checks the IDEMD_ variables, reporting every problem at once.
-func loadEnv(e environment) (*Env, error) {
+// loadEnv parses and checks every IDEMD_ variable, reporting every problem at once.
+func loadEnv(e environment) (*Env, error) { return loadEnvFor("", e) }
+
+// loadEnvFor parses the IDEMD_ variables and checks those that command cmd reads,
+// reporting every problem of those at once, in plain words. The returned Env is never nil:
+// variables that did not parse keep their zero value, so that check can go on with the
+// others.
+func loadEnvFor(cmd string, e environment) (*Env, error) {
 	cfg := &Env{set: map[string]bool{}}
+	vars := envVars()
+	problems := map[string]error{}
 	if err := env.ParseWithOptions(cfg, env.Options{Prefix: "IDEMD_", Environment: e}); err != nil {
-		return nil, envError(err, e)
+		unexplained := parseProblems(err, e, vars, problems)
+		if unexplained != nil {
+			return cfg, unexplained
+		}
 	}
 	for k := range e {
 		if strings.HasPrefix(k, "IDEMD_") {
 			cfg.set[k] = true
 		}
 	}
+	cfg.Roles = trimmed(cfg.Roles)
+	cfg.KafkaBrokers = trimmed(cfg.KafkaBrokers)
+	for name, check := range envChecks {
+		if problems[name] == nil {
+			problems[name] = check(cfg)
+		}
+	}
 	var errs []error
-	if _, err := logrus.ParseLevel(cfg.LogLevel); err != nil {
-		errs = append(errs, fmt.Errorf("IDEMD_LOG_LEVEL: %q is not a level (trace, debug, info, warn, error)", cfg.LogLevel))
-	}
-	if cfg.LogFormat != "json" && cfg.LogFormat != "text" {
-		errs = append(errs, fmt.Errorf("IDEMD_LOG_FORMAT: %q is not json or text", cfg.LogFormat))
-	}
-	if cfg.ShutdownTimeout <= 0 {
-		errs = append(errs, errors.New("IDEMD_SHUTDOWN_TIMEOUT must be positive"))
-	}
-	if cfg.DBMaxConns < 2 {
-		errs = append(errs, errors.New("IDEMD_DB_MAX_CONNS must be at least 2"))
-	}
-	if cfg.KafkaSessionTimeout < 6*time.Second {
-		// Brokers refuse shorter sessions by default (group.min.session.timeout.ms).
-		errs = append(errs, errors.New("IDEMD_KAFKA_SESSION_TIMEOUT must be at least 6s"))
-	}
-	if cfg.PruneInterval <= 0 || cfg.OutboxRetention <= 0 {
-		errs = append(errs, errors.New("IDEMD_PRUNE_INTERVAL and IDEMD_OUTBOX_RETENTION must be positive"))
-	}
-	roles := cfg.Roles[:0]
-	for _, r := range cfg.Roles {
-		r = strings.TrimSpace(r)
-		if r == "" {
-			continue
-		}
-		known := false
-		for _, k := range daemon.RolesDefault {
-			known = known || k == r
-		}
-		if !known {
-			errs = append(errs, fmt.Errorf("IDEMD_ROLES: unknown role %q (known: %s)", r, strings.Join(daemon.RolesDefault, ", ")))
-		}
-		roles = append(roles, r)
-	}
-	cfg.Roles = roles
-	brokers := cfg.KafkaBrokers[:0]
-	for _, b := range cfg.KafkaBrokers {
-		if b = strings.TrimSpace(b); b != "" {
-			brokers = append(brokers, b)
+	for _, v := range vars {
+		if v.readBy(cmd) && problems[v.Name] != nil {
+			errs = append(errs, problems[v.Name])
 		}
 	}
-	cfg.KafkaBrokers = brokers
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	return cfg, nil
+	return cfg, errors.Join(errs...)
 }
 
-// newLogger returns the base entry of every component. Levels and format come from Env;
-// stderr receives the logs so that stdout stays for command output.
-func newLogger(cfg *Env, w io.Writer) *logrus.Entry {
-	l := logrus.New()
-	l.SetOutput(w)
-	level, _ := logrus.ParseLevel(cfg.LogLevel)
-	l.SetLevel(level)
-	if cfg.LogFormat == "text" {
-		l.SetFormatter(&logrus.TextFormatter{FullTimestamp: true})
-	} else {
-		l.SetFormatter(&logrus.JSONFormatter{TimestampFormat: time.RFC3339Nano})
+// envChecks are the checks beyond parsing, by variable.
+var envChecks = map[string]func(*Env) error{
+	"IDEMD_LOG_LEVEL": func(c *Env) error {
+		_, err := parseLevel(c.LogLevel)
+		return err
+	},
+	"IDEMD_LOG_FORMAT": func(c *Env) error {
+		if c.LogFormat != "json" && c.LogFormat != "text" {
+			return fmt.Errorf("IDEMD_LOG_FORMAT: %q is not json or text", c.LogFormat)
+		}
+		return nil
+	},
+	"IDEMD_SHUTDOWN_TIMEOUT": func(c *Env) error { return positive("IDEMD_SHUTDOWN_TIMEOUT", c.ShutdownTimeout) },
+	"IDEMD_PRUNE_INTERVAL":   func(c *Env) error { return positive("IDEMD_PRUNE_INTERVAL", c.PruneInterval) },
+	"IDEMD_OUTBOX_RETENTION": func(c *Env) error { return positive("IDEMD_OUTBOX_RETENTION", c.OutboxRetention) },
+	"IDEMD_DB_MAX_CONNS": func(c *Env) error {
+		if c.DBMaxConns < 2 {
+			return fmt.Errorf("IDEMD_DB_MAX_CONNS: %d is too small: it must be at least 2", c.DBMaxConns)
+		}
+		return nil
+	},
+	"IDEMD_KAFKA_SESSION_TIMEOUT": func(c *Env) error {
+		if c.KafkaSessionTimeout < 6*time.Second {
+			// Brokers refuse shorter sessions by default (group.min.session.timeout.ms).
+			return fmt.Errorf("IDEMD_KAFKA_SESSION_TIMEOUT: %s is too short: it must be at least 6s (the brokers' usual minimum)", c.KafkaSessionTimeout)
+		}
+		return nil
+	},
+	"IDEMD_ROLES": func(c *Env) error {
+		var errs []error
+		for _, r := range c.Roles {
+			if !slices.Contains(daemon.RolesDefault, r) {
+				errs = append(errs, fmt.Errorf("IDEMD_ROLES: unknown role %q (known: %s)", r, strings.Join(daemon.RolesDefault, ", ")))
+			}
+		}
+		return errors.Join(errs...)
+	},
+}
+
+func positive(name string, d time.Duration) error {
+	if d <= 0 {
+		return fmt.Errorf("%s: %s is not a positive duration", name, d)
 	}
-	// Libraries that log through the standard logger get the same settings.
-	logrus.SetOutput(w)
-	logrus.SetLevel(level)
-	logrus.SetFormatter(l.Formatter)
-	return logrus.NewEntry(l)
+	return nil
+}
+
+// trimmed drops the blanks of a comma list.
+func trimmed(list []string) []string {
+	out := list[:0]
+	for _, s := range list {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// parseProblems records, by variable, what env could not parse, named by the variable and
+// its value in plain words rather than by the Go field and type. It returns the errors it
+// cannot attribute to a variable.
+func parseProblems(err error, e environment, vars []envVar, problems map[string]error) error {
+	var agg env.AggregateError
+	if !errors.As(err, &agg) {
+		return fmt.Errorf("invalid environment: %w", err)
+	}
+	var rest []error
+	for _, one := range agg.Errors {
+		var pe env.ParseError
+		if errors.As(one, &pe) {
+			if i := slices.IndexFunc(vars, func(v envVar) bool { return v.field.Name == pe.Name }); i >= 0 {
+				v := vars[i]
+				problems[v.Name] = fmt.Errorf("%s: %q is not %s", v.Name, e[v.Name], kindWords(v.field.Type))
+				continue
+			}
+		}
+		rest = append(rest, one)
+	}
+	return errors.Join(rest...)
+}
+
+// kindWords says what a variable of type t takes, for people rather than Go programmers.
+func kindWords(t reflect.Type) string {
+	switch {
+	case t == reflect.TypeFor[time.Duration]():
+		return "a duration (such as 500ms, 30s, 5m or 24h)"
+	case t.Kind() == reflect.Bool:
+		return "true or false"
+	case t.Kind() >= reflect.Int && t.Kind() <= reflect.Uint64:
+		return "a whole number"
+	}
+	return "a valid value"
 }
 
 // redactURL hides the password of a connection string for logs and messages.
@@ -150,26 +236,4 @@ func redactURL(u string) string {
 		return u[:scheme+3] + user + ":***" + u[at:]
 	}
 	return u
-}
-
-// envError names the variable and its bad value rather than the Go field env reports.
-func envError(err error, e environment) error {
-	var agg env.AggregateError
-	if !errors.As(err, &agg) {
-		return fmt.Errorf("invalid environment: %w", err)
-	}
-	t := reflect.TypeFor[Env]()
-	var errs []error
-	for _, one := range agg.Errors {
-		var pe env.ParseError
-		if errors.As(one, &pe) {
-			if f, ok := t.FieldByName(pe.Name); ok {
-				name := "IDEMD_" + strings.Split(f.Tag.Get("env"), ",")[0]
-				errs = append(errs, fmt.Errorf("%s: %q is not a valid %s", name, e[name], pe.Type))
-				continue
-			}
-		}
-		errs = append(errs, one)
-	}
-	return errors.Join(errs...)
 }

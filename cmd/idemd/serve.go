@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os/signal"
 	"runtime/debug"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -13,7 +16,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/sirupsen/logrus"
 
-	"github.com/idemd/idemd/internal/config"
+	"github.com/idemd/idemd/config"
 	"github.com/idemd/idemd/internal/daemon"
 	"github.com/idemd/idemd/migrations"
 )
@@ -30,7 +33,7 @@ func (c *cli) serve(args []string) int {
 	if fs.NArg() > 0 {
 		return c.fail("serve", exitUsage, fmt.Errorf("unexpected arguments %q", fs.Args()))
 	}
-	e, err := loadEnv(c.env)
+	e, err := loadEnvFor("serve", c.env)
 	if err != nil {
 		return c.fail("serve", exitUsage, err)
 	}
@@ -87,11 +90,12 @@ func daemonConfig(e *Env, f *config.File, log *logrus.Entry, onReady func(string
 }
 
 func (c *cli) migrate(args []string) int {
-	fs := c.flags("migrate", "", "Apply the embedded migrations to IDEMD_DB_SCHEMA and exit. Safe to run from many processes at once.", true)
+	fs := c.flags("migrate", "", "Apply the embedded migrations to IDEMD_DB_SCHEMA and exit, printing each migration applied.\n"+
+		"Safe to run from many processes at once.", true)
 	if code, ok := c.parse(fs, args); !ok {
 		return code
 	}
-	e, err := loadEnv(c.env)
+	e, err := loadEnvFor("migrate", c.env)
 	if err != nil {
 		return c.fail("migrate", exitUsage, err)
 	}
@@ -105,14 +109,23 @@ func (c *cli) migrate(args []string) int {
 		return c.fail("migrate", exitFailure, err)
 	}
 	defer pool.Close()
-	if err := migrations.Apply(ctx, pool, &migrations.Config{Schema: e.DBSchema}); err != nil {
+	applied := 0
+	err = migrations.Apply(ctx, pool, &migrations.Config{Schema: e.DBSchema, OnApply: func(version int32, name string) {
+		applied++
+		fmt.Fprintf(c.stdout, "applying %s (version %d)\n", name, version)
+	}})
+	if err != nil {
 		return c.fail("migrate", exitFailure, err)
 	}
 	st, err := migrations.CurrentStatus(ctx, pool, &migrations.Config{Schema: e.DBSchema})
 	if err != nil {
 		return c.fail("migrate", exitFailure, err)
 	}
-	fmt.Fprintf(c.stdout, "schema %s is at version %d\n", e.DBSchema, st.Current)
+	if applied == 0 {
+		fmt.Fprintf(c.stdout, "nothing to do: schema %s is already at version %d, the latest\n", e.DBSchema, st.Current)
+	} else {
+		fmt.Fprintf(c.stdout, "schema %s is at version %d: %d migration(s) applied\n", e.DBSchema, st.Current, applied)
+	}
 	return exitOK
 }
 
@@ -140,85 +153,116 @@ func connect(ctx context.Context, e *Env) (*pgxpool.Pool, error) {
 }
 
 func (c *cli) check(args []string) int {
-	fs := c.flags("check", "", "Validate the environment and the pipelines file, then reach the database (migration status,\n"+
-		"effect SQL prepared) and the Kafka brokers. Every problem is reported at once; exit 0 means serve would start.", true)
+	fs := c.flags("check", "", "Validate the environment and the pipelines file as serve does, then reach the database (migration\n"+
+		"status, effect SQL prepared) and the Kafka brokers. Every problem is reported at once, and the exit\n"+
+		"code is 0 exactly when serve would start and become ready. Warnings (exit 0) are what serve starts\n"+
+		"with but you probably want to fix: Kafka unreachable, topics that do not exist.", true)
 	pipelines := fs.String("pipelines", "", "pipelines file (overrides IDEMD_PIPELINES_FILE)")
 	if code, ok := c.parse(fs, args); !ok {
 		return code
 	}
-	e, err := loadEnv(c.env)
-	if err != nil {
-		return c.fail("check", exitUsage, err)
-	}
+	var problems, warnings report
+	e, err := loadEnvFor("check", c.env)
+	problems.add(err)
 	if *pipelines != "" {
 		e.PipelinesFile = *pipelines
 	}
-	var errs []error
 	f, err := config.Load(e.PipelinesFile, c.env.lookup)
-	if err != nil {
-		errs = append(errs, err)
+	problems.add(err)
+	if f == nil {
+		f = &config.File{} // its problems are reported; check the rest as if it were empty
 	}
-	valid := err == nil
-	if valid {
-		if _, err := daemon.ReceiverConfig(f); err != nil {
-			errs = append(errs, err)
-		}
-		if _, err := daemon.ConsumerConfigs(f); err != nil {
-			errs = append(errs, err)
-		}
+	// What serve refuses before connecting: roles, the brokers its roles need, the TLS
+	// pair, the database URL. The daemon is built and dropped: nothing connects.
+	quiet := logrus.New()
+	quiet.SetOutput(io.Discard)
+	if d, err := daemon.New(daemonConfig(e, f, logrus.NewEntry(quiet), nil)); err != nil {
+		problems.add(err)
+	} else {
+		d.Pool().Close()
 	}
+
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if e.DatabaseURL == "" {
-		errs = append(errs, errors.New("IDEMD_DATABASE_URL is required"))
-	} else if pool, err := connect(ctx, e); err != nil {
-		errs = append(errs, err)
-	} else {
-		defer pool.Close()
-		st, err := migrations.CurrentStatus(ctx, pool, &migrations.Config{Schema: e.DBSchema})
-		switch {
-		case err != nil:
-			errs = append(errs, err)
-		case !st.UpToDate() && !e.Migrate:
-			errs = append(errs, fmt.Errorf("schema %s is at version %d of %d and IDEMD_MIGRATE=false: run idemd migrate", e.DBSchema, st.Current, st.Latest))
-		}
-		if f != nil {
-			if err := f.PrepareSQL(ctx, pool); err != nil {
-				errs = append(errs, err)
+	reached := []string{}
+	if e.DatabaseURL != "" {
+		if pool, err := connect(ctx, e); err != nil {
+			problems.add(err)
+		} else {
+			defer pool.Close()
+			reached = append(reached, "the database answers")
+			st, err := migrations.CurrentStatus(ctx, pool, &migrations.Config{Schema: e.DBSchema})
+			switch {
+			case err != nil:
+				problems.add(err)
+			case !st.UpToDate() && !e.Migrate:
+				problems.add(fmt.Errorf("schema %s is at version %d of %d and IDEMD_MIGRATE=false: serve would not become ready; run idemd migrate", e.DBSchema, st.Current, st.Latest))
 			}
+			problems.add(f.PrepareSQL(ctx, pool))
 		}
 	}
-	if len(e.KafkaBrokers) == 0 {
-		errs = append(errs, errors.New("IDEMD_KAFKA_BROKERS is required by the consumer and relay roles"))
-	} else if err := checkKafka(ctx, e.KafkaBrokers, f); err != nil {
-		errs = append(errs, err)
+	if len(e.KafkaBrokers) > 0 {
+		unreachable, missing := checkKafka(ctx, e.KafkaBrokers, f.Topics())
+		switch {
+		case unreachable != nil && e.KafkaCreateTopics:
+			problems.add(fmt.Errorf("%w (serve creates the topics at start, as IDEMD_KAFKA_CREATE_TOPICS=true, and would fail)", unreachable))
+		case unreachable != nil:
+			warnings.add(fmt.Errorf("%w: serve starts, but its consumers and relay wait for them", unreachable))
+		case len(missing) > 0 && !e.KafkaCreateTopics:
+			warnings.add(fmt.Errorf("kafka topics %s do not exist: serve starts, but nothing is consumed from or published to them until they do (create them, or set IDEMD_KAFKA_CREATE_TOPICS=true)", strings.Join(missing, ", ")))
+		default:
+			reached = append(reached, "Kafka answers")
+		}
 	}
-	if err := errors.Join(errs...); err != nil {
-		return c.fail("check", exitUsage, err)
+	for _, w := range warnings {
+		fmt.Fprintf(c.stderr, "idemd check: warning: %s\n", w)
 	}
-	fmt.Fprintf(c.stdout, "ok: %s is valid (%d sources, %d subscriptions); database and Kafka answer\n",
-		e.PipelinesFile, len(f.Sources), len(f.Subscriptions))
+	if len(problems) > 0 {
+		return c.fail("check", exitUsage, errors.New(strings.Join(problems, "\n")))
+	}
+	fmt.Fprintf(c.stdout, "ok: %s is valid (%d sources, %d subscriptions)", e.PipelinesFile, len(f.Sources), len(f.Subscriptions))
+	if len(reached) > 0 {
+		fmt.Fprintf(c.stdout, "; %s", strings.Join(reached, "; "))
+	}
+	fmt.Fprintln(c.stdout, "; serve would start")
 	return exitOK
 }
 
-// checkKafka reaches the brokers and reports the topics of the file that do not exist.
-func checkKafka(ctx context.Context, brokers []string, f *config.File) error {
-	cl := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second}
-	var topics []string
-	if f != nil {
-		topics = f.Topics()
+// report collects problems one line each, without repeats (serve's checks and check's own
+// may find the same one).
+type report []string
+
+func (r *report) add(err error) {
+	if err == nil {
+		return
 	}
-	md, err := cl.Metadata(ctx, &kafka.MetadataRequest{Topics: topics})
-	if err != nil {
-		return fmt.Errorf("the Kafka brokers %v do not answer: %w", brokers, err)
+	if joined, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range joined.Unwrap() {
+			r.add(e)
+		}
+		return
 	}
-	var errs []error
-	for _, t := range md.Topics {
-		if t.Error != nil {
-			errs = append(errs, fmt.Errorf("kafka topic %s: %w (create it, or set IDEMD_KAFKA_CREATE_TOPICS=true)", t.Name, t.Error))
+	for _, line := range strings.Split(err.Error(), "\n") {
+		if line = strings.TrimSpace(line); line != "" && !slices.Contains(*r, line) {
+			*r = append(*r, line)
 		}
 	}
-	return errors.Join(errs...)
+}
+
+// checkKafka reaches the brokers and lists the topics that do not exist.
+func checkKafka(ctx context.Context, brokers, topics []string) (unreachable error, missing []string) {
+	cl := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second}
+	md, err := cl.Metadata(ctx, &kafka.MetadataRequest{Topics: topics})
+	if err != nil {
+		return fmt.Errorf("the Kafka brokers %s do not answer: %w", strings.Join(brokers, ","), err), nil
+	}
+	for _, t := range md.Topics {
+		if t.Error != nil {
+			missing = append(missing, t.Name)
+		}
+	}
+	slices.Sort(missing)
+	return nil, missing
 }
 
 func (c *cli) version(args []string) int {

@@ -10,12 +10,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemd/idemd/internal/config"
+	"github.com/idemd/idemd/config"
+	"github.com/idemd/idemd/receiver"
 )
 
 // signature returns the headers that authenticate body for a source's scheme (SPEC 3.1),
 // in a stable order. id is the message id the scheme carries in a header, where it has one.
-func signature(v *config.Verify, secret string, body []byte, id string, now time.Time) ([][2]string, error) {
+func signature(v *receiver.Verify, secret string, body []byte, id string, now time.Time) ([][2]string, error) {
 	ts := strconv.FormatInt(now.Unix(), 10)
 	mac := func(key []byte, parts ...string) []byte {
 		h := hmac.New(sha256.New, key)
@@ -52,7 +53,7 @@ func signature(v *config.Verify, secret string, body []byte, id string, now time
 
 func (c *cli) sign(args []string) int {
 	fs := c.flags("sign", "", "Print a curl command that POSTs a correctly signed (or authenticated) request to a source.\n"+
-		"Without IDEMD_PIPELINES_FILE or -pipelines it uses dev's pipelines and development secrets.", false)
+		"Without IDEMD_PIPELINES_FILE or -pipelines it uses dev's pipelines and development secrets.", true)
 	pipelines := fs.String("pipelines", "", "pipelines file (overrides IDEMD_PIPELINES_FILE)")
 	source := fs.String("source", "stripe", "source name")
 	body := fs.String("body", "", "request body (default: an example event for the source)")
@@ -61,7 +62,7 @@ func (c *cli) sign(args []string) int {
 	if code, ok := c.parse(fs, args); !ok {
 		return code
 	}
-	e, err := loadEnv(c.env)
+	e, err := loadEnvFor("sign", c.env)
 	if err != nil {
 		return c.fail("sign", exitUsage, err)
 	}
@@ -72,7 +73,7 @@ func (c *cli) sign(args []string) int {
 	if err != nil {
 		return c.fail("sign", exitUsage, err)
 	}
-	var src *config.Source
+	var src *receiver.Source
 	for _, s := range f.Sources {
 		if s.Name == *source {
 			src = s
@@ -99,7 +100,7 @@ func sourceNames(f *config.File) []string {
 
 // exampleRequest returns a curl command for src. showToken prints a bearer token (dev's
 // own); otherwise the command reads it from $TOKEN.
-func exampleRequest(src *config.Source, base string, body []byte, id string, now time.Time, showToken bool) (string, error) {
+func exampleRequest(src *receiver.Source, base string, body []byte, id string, now time.Time, showToken bool) (string, error) {
 	if id == "" {
 		id = fmt.Sprintf("%s_%d", map[bool]string{true: "key", false: "evt"}[src.Idempotency != nil], now.UnixNano())
 	}
@@ -133,7 +134,7 @@ func exampleRequest(src *config.Source, base string, body []byte, id string, now
 		headers = append(headers, [2]string{"Idempotency-Key", id})
 	}
 	var b strings.Builder
-	b.WriteString("curl -sS -i -X POST " + shellQuote(base+src.Path))
+	b.WriteString("curl -sS -i -X POST " + shellQuote(base+src.RoutePath()))
 	for _, h := range headers {
 		v := h[1]
 		if strings.Contains(v, "$TOKEN") {
@@ -147,7 +148,7 @@ func exampleRequest(src *config.Source, base string, body []byte, id string, now
 }
 
 // exampleBody is a plausible event for the source's scheme.
-func exampleBody(src *config.Source, id string, now time.Time) []byte {
+func exampleBody(src *receiver.Source, id string, now time.Time) []byte {
 	if src.Idempotency != nil {
 		return []byte(`{"sku":"book-42","quantity":1}`)
 	}

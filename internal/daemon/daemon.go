@@ -23,8 +23,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/sirupsen/logrus"
 
+	"github.com/idemd/idemd/config"
 	"github.com/idemd/idemd/consumer"
-	"github.com/idemd/idemd/internal/config"
+	"github.com/idemd/idemd/internal/metrics"
 	"github.com/idemd/idemd/migrations"
 	"github.com/idemd/idemd/outbox"
 	"github.com/idemd/idemd/receiver"
@@ -201,6 +202,7 @@ func (p *part) cancelAndWait(ctx context.Context, cancel context.CancelFunc, wha
 // clean drain; an error when starting failed, a role failed, or the drain overran.
 func (d *Daemon) Run(ctx context.Context) error {
 	defer d.pool.Close()
+	defer metrics.WatchPool(d.pool)()
 	log := d.log
 
 	adminLn, err := net.Listen("tcp", d.cfg.AdminAddr)
@@ -258,14 +260,15 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.startPruner(start)
 	}
 
-	d.admin.started.Store(true)
+	// What OnReady prints (dev's examples) is out before /readyz says ready.
+	if d.cfg.OnReady != nil {
+		d.cfg.OnReady(httpAddr, adminLn.Addr().String())
+	}
 	log.WithFields(logrus.Fields{
 		"roles": strings.Join(d.cfg.Roles, ","), "http_addr": httpAddr, "admin_addr": adminLn.Addr().String(),
 		"sources": len(d.cfg.Pipelines.Sources), "subscriptions": len(d.cfg.Pipelines.Subscriptions),
 	}).Info("idemd is serving")
-	if d.cfg.OnReady != nil {
-		d.cfg.OnReady(httpAddr, adminLn.Addr().String())
-	}
+	d.admin.started.Store(true)
 
 	var runErr error
 	select {
@@ -284,10 +287,14 @@ func (d *Daemon) prepare(ctx context.Context) error {
 		return err
 	}
 	if d.cfg.Migrate {
-		if err := migrations.Apply(ctx, d.pool, &migrations.Config{Schema: d.cfg.Schema}); err != nil {
+		log := d.log.WithField("schema", d.cfg.Schema)
+		err := migrations.Apply(ctx, d.pool, &migrations.Config{Schema: d.cfg.Schema, OnApply: func(_ int32, name string) {
+			log.WithField("migration", name).Info("applying migration")
+		}})
+		if err != nil {
 			return err
 		}
-		d.log.WithField("schema", d.cfg.Schema).Info("migrations applied")
+		log.Info("schema up to date")
 	}
 	if err := d.cfg.Pipelines.PrepareSQL(ctx, d.pool); err != nil {
 		return fmt.Errorf("the pipelines file is not valid:\n%w", err)
@@ -329,10 +336,7 @@ func waitForDatabase(ctx context.Context, pool *pgxpool.Pool, log *logrus.Entry)
 type starter func(p *part, run func(ctx context.Context) error) *part
 
 func (d *Daemon) startReceiver(start starter) (*part, string, error) {
-	cfg, err := ReceiverConfig(d.cfg.Pipelines)
-	if err != nil {
-		return nil, "", err
-	}
+	cfg := d.cfg.Pipelines.Receiver()
 	cfg.Schema = d.cfg.Schema
 	cfg.Logger = d.cfg.Logger
 	rcv, err := receiver.New(d.pool, cfg)
@@ -366,10 +370,7 @@ func (d *Daemon) startReceiver(start starter) (*part, string, error) {
 }
 
 func (d *Daemon) startConsumers(start starter) error {
-	cfgs, err := ConsumerConfigs(d.cfg.Pipelines)
-	if err != nil {
-		return err
-	}
+	cfgs := d.cfg.Pipelines.Consumers()
 	var consumers []*consumer.Consumer
 	for _, cfg := range cfgs {
 		cfg.Brokers = d.cfg.Brokers
@@ -392,7 +393,7 @@ func (d *Daemon) startConsumers(start starter) error {
 		}
 		start(p, func(context.Context) error { return c.Run(cctx) })
 	}
-	return nil
+	return d.startLagMonitors(start, consumers)
 }
 
 func (d *Daemon) startRelay(start starter) error {
@@ -406,7 +407,9 @@ func (d *Daemon) startRelay(start starter) error {
 	}
 	rctx, cancel := context.WithCancel(context.Background())
 	p := &part{name: RoleRelay}
+	stopStats := metrics.WatchKafkaWriter(RoleRelay, relay)
 	p.stop = func(ctx context.Context) error {
+		defer stopStats()
 		// Flush: the leader publishes what the receiver and consumers wrote before they
 		// stopped, so that a rolling restart adds no publish delay.
 		if relay.IsLeader() {
@@ -475,6 +478,6 @@ func (d *Daemon) shutdown(parts []*part) error {
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	d.log.WithField("duration", time.Since(started).String()).Info("drained; bye")
+	d.log.WithField("duration", time.Since(started).Seconds()).Info("drained; bye")
 	return nil
 }

@@ -11,7 +11,7 @@ import (
 // move committed outbox events out of the database, one to Kafka, the other by POST. It
 // starts nothing when no pipeline publishes by HTTP.
 func (d *Daemon) startDeliverer(start starter) error {
-	endpoints := DeliveryEndpoints(d.cfg.Pipelines)
+	endpoints := d.cfg.Pipelines.DeliveryEndpoints()
 	if len(endpoints) == 0 {
 		return nil
 	}

@@ -47,14 +47,18 @@ var (
 		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 	}, []string{"pipeline", "code"})
 
-	// OutboxBacklog is the number of unpublished outbox rows.
-	OutboxBacklog = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "idemd_outbox_backlog", Help: "Unpublished outbox rows.",
-	})
-	// OutboxOldestAge is the age of the oldest unpublished outbox row.
-	OutboxOldestAge = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "idemd_outbox_oldest_unpublished_age_seconds", Help: "Age of the oldest unpublished outbox row (0 when none).",
-	})
+	// OutboxBacklog is the number of unpublished outbox rows. Only the relay leader exports
+	// it (WithLabelValues()): the relay deletes it (Reset) when it loses the leadership, so
+	// that max() over replicas is the leader's value after a failover, never a former
+	// leader's last one.
+	OutboxBacklog = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "idemd_outbox_backlog", Help: "Unpublished outbox rows (exported by the relay leader only).",
+	}, nil)
+	// OutboxOldestAge is the age of the oldest unpublished outbox row; like OutboxBacklog,
+	// the relay leader's alone.
+	OutboxOldestAge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "idemd_outbox_oldest_unpublished_age_seconds", Help: "Age of the oldest unpublished outbox row, 0 when none (exported by the relay leader only).",
+	}, nil)
 	// OutboxPublished counts records the relay published, per topic.
 	OutboxPublished = counter("idemd_outbox_published_total", "Outbox rows published to Kafka.", "topic")
 	// OutboxPublishErrors counts failed publish attempts.
@@ -63,10 +67,16 @@ var (
 	RelayLeader = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "idemd_relay_leader", Help: "1 when this process is the active outbox relay.",
 	})
-	// ConsumerLag is the lag of each consumed partition, in records.
+	// ConsumerLag is the lag of each partition of a subscription's consumer group, in
+	// records: the broker's high-water mark minus the group's committed offset, as
+	// consumer.LagMonitor reads them from the broker. Every replica running the consumer
+	// role reports the whole group, so aggregate with max by (pipeline, topic, partition).
 	ConsumerLag = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "idemd_consumer_lag", Help: "Records between the committed offset and the end of the partition.",
+		Name: "idemd_consumer_lag", Help: "Records between the consumer group's committed offset and the partition's high-water mark, read from the broker.",
 	}, []string{"pipeline", "topic", "partition"})
+	// ConsumerLagErrors counts failed reads of the consumer lag from the broker; the last
+	// values read stay exported meanwhile.
+	ConsumerLagErrors = counter("idemd_consumer_lag_errors_total", "Failed reads of the consumer group's offsets or the partitions' high-water marks.", "pipeline")
 	// Pruned counts rows the pruner deleted, per table.
 	Pruned = counter("idemd_pruned_rows_total", "Rows deleted by the pruner.", "table")
 )
@@ -82,6 +92,7 @@ func init() {
 		Received, Processed, Duplicates, Conflicts, DeadLettered, Stale, InFlight, Rejected, Retries,
 		TxDuration, TxBatchSize, RequestDuration,
 		OutboxBacklog, OutboxOldestAge, OutboxPublished, OutboxPublishErrors, RelayLeader,
-		ConsumerLag, Pruned,
+		ConsumerLag, ConsumerLagErrors, Pruned,
+		poolStats, kafkaReaders, kafkaWriters,
 	)
 }

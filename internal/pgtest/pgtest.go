@@ -65,7 +65,16 @@ func NewWithOptions(tb testing.TB, opts Options) *DB {
 	tb.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
+		// A test that failed with a transaction open would make the DROP wait for it for
+		// ever: bounded, the schema is left behind instead, and the run goes on.
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '10s'"); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+			return err
+		})
+		if err != nil {
 			tb.Logf("pgtest: dropping schema %s: %v", schema, err)
 		}
 	})

@@ -1,0 +1,130 @@
+package main
+
+import (
+	"maps"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemd/idemd/internal/kafkatest"
+	"github.com/idemd/idemd/internal/pgtest"
+	"github.com/idemd/idemd/internal/proctest"
+)
+
+// TestCheckAgreesWithServe: for each configuration, `idemd check` exits 0 exactly when
+// `idemd serve` starts and becomes ready, both ways: every configuration check accepts is
+// served, and every one it refuses is refused by serve too.
+func TestCheckAgreesWithServe(t *testing.T) {
+	t.Parallel()
+	brokers := strings.Join(kafkatest.Brokers(t), ",")
+	topic := func() string { return kafkatest.Name(t, "check") }
+	sourcesOnly := func(publish string) string {
+		return "sources:\n  - name: stripe\n    verify: {scheme: stripe, secrets_env: [CLI_STRIPE_SECRET]}\n    publish: {topic: " + publish + "}\n"
+	}
+	withSubscription := func(in string) string {
+		return sourcesOnly(topic()) + "subscriptions:\n  - name: ledger\n    topics: [" + in + "]\n"
+	}
+	for _, tc := range []struct {
+		name   string
+		file   string
+		vars   map[string]string
+		starts bool
+		warns  string // a warning check prints, if any
+	}{
+		{name: "receiver only, no brokers", file: withSubscription(topic()),
+			vars: map[string]string{"IDEMD_ROLES": "receiver"}, starts: true},
+		{name: "relay without brokers", file: sourcesOnly(topic()),
+			vars: map[string]string{}, starts: false},
+		{name: "consumer without brokers", file: withSubscription(topic()),
+			vars: map[string]string{"IDEMD_ROLES": "receiver,consumer"}, starts: false},
+		{name: "missing topics created at start", file: withSubscription(topic()),
+			vars: map[string]string{"IDEMD_KAFKA_BROKERS": brokers, "IDEMD_KAFKA_CREATE_TOPICS": "true"}, starts: true},
+		{name: "missing topics, not created", file: withSubscription(topic()),
+			vars: map[string]string{"IDEMD_KAFKA_BROKERS": brokers}, starts: true, warns: "do not exist"},
+		{name: "unreachable brokers, topics to create", file: sourcesOnly(topic()),
+			vars: map[string]string{"IDEMD_KAFKA_BROKERS": "127.0.0.1:1", "IDEMD_KAFKA_CREATE_TOPICS": "true"}, starts: false},
+		{name: "unreachable brokers", file: sourcesOnly(topic()),
+			vars: map[string]string{"IDEMD_KAFKA_BROKERS": "127.0.0.1:1"}, starts: true, warns: "do not answer"},
+		{name: "TLS key missing", file: sourcesOnly(topic()),
+			vars: map[string]string{"IDEMD_ROLES": "receiver", "IDEMD_TLS_CERT_FILE": "/nonexistent/cert.pem"}, starts: false},
+		{name: "pool too small", file: sourcesOnly(topic()),
+			vars: map[string]string{"IDEMD_ROLES": "receiver", "IDEMD_DB_MAX_CONNS": "1"}, starts: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			file := filepath.Join(t.TempDir(), "idemd.yaml")
+			require.NoError(t, os.WriteFile(file, []byte(tc.file), 0o600))
+			vars := map[string]string{
+				"IDEMD_PIPELINES_FILE": file, "IDEMD_DATABASE_URL": pgtest.URL(), "IDEMD_DB_SCHEMA": testSchema(t),
+				"IDEMD_DB_MAX_CONNS": "4", "CLI_STRIPE_SECRET": "whsec_check_agrees_with_serve",
+				"IDEMD_HTTP_ADDR": proctest.FreeAddr(t), "IDEMD_ADMIN_ADDR": proctest.FreeAddr(t),
+			}
+			maps.Copy(vars, tc.vars)
+
+			code, out, errOut := runIdemd(t, vars, "check")
+			if tc.starts {
+				require.Equal(t, 0, code, "check refuses a configuration serve starts with:\n%s", errOut)
+				require.Contains(t, out, "serve would start")
+			} else {
+				require.Equal(t, 2, code, "check accepts a configuration serve refuses:\n%s%s", out, errOut)
+			}
+			if tc.warns != "" {
+				require.Contains(t, errOut, "warning: ")
+				require.Contains(t, errOut, tc.warns)
+			} else {
+				require.NotContains(t, errOut, "warning: ")
+			}
+
+			p := startIdemd(t, vars, "serve")
+			err := p.WaitReady(vars["IDEMD_ADMIN_ADDR"], 60*time.Second)
+			if tc.starts {
+				require.NoError(t, err, "serve:\n%s", p.Stderr())
+				require.Equal(t, 0, p.Stop(t, 30*time.Second))
+			} else {
+				require.ErrorContains(t, err, "exited before it was ready", "serve:\n%s", p.Stderr())
+				require.NotZero(t, p.ExitCode())
+			}
+		})
+	}
+}
+
+// TestCheckPlainWords: check reports every problem of the environment together with the
+// pipelines file's, naming variables and values in plain words, never Go types.
+func TestCheckPlainWords(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "idemd.yaml")
+	require.NoError(t, os.WriteFile(file, []byte("sources:\n  - name: a\n    verify: {scheme: none\n    allow_unverified: true\n"), 0o600))
+	code, _, errOut := runIdemd(t, map[string]string{
+		"IDEMD_PIPELINES_FILE":   file,
+		"IDEMD_SHUTDOWN_TIMEOUT": "soon",
+		"IDEMD_DB_MAX_CONNS":     "many",
+		"IDEMD_MIGRATE":          "maybe",
+		"IDEMD_LOG_LEVEL":        "loud",
+		"IDEMD_ROLES":            "receiver,janitor",
+	}, "check")
+	require.Equal(t, 2, code)
+	for _, want := range []string{
+		`IDEMD_SHUTDOWN_TIMEOUT: "soon" is not a duration (such as 500ms, 30s, 5m or 24h)`,
+		`IDEMD_DB_MAX_CONNS: "many" is not a whole number`,
+		`IDEMD_MIGRATE: "maybe" is not true or false`,
+		`IDEMD_LOG_LEVEL: "loud" is not a level (trace, debug, info, warning, error)`,
+		`IDEMD_ROLES: unknown role "janitor"`,
+		`IDEMD_DATABASE_URL is required`,
+		file + `:4: not valid YAML: did not find expected ',' or '}' (in a flow mapping that starts on line 3)`,
+	} {
+		require.Contains(t, errOut, want)
+	}
+	for _, goType := range []string{"time.Duration", "int32", "bool", "[]string"} {
+		require.NotContains(t, errOut, goType)
+	}
+	require.Len(t, linesWith(errOut, "janitor"), 1, "each problem once:\n%s", errOut)
+
+	// migrate reads none of the broken variables but the database's: it is not stopped by them.
+	code, _, errOut = runIdemd(t, map[string]string{"IDEMD_SHUTDOWN_TIMEOUT": "soon", "IDEMD_DB_MAX_CONNS": "many"}, "migrate")
+	require.Equal(t, 2, code)
+	require.Equal(t, "idemd migrate: IDEMD_DATABASE_URL is required\n", errOut)
+}

@@ -1,0 +1,82 @@
+package main
+
+import (
+	"os"
+	"reflect"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// commandsWithEnv are the commands whose --help has an Environment section.
+var commandsWithEnv = []string{"serve", "dev", "migrate", "check", "dlq", "sign"}
+
+// TestHelpCoversTheEnvironment reads the tags of Env itself: every variable has a help line
+// and the commands that read it; `idemd help` lists every variable; each command's --help
+// lists exactly the variables it reads; the README's table has a row for each.
+func TestHelpCoversTheEnvironment(t *testing.T) {
+	t.Parallel()
+	type variable struct {
+		name string
+		cmds []string
+	}
+	var vars []variable
+	typ := reflect.TypeFor[Env]()
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		tag, ok := f.Tag.Lookup("env")
+		if !ok {
+			continue
+		}
+		name := "IDEMD_" + strings.Split(tag, ",")[0]
+		require.NotEmpty(t, f.Tag.Get("help"), "%s has no help tag", name)
+		cmds := strings.Split(f.Tag.Get("cmds"), ",")
+		for _, c := range cmds {
+			require.Contains(t, commandsWithEnv, c, "%s: cmds names an unknown command", name)
+		}
+		vars = append(vars, variable{name, cmds})
+	}
+	require.GreaterOrEqual(t, len(vars), 19)
+
+	code, out, _ := runIdemd(t, nil, "help")
+	require.Equal(t, 0, code)
+	readme, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	for _, v := range vars {
+		require.Regexp(t, `(?m)^  `+v.name+` `, out, "idemd help")
+		require.Regexp(t, "(?m)^\\| `"+v.name+"`", string(readme), "README's environment table")
+	}
+	for _, cmd := range commandsWithEnv {
+		args := []string{cmd, "--help"}
+		if cmd == "dlq" {
+			args = []string{"dlq", "list", "--help"}
+		}
+		code, out, _ := runIdemd(t, nil, args...)
+		require.Equal(t, 0, code, cmd)
+		_, env, found := strings.Cut(out, "\nEnvironment:\n")
+		require.True(t, found, "%s --help has no Environment section", cmd)
+		listed := regexp.MustCompile(`(?m)^  (IDEMD_[A-Z_]+) `).FindAllStringSubmatch(env, -1)
+		var got []string
+		for _, m := range listed {
+			got = append(got, m[1])
+		}
+		var want []string
+		for _, v := range vars {
+			if slices.Contains(v.cmds, cmd) {
+				want = append(want, v.name)
+			}
+		}
+		require.Equal(t, want, got, "idemd %s --help lists the variables it reads, only those", cmd)
+	}
+}
+
+// TestSelfCommand: the commands dev prints run this idemd the way it was started.
+func TestSelfCommand(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "go run ./cmd/idemd", selfCommandFor("/tmp/go-build123/b001/exe/idemd", "../.."))
+	require.Equal(t, "go run github.com/idemd/idemd/cmd/idemd", selfCommandFor("/tmp/go-build123/b001/exe/idemd", t.TempDir()))
+	require.Equal(t, `'/opt/my tools/idemd'`, selfCommandFor("/opt/my tools/idemd", "."))
+}

@@ -1,0 +1,114 @@
+package consumer_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemd/idemd/consumer"
+	"github.com/idemd/idemd/internal/kafkatest"
+	"github.com/idemd/idemd/internal/metrics"
+)
+
+// lagSeries returns the exported idemd_consumer_lag series of pipeline, by
+// "topic/partition".
+func lagSeries(t *testing.T, pipeline string) map[string]float64 {
+	t.Helper()
+	families, err := metrics.Registry.Gather()
+	require.NoError(t, err)
+	out := map[string]float64{}
+	for _, f := range families {
+		if f.GetName() != "idemd_consumer_lag" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["pipeline"] == pipeline {
+				out[labels["topic"]+"/"+labels["partition"]] = m.GetGauge().GetValue()
+			}
+		}
+	}
+	return out
+}
+
+// TestLagFromCommittedOffsets: the lag is the broker's high-water mark minus the group's
+// committed offset. It counts every record before the group committed anything, drops to
+// zero once a consumer applied and committed them, grows again while no consumer commits
+// (a stuck or dead consumer), and a partition the process no longer holds, or all of them
+// once the monitor stops, are no longer exported.
+func TestLagFromCommittedOffsets(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 2)
+	name := kafkatest.Name(t, "lag")
+	var msgs []kafka.Message
+	for i := range 5 {
+		msgs = append(msgs, msg(fmt.Sprintf("a%d", i), 0, ""))
+	}
+	for i := range 3 {
+		msgs = append(msgs, msg(fmt.Sprintf("b%d", i), 1, ""))
+	}
+	produce(t, b.brokers, b.topic, msgs...)
+
+	owned := func(string, int) bool { return true }
+	m, err := consumer.NewLagMonitor(&consumer.LagConfig{
+		Name: name, Brokers: b.brokers, Topics: []string{b.topic}, Group: b.group,
+		Owned: func(topic string, p int) bool { return owned(topic, p) },
+	})
+	require.NoError(t, err)
+	ctx := t.Context()
+	p0, p1 := b.topic+"/0", b.topic+"/1"
+
+	lag, err := m.Poll(ctx)
+	require.NoError(t, err)
+	require.Equal(t, map[string]map[int]int64{b.topic: {0: 5, 1: 3}}, lag)
+	require.Equal(t, map[string]float64{p0: 5, p1: 3}, lagSeries(t, name), "nothing committed yet: every record counts")
+
+	cfg := b.config()
+	cfg.Name = name
+	stop := start(t, b.db, cfg)
+	eventually(t, 30*time.Second, "8 effects", func() bool { return b.db.Count(t, "{schema}.effects") == 8 })
+	stop() // commits the offsets of what it applied, then leaves the group
+
+	_, err = m.Poll(ctx)
+	require.NoError(t, err)
+	require.Equal(t, map[string]float64{p0: 0, p1: 0}, lagSeries(t, name))
+
+	// Nobody consumes now: the lag grows with every record produced.
+	produce(t, b.brokers, b.topic, msg("a5", 0, ""), msg("a6", 0, ""), msg("a7", 0, ""), msg("a8", 0, ""))
+	_, err = m.Poll(ctx)
+	require.NoError(t, err)
+	require.Equal(t, map[string]float64{p0: 4, p1: 0}, lagSeries(t, name))
+
+	// A rebalance moved partition 0 away: its series goes, partition 1 stays.
+	owned = func(_ string, p int) bool { return p == 1 }
+	_, err = m.Poll(ctx)
+	require.NoError(t, err)
+	require.Equal(t, map[string]float64{p1: 0}, lagSeries(t, name))
+
+	// A monitor that stops (the process lost the consumer role) exports nothing.
+	stopped, cancel := context.WithCancel(ctx)
+	cancel()
+	require.NoError(t, m.Run(stopped))
+	require.Empty(t, lagSeries(t, name))
+}
+
+// TestLagUnknownTopic: a topic that does not exist has no series, and is not an error.
+func TestLagUnknownTopic(t *testing.T) {
+	t.Parallel()
+	name := kafkatest.Name(t, "lag")
+	m, err := consumer.NewLagMonitor(&consumer.LagConfig{
+		Name: name, Brokers: kafkatest.Brokers(t), Topics: []string{kafkatest.Name(t, "missing")},
+	})
+	require.NoError(t, err)
+	lag, err := m.Poll(t.Context())
+	require.NoError(t, err)
+	require.Empty(t, lag)
+	require.Empty(t, lagSeries(t, name))
+}

@@ -1,0 +1,116 @@
+package deadletter_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemd/idemd/deadletter"
+	"github.com/idemd/idemd/internal/pgtest"
+)
+
+func TestWriteListReplay(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	s := deadletter.New(db.Schema)
+	ctx := context.Background()
+
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	id, err := s.WriteTx(ctx, tx, &deadletter.Letter{
+		Pipeline: "stripe", Origin: deadletter.Origin{Door: deadletter.DoorHTTP}, Scope: "stripe", MessageID: "evt_1", Payload: []byte(`{"id":"evt_1"}`),
+		Headers: map[string][]string{"Content-Type": {"application/json"}}, Metadata: map[string]any{"path": "/webhooks/stripe"},
+		Reason: "23505: duplicate key", Attempts: 1,
+	})
+	require.NoError(t, err)
+	_, err = s.WriteTx(ctx, tx, &deadletter.Letter{Pipeline: "ledger", Origin: deadletter.Origin{Door: deadletter.DoorKafka}, Scope: "ledger", Reason: "no message id", Attempts: 1})
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+
+	all, err := s.List(ctx, db.Pool, deadletter.Filter{})
+	require.NoError(t, err)
+	require.Len(t, all, 2)
+	stripe, err := s.List(ctx, db.Pool, deadletter.Filter{Pipeline: "stripe"})
+	require.NoError(t, err)
+	require.Len(t, stripe, 1)
+	require.Equal(t, "evt_1", stripe[0].MessageID)
+	require.Equal(t, []string{"application/json"}, stripe[0].Headers["Content-Type"])
+	require.Equal(t, "/webhooks/stripe", stripe[0].Metadata["path"])
+
+	tx, err = db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	l, err := s.GetTx(ctx, tx, id)
+	require.NoError(t, err)
+	require.Equal(t, `{"id":"evt_1"}`, string(l.Payload))
+	require.NoError(t, s.MarkReplayedTx(ctx, tx, id))
+	_, err = s.GetTx(ctx, tx, 999999)
+	require.ErrorIs(t, err, deadletter.ErrNotFound)
+	require.NoError(t, tx.Rollback(ctx))
+}
+
+func TestReplayOnce(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	s := deadletter.New(db.Schema)
+	ctx := context.Background()
+	var id int64
+	require.NoError(t, pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+		var err error
+		id, err = s.WriteTx(ctx, tx, &deadletter.Letter{Pipeline: "p", Origin: deadletter.Origin{Door: deadletter.DoorKafka}, Scope: "p", MessageID: "m", Reason: "boom", Attempts: 1})
+		return err
+	}))
+	runs := 0
+	boom := errors.New("still broken")
+	require.ErrorIs(t, s.Replay(ctx, db.Pool, id, func(context.Context, pgx.Tx, *deadletter.Letter) error { runs++; return boom }), boom)
+	require.Equal(t, 0, db.Count(t, "{schema}.dead_letters WHERE replayed_at IS NOT NULL"), "a failed replay leaves the letter as it was")
+	require.NoError(t, s.Replay(ctx, db.Pool, id, func(context.Context, pgx.Tx, *deadletter.Letter) error { runs++; return nil }))
+	require.ErrorIs(t, s.Replay(ctx, db.Pool, id, func(context.Context, pgx.Tx, *deadletter.Letter) error { runs++; return nil }), deadletter.ErrAlreadyReplayed)
+	require.Equal(t, 2, runs, "not run again once replayed")
+}
+
+// TestReplayerRoutesByOrigin: a letter goes to the function its door (and pipeline)
+// registered, once; a letter no door registered is refused and left as it was.
+func TestReplayerRoutesByOrigin(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	s := deadletter.New(db.Schema)
+	ctx := context.Background()
+	write := func(door deadletter.Door, pipeline string) int64 {
+		var id int64
+		require.NoError(t, pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+			var err error
+			id, err = s.WriteTx(ctx, tx, &deadletter.Letter{Pipeline: pipeline, Origin: deadletter.Origin{Door: door}, Scope: pipeline, Reason: "x"})
+			return err
+		}))
+		return id
+	}
+	generic, specific, orphan := write(deadletter.DoorKafka, "a"), write(deadletter.DoorKafka, "b"), write(deadletter.DoorRelay, "a")
+	rp := deadletter.NewReplayer(db.Pool, s)
+	fn := func(name string) deadletter.ReplayFunc {
+		return func(context.Context, pgx.Tx, *deadletter.Letter) (string, error) { return name, nil }
+	}
+	rp.Register(deadletter.DoorKafka, "", fn("any kafka pipeline"))
+	rp.Register(deadletter.DoorKafka, "b", fn("pipeline b"))
+
+	what, err := rp.Replay(ctx, generic)
+	require.NoError(t, err)
+	require.Equal(t, "any kafka pipeline", what)
+	what, err = rp.Replay(ctx, specific)
+	require.NoError(t, err)
+	require.Equal(t, "pipeline b", what)
+	_, err = rp.Replay(ctx, specific)
+	require.ErrorIs(t, err, deadletter.ErrAlreadyReplayed)
+	_, err = rp.Replay(ctx, orphan)
+	require.ErrorIs(t, err, deadletter.ErrNoReplayer)
+	require.Equal(t, 1, db.Count(t, "{schema}.dead_letters WHERE replayed_at IS NULL AND door = 'relay'"))
+
+	var noDoor error
+	require.Error(t, pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+		_, noDoor = s.WriteTx(ctx, tx, &deadletter.Letter{Pipeline: "a", Scope: "a", Reason: "x"})
+		return noDoor
+	}))
+	require.ErrorContains(t, noDoor, "Origin.Door is required")
+}

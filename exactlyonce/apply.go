@@ -1,0 +1,322 @@
+package exactlyonce
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemd/idemd/deadletter"
+	"github.com/idemd/idemd/outbox"
+	"github.com/idemd/idemd/processed"
+)
+
+// queue collects the statements and events of one try of a batch whose results nobody
+// needs, so that they reach PostgreSQL in one round trip (send). A statement whose result
+// is needed (a guard, rows an answer is built from, a Go effect that reads) sends what is
+// queued first, so statements still run in the batch's order.
+type queue struct {
+	batch  pgx.Batch
+	events []outbox.Event
+}
+
+// send runs what q holds in tx and empties it.
+func (u *Unit) send(ctx context.Context, tx pgx.Tx, q *queue) error {
+	if len(q.events) > 0 {
+		if err := u.outbox.Queue(&q.batch, q.events...); err != nil {
+			return Permanent(err)
+		}
+		q.events = nil
+	}
+	if q.batch.Len() == 0 {
+		return nil
+	}
+	err := tx.SendBatch(ctx, &q.batch).Close()
+	q.batch = pgx.Batch{}
+	if err != nil {
+		return fmt.Errorf("error running the batch's effects: %w", err)
+	}
+	return nil
+}
+
+// run applies one claimed message on the fast path: its statements are queued on q. A
+// permanent failure abandons the try (errCareful), to be run again with savepoints.
+func (u *Unit) run(ctx context.Context, tx pgx.Tx, m *Message, q *queue) error {
+	if m.Invalid != nil {
+		m.Outcome, m.Cause = DeadLettered, m.Invalid
+		return u.deadLetter(ctx, tx, m, q)
+	}
+	m.Attempts = 1
+	if err := u.apply(ctx, tx, m, q); err != nil {
+		if IsPermanent(err) {
+			return errCareful
+		}
+		return err
+	}
+	return nil
+}
+
+// runCareful applies one claimed message with a savepoint around each attempt, so that a
+// permanent failure rolls back only this message's work; after MaxAttempts failures the
+// message is dead-lettered.
+func (u *Unit) runCareful(ctx context.Context, tx pgx.Tx, m *Message) error {
+	var cause error
+	if m.Invalid != nil {
+		cause = m.Invalid
+	} else {
+		for m.Attempts < max(m.MaxAttempts, 1) {
+			m.Attempts++
+			err := savepoint(ctx, tx, func(sp pgx.Tx) error { return u.apply(ctx, sp, m, nil) })
+			if err == nil {
+				return nil
+			}
+			if !IsPermanent(err) {
+				return err
+			}
+			cause = err
+		}
+	}
+	m.Outcome, m.Cause, m.Response = DeadLettered, cause, nil
+	if err := savepoint(ctx, tx, func(sp pgx.Tx) error { return u.deadLetter(ctx, sp, m, nil) }); err != nil {
+		// A dead letter that cannot be written is not the message's fault: retry all.
+		return fmt.Errorf("error dead-lettering message %q: %w", m.ID, err)
+	}
+	return nil
+}
+
+// apply runs m's guard, effect and events in tx and builds its answer. With q set, what
+// can wait is queued on it; without, everything runs at once.
+func (u *Unit) apply(ctx context.Context, tx pgx.Tx, m *Message, q *queue) error {
+	if m.Guard != nil {
+		if err := u.sendIf(ctx, tx, q); err != nil {
+			return err
+		}
+		fresh, err := u.guard(ctx, tx, m.Guard, m.ID)
+		if err != nil {
+			return err
+		}
+		if !fresh {
+			m.Outcome = Stale
+			return nil
+		}
+	}
+	result, err := u.effect(ctx, tx, m, q)
+	if err != nil {
+		return err
+	}
+	if len(m.Events) > 0 {
+		events := make([]outbox.Event, len(m.Events))
+		for i, e := range m.Events {
+			events[i] = e.Event
+			if e.FromResult {
+				events[i].Payload = result
+				if result == nil {
+					events[i].Payload = []byte("null")
+				}
+			}
+		}
+		if err := u.enqueue(ctx, tx, q, events); err != nil {
+			return err
+		}
+	}
+	if a := m.Answer; a != nil {
+		body := result
+		if body == nil {
+			body = a.Empty
+		}
+		m.Response = &processed.Response{Status: a.Status, Headers: map[string]string{"Content-Type": "application/json"}, Body: body}
+	}
+	m.Outcome = Applied
+	return nil
+}
+
+func (u *Unit) sendIf(ctx context.Context, tx pgx.Tx, q *queue) error {
+	if q == nil {
+		return nil
+	}
+	return u.send(ctx, tx, q)
+}
+
+// enqueue writes events to the outbox, or queues them.
+func (u *Unit) enqueue(ctx context.Context, tx pgx.Tx, q *queue, events []outbox.Event) error {
+	if q != nil {
+		q.events = append(q.events, events...)
+		return nil
+	}
+	if err := u.outbox.EnqueueTx(ctx, tx, events...); err != nil {
+		if errors.Is(err, outbox.ErrInvalidEvent) {
+			return Permanent(err)
+		}
+		return err
+	}
+	return nil
+}
+
+// needsResult: the effect's result is read (an answer, or an event that publishes it), so
+// its SQL must run now rather than be queued.
+func (m *Message) needsResult() bool {
+	if m.Answer != nil {
+		return true
+	}
+	for _, e := range m.Events {
+		if e.FromResult {
+			return true
+		}
+	}
+	return false
+}
+
+// effect runs m's effect and returns its result as JSON (nil when there is none).
+func (u *Unit) effect(ctx context.Context, tx pgx.Tx, m *Message, q *queue) ([]byte, error) {
+	e := &m.Effect
+	var result []byte
+	if e.SQL != "" {
+		switch {
+		case !m.needsResult() && q != nil:
+			q.batch.Queue(e.SQL, e.Args...)
+		case !m.needsResult():
+			if _, err := tx.Exec(ctx, e.SQL, e.Args...); err != nil {
+				return nil, fmt.Errorf("error running the SQL effect: %w", err)
+			}
+		default:
+			if err := u.sendIf(ctx, tx, q); err != nil {
+				return nil, err
+			}
+			var err error
+			if result, err = queryJSON(ctx, tx, e.SQL, e.Args); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if e.Func != nil {
+		if err := u.sendIf(ctx, tx, q); err != nil {
+			return nil, err
+		}
+		v, err := e.Func(ctx, tx)
+		if err != nil {
+			return nil, err
+		}
+		switch x := v.(type) {
+		case nil:
+		case json.RawMessage:
+			result = x
+		case []byte:
+			result = x
+		default:
+			if result, err = json.Marshal(v); err != nil {
+				return nil, Permanent(fmt.Errorf("error encoding the effect's result: %w", err))
+			}
+		}
+	}
+	return result, nil
+}
+
+// queryJSON runs sql and returns the rows it returned as JSON: nil for none, an object for
+// one, an array for more.
+func queryJSON(ctx context.Context, tx pgx.Tx, sql string, args []any) ([]byte, error) {
+	rows, err := tx.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("error running the SQL effect: %w", err)
+	}
+	maps, err := pgx.CollectRows(rows, pgx.RowToMap)
+	if err != nil {
+		return nil, fmt.Errorf("error running the SQL effect: %w", err)
+	}
+	var v any
+	switch len(maps) {
+	case 0:
+		return nil, nil
+	case 1:
+		v = maps[0]
+	default:
+		v = maps
+	}
+	out, err := json.Marshal(v)
+	if err != nil {
+		return nil, Permanent(fmt.Errorf("error encoding the rows the SQL effect returned: %w", err))
+	}
+	return out, nil
+}
+
+// deadLetter writes m's letter and letter events for m.Cause, and builds its failure
+// answer. With q set they are queued.
+func (u *Unit) deadLetter(ctx context.Context, tx pgx.Tx, m *Message, q *queue) error {
+	reason := m.Cause.Error()
+	if m.Letter != nil {
+		l := *m.Letter
+		l.Reason, l.Attempts = reason, m.Attempts
+		if q != nil {
+			if err := u.letters.Queue(&q.batch, &l); err != nil {
+				return err
+			}
+		} else if _, err := u.letters.WriteTx(ctx, tx, &l); err != nil {
+			return err
+		}
+	}
+	if len(m.LetterEvents) > 0 {
+		events := make([]outbox.Event, len(m.LetterEvents))
+		for i, e := range m.LetterEvents {
+			e.Headers = maps.Clone(e.Headers)
+			if e.Headers == nil {
+				e.Headers = map[string]string{}
+			}
+			e.Headers[deadletter.HeaderReason] = reason
+			events[i] = e
+		}
+		if err := u.enqueue(ctx, tx, q, events); err != nil {
+			return err
+		}
+	}
+	if m.Answer != nil && m.Answer.Failed != nil {
+		m.Response = m.Answer.Failed(m.Cause)
+	}
+	return nil
+}
+
+// guard records g's version for its entity when it is newer than the last applied one and
+// reports whether it was. The row lock it takes serializes messages of one entity across
+// partitions, doors and processes.
+func (u *Unit) guard(ctx context.Context, tx pgx.Tx, g *Guard, id string) (bool, error) {
+	rows, err := tx.Query(ctx, u.guardSQL, g.Scope, g.Entity, g.Version, id)
+	if err != nil {
+		return false, fmt.Errorf("error checking the entity version: %w", err)
+	}
+	n := 0
+	for rows.Next() {
+		n++
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return false, fmt.Errorf("error checking the entity version: %w", err)
+	}
+	return n == 1, nil
+}
+
+func guardSQL(schema string) string {
+	t := pgx.Identifier{schema, "entity_versions"}.Sanitize()
+	return `INSERT INTO ` + t + ` AS v (scope, entity, version, message_id) VALUES ($1, $2, $3::numeric, $4)
+ON CONFLICT (scope, entity) DO UPDATE
+    SET version = excluded.version, message_id = excluded.message_id, updated_at = now()
+    WHERE v.version < excluded.version
+RETURNING 1`
+}
+
+func savepoint(ctx context.Context, tx pgx.Tx, fn func(pgx.Tx) error) error {
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("error creating savepoint: %w", err)
+	}
+	if err := fn(sp); err != nil {
+		if rbErr := sp.Rollback(ctx); rbErr != nil {
+			return errors.Join(err, fmt.Errorf("error rolling back to savepoint: %w", rbErr))
+		}
+		return err
+	}
+	if err := sp.Commit(ctx); err != nil {
+		return fmt.Errorf("error releasing savepoint: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,274 @@
+package exactlyonce_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/sirupsen/logrus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemd/idemd/deadletter"
+	"github.com/idemd/idemd/exactlyonce"
+	"github.com/idemd/idemd/internal/pgtest"
+	"github.com/idemd/idemd/outbox"
+	"github.com/idemd/idemd/processed"
+)
+
+type bundle struct {
+	db   *pgtest.DB
+	unit *exactlyonce.Unit
+}
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	db := pgtest.New(t)
+	db.Exec(t, db.Q("CREATE TABLE {schema}.effects (id text PRIMARY KEY, n int NOT NULL CHECK (n >= 0))"))
+	return &bundle{db: db, unit: newUnit(t, db, db.Pool, nil)}
+}
+
+func newUnit(t *testing.T, db *pgtest.DB, pool *pgxpool.Pool, hook func(*exactlyonce.Config)) *exactlyonce.Unit {
+	t.Helper()
+	l := logrus.New()
+	l.SetLevel(logrus.ErrorLevel)
+	cfg := &exactlyonce.Config{Schema: db.Schema, BackoffMin: time.Millisecond, BackoffMax: 10 * time.Millisecond, Logger: logrus.NewEntry(l)}
+	if hook != nil {
+		hook(cfg)
+	}
+	unit, err := exactlyonce.New(pool, cfg)
+	require.NoError(t, err)
+	return unit
+}
+
+// insert is the SQL effect inserting (id, n); a negative n violates the CHECK constraint,
+// a permanent failure.
+func (b *bundle) insert(id string, n int) exactlyonce.Effect {
+	return exactlyonce.Effect{SQL: b.db.Q("INSERT INTO {schema}.effects VALUES ($1, $2) RETURNING id"), Args: []any{id, n}}
+}
+
+// msg is a message whose effect inserts (id, n) and whose answer is stored.
+func (b *bundle) msg(id string, n int) *exactlyonce.Message {
+	return &exactlyonce.Message{Scope: "s", ID: id, Fingerprint: []byte("fp"), Effect: b.insert(id, n),
+		Answer: &exactlyonce.Answer{Status: 200, Failed: func(cause error) *processed.Response {
+			return &processed.Response{Status: 422, Body: []byte("dead")}
+		}}}
+}
+
+func TestPoisonMessageDoesNotFailNeighbours(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var batch []*exactlyonce.Message
+	for i := 0; i < 100; i++ {
+		m := b.msg(fmt.Sprintf("good-%d", i), i)
+		m.Answer = nil // queued on the fast path
+		batch = append(batch, m)
+	}
+	poison := b.msg("poison", -1)
+	poison.Answer = nil
+	poison.MaxAttempts = 3
+	poison.Letter = &deadletter.Letter{Pipeline: "s", Origin: deadletter.Origin{Door: deadletter.DoorKafka}, Scope: "s", MessageID: "poison"}
+	batch = append(batch[:50], append([]*exactlyonce.Message{poison}, batch[50:]...)...)
+
+	require.NoError(t, b.unit.Apply(context.Background(), batch))
+	require.Equal(t, 100, b.db.Count(t, "{schema}.effects"))
+	require.Equal(t, exactlyonce.DeadLettered, poison.Outcome)
+	require.Equal(t, 3, poison.Attempts)
+	require.ErrorContains(t, poison.Cause, "23514")
+	require.Equal(t, 1, b.db.Count(t, "{schema}.dead_letters WHERE message_id = 'poison' AND attempts = 3 AND reason LIKE '%23514%' AND door = 'kafka'"))
+	require.Equal(t, 1, b.db.Count(t, "{schema}.processed_messages WHERE status = 'dead'"))
+	require.Equal(t, 100, b.db.Count(t, "{schema}.processed_messages WHERE status = 'done'"))
+
+	// Redelivered, the whole batch is duplicates, the poison one included.
+	require.NoError(t, b.unit.Apply(context.Background(), batch))
+	for _, m := range batch {
+		require.Equal(t, exactlyonce.Duplicate, m.Outcome, m.ID)
+	}
+	require.Equal(t, 1, b.db.Count(t, "{schema}.dead_letters"))
+}
+
+func TestAnswersAreStoredAndReplayed(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ok, bad := b.msg("a", 1), b.msg("b", -1)
+	require.NoError(t, b.unit.Apply(context.Background(), []*exactlyonce.Message{ok, bad}))
+	require.Equal(t, exactlyonce.Applied, ok.Outcome)
+	require.JSONEq(t, `{"id":"a"}`, string(ok.Response.Body), "the returned row is the answer")
+	require.Equal(t, exactlyonce.DeadLettered, bad.Outcome)
+	require.Equal(t, 422, bad.Response.Status)
+
+	again := []*exactlyonce.Message{b.msg("a", 1), b.msg("b", -1)}
+	require.NoError(t, b.unit.Apply(context.Background(), again))
+	require.Equal(t, exactlyonce.Duplicate, again[0].Outcome)
+	require.Equal(t, ok.Response.Body, again[0].Response.Body)
+	require.Equal(t, 422, again[1].Response.Status)
+}
+
+func TestTransientFailureRetriesWholeBatch(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var calls atomic.Int32
+	flaky := b.msg("b", 1)
+	flaky.Effect.Func = func(ctx context.Context, tx pgx.Tx) (any, error) {
+		if calls.Add(1) <= 2 {
+			return nil, &pgconn.PgError{Code: "40001", Message: "could not serialize access"}
+		}
+		return nil, nil
+	}
+	batch := []*exactlyonce.Message{b.msg("a", 1), flaky}
+	require.NoError(t, b.unit.Apply(context.Background(), batch))
+	require.Equal(t, 2, b.db.Count(t, "{schema}.effects"))
+	require.Equal(t, exactlyonce.Applied, batch[0].Outcome)
+	require.Equal(t, exactlyonce.Applied, batch[1].Outcome)
+	require.EqualValues(t, 3, calls.Load())
+}
+
+func TestRepeatsInsideOneBatch(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	first, repeat, conflict := b.msg("x", 1), b.msg("x", 1), b.msg("x", 1)
+	conflict.Fingerprint = []byte("other")
+	require.NoError(t, b.unit.Apply(context.Background(), []*exactlyonce.Message{first, repeat, conflict}))
+	require.Equal(t, exactlyonce.Applied, first.Outcome)
+	require.Equal(t, exactlyonce.Duplicate, repeat.Outcome)
+	require.Equal(t, first.Response.Body, repeat.Response.Body, "a repeat answers like its first occurrence")
+	require.Equal(t, exactlyonce.Conflict, conflict.Outcome)
+	require.Equal(t, 1, b.db.Count(t, "{schema}.effects"))
+	require.Equal(t, 1, b.db.Count(t, "{schema}.conflicts"))
+}
+
+func TestApplyStopsWithContext(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	m := b.msg("a", 1)
+	m.Effect = exactlyonce.Effect{Func: func(context.Context, pgx.Tx) (any, error) {
+		return nil, errors.New("downstream unavailable") // not marked permanent: retried, never skipped
+	}}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	require.ErrorIs(t, b.unit.Apply(ctx, []*exactlyonce.Message{m}), context.DeadlineExceeded)
+	require.Zero(t, b.db.Count(t, "{schema}.processed_messages"), "nothing is marked for a message that never succeeded")
+}
+
+// TestDeferredConstraintBlamesItsMessage: an effect table with a deferred constraint. The
+// violation is checked at the statement (SET CONSTRAINTS ALL IMMEDIATE), inside the poison
+// message's savepoint, so its neighbours commit and it alone is dead-lettered; without it
+// the violation would surface at COMMIT, where no message can be blamed.
+func TestDeferredConstraintBlamesItsMessage(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.db.Exec(t, b.db.Q("CREATE TABLE {schema}.deferred (k text, CONSTRAINT deferred_k UNIQUE (k) DEFERRABLE INITIALLY DEFERRED)"))
+	b.db.Exec(t, b.db.Q("INSERT INTO {schema}.deferred VALUES ('taken')"))
+	m := func(id, k string) *exactlyonce.Message {
+		return &exactlyonce.Message{Scope: "s", ID: id, Fingerprint: []byte("fp"),
+			Effect: exactlyonce.Effect{SQL: b.db.Q("INSERT INTO {schema}.deferred VALUES ($1)"), Args: []any{k}},
+			Letter: &deadletter.Letter{Pipeline: "s", Origin: deadletter.Origin{Door: deadletter.DoorKafka}, Scope: "s", MessageID: id}}
+	}
+	batch := []*exactlyonce.Message{m("a", "a"), m("poison", "taken"), m("b", "b")}
+	require.NoError(t, b.unit.Apply(context.Background(), batch))
+	require.Equal(t, exactlyonce.Applied, batch[0].Outcome)
+	require.Equal(t, exactlyonce.DeadLettered, batch[1].Outcome)
+	require.Equal(t, exactlyonce.Applied, batch[2].Outcome)
+	require.Equal(t, 1, b.db.Count(t, "{schema}.dead_letters"))
+	require.Equal(t, 3, b.db.Count(t, "{schema}.deferred"))
+}
+
+// TestConcurrentSameID: many goroutines apply the same id at once, each in its own
+// transaction: the effect runs once, every other one is a duplicate.
+func TestConcurrentSameID(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const n = 32
+	var wg sync.WaitGroup
+	outcomes := make([]exactlyonce.Outcome, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m := b.msg("same", 1)
+			m.Answer = nil
+			require.NoError(t, b.unit.Apply(context.Background(), []*exactlyonce.Message{m}))
+			outcomes[i] = m.Outcome
+		}()
+	}
+	wg.Wait()
+	applied := 0
+	for _, o := range outcomes {
+		if o == exactlyonce.Applied {
+			applied++
+		} else {
+			require.Equal(t, exactlyonce.Duplicate, o)
+		}
+	}
+	require.Equal(t, 1, applied)
+	require.Equal(t, 1, b.db.Count(t, "{schema}.effects"))
+}
+
+// TestEventsCommitWithTheEffect: a message's events are written in its transaction, with
+// the result as payload when asked; a dead-lettered message's letter events carry the reason.
+func TestEventsCommitWithTheEffect(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ev := func(id string) outbox.Event {
+		return outbox.Event{Topic: "out", Pipeline: "s", CausationID: id, Payload: []byte(`{"p":1}`), OperationID: outbox.OperationID("s", id, 0)}
+	}
+	a, c, bad := b.msg("a", 1), b.msg("c", 2), b.msg("bad", -1)
+	a.Answer = nil
+	a.Events = []exactlyonce.Event{{Event: ev("a")}}
+	c.Events = []exactlyonce.Event{{Event: ev("c"), FromResult: true}}
+	bad.Events = []exactlyonce.Event{{Event: ev("bad")}}
+	bad.LetterEvents = []outbox.Event{{Topic: "dlq", Pipeline: "s", CausationID: "bad", Payload: []byte("x")}}
+	require.NoError(t, b.unit.Apply(context.Background(), []*exactlyonce.Message{a, c, bad}))
+	require.Equal(t, 1, b.db.Count(t, `{schema}.outbox WHERE causation_id = 'a' AND payload = '{"p":1}'`))
+	require.Equal(t, 1, b.db.Count(t, `{schema}.outbox WHERE causation_id = 'c' AND payload = '{"id":"c"}'`), "the effect's row is the payload")
+	require.Equal(t, 0, b.db.Count(t, `{schema}.outbox WHERE causation_id = 'bad' AND topic = 'out'`), "a failed effect's events roll back with it")
+	require.Equal(t, 1, b.db.Count(t, `{schema}.outbox WHERE topic = 'dlq' AND headers->>'idemd-dead-letter-reason' LIKE '%23514%'`))
+}
+
+// TestInvalidIsDeadLetteredAtOnce: a message the door could not read is dead-lettered
+// without running its effect, once.
+func TestInvalidIsDeadLetteredAtOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	m := b.msg("pos-1", 1)
+	m.Answer = nil
+	m.Invalid = errors.New("no message id")
+	m.Letter = &deadletter.Letter{Pipeline: "s", Origin: deadletter.Origin{Door: deadletter.DoorKafka}, Scope: "s"}
+	require.NoError(t, b.unit.Apply(context.Background(), []*exactlyonce.Message{m}))
+	require.Equal(t, exactlyonce.DeadLettered, m.Outcome)
+	require.Zero(t, b.db.Count(t, "{schema}.effects"))
+	require.Equal(t, 1, b.db.Count(t, "{schema}.dead_letters WHERE reason = 'no message id'"))
+	require.NoError(t, b.unit.Apply(context.Background(), []*exactlyonce.Message{m}))
+	require.Equal(t, exactlyonce.Duplicate, m.Outcome)
+	require.Equal(t, 1, b.db.Count(t, "{schema}.dead_letters"))
+}
+
+// TestGuardSkipsStaleMessages: versions of one entity, out of order and spread over
+// batches: only newer ones run, the final state is the newest.
+func TestGuardSkipsStaleMessages(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.db.Exec(t, b.db.Q("CREATE TABLE {schema}.state (entity text PRIMARY KEY, version int)"))
+	m := func(v int) *exactlyonce.Message {
+		id := fmt.Sprintf("v%d", v)
+		return &exactlyonce.Message{Scope: "s", ID: id, Fingerprint: []byte(id),
+			Guard: &exactlyonce.Guard{Scope: "s", Entity: "E", Version: fmt.Sprint(v)},
+			Effect: exactlyonce.Effect{SQL: b.db.Q(`INSERT INTO {schema}.state VALUES ('E', $1)
+				ON CONFLICT (entity) DO UPDATE SET version = excluded.version`), Args: []any{v}}}
+	}
+	first := []*exactlyonce.Message{m(3), m(1), m(5), m(4)}
+	require.NoError(t, b.unit.Apply(context.Background(), first))
+	require.Equal(t, []exactlyonce.Outcome{exactlyonce.Applied, exactlyonce.Stale, exactlyonce.Applied, exactlyonce.Stale},
+		[]exactlyonce.Outcome{first[0].Outcome, first[1].Outcome, first[2].Outcome, first[3].Outcome})
+	second := []*exactlyonce.Message{m(2), m(6)}
+	require.NoError(t, b.unit.Apply(context.Background(), second))
+	require.Equal(t, exactlyonce.Stale, second[0].Outcome)
+	require.Equal(t, exactlyonce.Applied, second[1].Outcome)
+	require.Equal(t, 1, b.db.Count(t, "{schema}.state WHERE version = 6"))
+}

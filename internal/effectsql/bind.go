@@ -1,0 +1,98 @@
+package effectsql
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Statement is a compiled effect: positional SQL and the parameter behind each $n.
+type Statement struct {
+	// SQL is the statement with $1, $2… in place of its named parameters.
+	SQL string
+	// Params names the parameter of each position, in order.
+	Params []string
+}
+
+// Prepare is Compile returning a Statement.
+func Prepare(ctx context.Context, conn *pgx.Conn, sql string) (*Statement, error) {
+	positional, names, err := Compile(ctx, conn, sql)
+	if err != nil {
+		return nil, err
+	}
+	return &Statement{SQL: positional, Params: names}, nil
+}
+
+// Values are what a door knows of one message: the sources of the SPEC 2.3 parameters.
+type Values struct {
+	MessageID string
+	Payload   []byte
+	// Headers are the message's headers (first value of each), as @headers' JSON object.
+	Headers map[string]string
+	Source  string
+	// Tenant is the API tenant; "" binds NULL.
+	Tenant string
+	// Key is the record key or the Idempotency-Key; nil binds NULL.
+	Key []byte
+	// Position says where a broker record was read; nil binds @topic, @partition and
+	// @offset to NULL (HTTP requests).
+	Position *Position
+	// ReceivedAt is when the door received the message.
+	ReceivedAt time.Time
+}
+
+// Position locates a broker record.
+type Position struct {
+	Topic     string
+	Partition int
+	Offset    int64
+}
+
+// Bind returns the arguments of s for v, in the order of its positional parameters: the one
+// place where the SPEC 2.3 parameters get their values. Only the parameters s uses are
+// computed.
+func (s *Statement) Bind(v *Values) []any {
+	args := make([]any, len(s.Params))
+	for i, name := range s.Params {
+		switch name {
+		case "message_id":
+			args[i] = v.MessageID
+		case "payload":
+			args[i] = string(v.Payload)
+		case "headers":
+			h := v.Headers
+			if h == nil {
+				h = map[string]string{}
+			}
+			j, _ := json.Marshal(h) // a map of strings always encodes
+			args[i] = string(j)
+		case "source":
+			args[i] = v.Source
+		case "tenant":
+			if v.Tenant != "" {
+				args[i] = v.Tenant
+			}
+		case "key":
+			if v.Key != nil {
+				args[i] = string(v.Key)
+			}
+		case "topic":
+			if v.Position != nil {
+				args[i] = v.Position.Topic
+			}
+		case "partition":
+			if v.Position != nil {
+				args[i] = v.Position.Partition
+			}
+		case "offset":
+			if v.Position != nil {
+				args[i] = v.Position.Offset
+			}
+		case "received_at":
+			args[i] = v.ReceivedAt
+		}
+	}
+	return args
+}

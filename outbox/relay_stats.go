@@ -1,0 +1,13 @@
+package outbox
+
+import "github.com/segmentio/kafka-go"
+
+// Stats returns the statistics of the relay's Kafka writer since the previous call
+// (kafka-go zeroes its counters at each call, so give the relay to one collector only:
+// metrics.WatchKafkaWriter). A Writer that is not kafka-go's (RelayConfig.Writer) has none.
+func (r *Relay) Stats() kafka.WriterStats {
+	if w, ok := r.writer.(*kafka.Writer); ok {
+		return w.Stats()
+	}
+	return kafka.WriterStats{}
+}

@@ -1,0 +1,184 @@
+// Package pipeline is the vocabulary that idemd's doors and its pipelines file share: where
+// a value is read from a message (Field), what a pipeline publishes (Publish), the
+// stale-event guard (Order), dead-lettering (DeadLetter), durations with days, and the
+// defaults. The pipelines file decodes straight into the doors' configs
+// (receiver.Source, consumer.Config), which are built from these types: each fact is
+// defined once, here or in the door that owns it.
+package pipeline
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/idemd/idemd/internal/jsonpointer"
+)
+
+// Defaults shared by the doors.
+const (
+	// RetentionDefault is how long webhook and subscription dedup records are kept: longer
+	// than Stripe's and Svix's retry horizons (3 days, 27 h) with margin (SPEC 3.2).
+	RetentionDefault = 7 * 24 * time.Hour
+	// IdempotencyRetentionDefault is how long API idempotency keys are kept.
+	IdempotencyRetentionDefault = 24 * time.Hour
+	// MaxAttemptsDefault is how many times a permanently failing effect runs (each in a
+	// savepoint) before its message is dead-lettered.
+	MaxAttemptsDefault = 5
+	// HTTPTimeoutDefault bounds one delivery of the outbound HTTP sink.
+	HTTPTimeoutDefault = 10 * time.Second
+)
+
+// Field says where a value is read from a message: exactly one of a JSON pointer into the
+// body, a header (HTTP header, Kafka record header), or the record key (subscriptions).
+type Field struct {
+	// JSON is an RFC 6901 pointer into the JSON body, such as /data/object/id. Strings are
+	// taken as they are, numbers as written.
+	JSON string `yaml:"json,omitempty"`
+	// Header is a header name.
+	Header string `yaml:"header,omitempty"`
+	// Key takes the Kafka record key.
+	Key bool `yaml:"key,omitempty"`
+}
+
+// Validate checks that exactly one source is set and that a pointer is a pointer. keyAllowed
+// says whether the door has a record key.
+func (f *Field) Validate(keyAllowed bool) error {
+	n := 0
+	if f.JSON != "" {
+		n++
+		if err := jsonpointer.Validate(f.JSON); err != nil {
+			return fmt.Errorf("json: %w", err)
+		}
+	}
+	if f.Header != "" {
+		n++
+	}
+	if f.Key {
+		n++
+		if !keyAllowed {
+			return errors.New("key: only subscriptions have a record key")
+		}
+	}
+	if n != 1 {
+		if keyAllowed {
+			return errors.New("want exactly one of json, header and key")
+		}
+		return errors.New("want exactly one of json and header")
+	}
+	return nil
+}
+
+// String names the field for messages.
+func (f *Field) String() string {
+	switch {
+	case f.Header != "":
+		return "header " + f.Header
+	case f.JSON != "":
+		return "json " + f.JSON
+	case f.Key:
+		return "the record key"
+	default:
+		return "nothing"
+	}
+}
+
+// Publish bodies.
+const (
+	// BodyPayload publishes the inbound message's body.
+	BodyPayload = "payload"
+	// BodyEffect publishes the rows the effect's SQL returned, as JSON.
+	BodyEffect = "effect"
+)
+
+// Publish writes one outbox event per applied message, in the effect's transaction.
+type Publish struct {
+	// Topic is the Kafka topic. Required unless HTTP is set.
+	Topic string `yaml:"topic"`
+	// Key is where the event key comes from. Defaults to no key.
+	Key *Field `yaml:"key"`
+	// Body is BodyPayload or BodyEffect (API sources). Defaults to BodyPayload.
+	Body string `yaml:"body"`
+	// HTTP delivers the event by POST to an endpoint, beside or instead of Topic. The
+	// endpoint is named after the pipeline. Defaults to none.
+	HTTP *HTTP `yaml:"http"`
+}
+
+// HTTP is the outbound HTTP delivery of a pipeline's events (SPEC 2.6b).
+type HTTP struct {
+	// URL receives the POST. Required.
+	URL string `yaml:"url"`
+	// SecretEnv names the environment variable with the Standard Webhooks signing secret.
+	// Required in the pipelines file.
+	SecretEnv string `yaml:"secret_env"`
+	// Secret is the signing secret (the value of SecretEnv). Never logged.
+	Secret string `yaml:"-"`
+	// Timeout bounds one delivery. Defaults to 10 s.
+	Timeout time.Duration `yaml:"timeout"`
+}
+
+// Validate checks p for a door; keyAllowed says whether the door has a record key.
+func (p *Publish) Validate(keyAllowed bool) error {
+	if p.Topic == "" && p.HTTP == nil {
+		return errors.New("want topic, http or both")
+	}
+	if p.Key != nil {
+		if err := p.Key.Validate(keyAllowed); err != nil {
+			return fmt.Errorf("key: %w", err)
+		}
+	}
+	switch p.Body {
+	case "", BodyPayload, BodyEffect:
+	default:
+		return fmt.Errorf("body: unknown body %q (known: payload, effect)", p.Body)
+	}
+	return nil
+}
+
+// Order is the stale-event guard: a message whose version is not newer than the last
+// applied version of its entity is acknowledged without its effect. Versions are decimal
+// numbers, or RFC 3339 timestamps compared as microseconds since the Unix epoch.
+type Order struct {
+	// Entity says where the entity id is. Required.
+	Entity Field `yaml:"entity"`
+	// Version says where the version is. Required.
+	Version Field `yaml:"version"`
+}
+
+// DeadLetter says what happens to a message whose effect keeps failing.
+type DeadLetter struct {
+	// Topic, when set, receives a record per dead letter, through the outbox. Defaults to
+	// none: a dead_letters row only.
+	Topic string `yaml:"topic"`
+	// MaxAttempts is how many times the effect runs before the message is dead-lettered.
+	// Defaults to 5.
+	MaxAttempts int `yaml:"max_attempts"`
+}
+
+// ParseDuration parses a Go duration with an optional leading day count: "30d", "1d12h",
+// "24h", "5m".
+func ParseDuration(s string) (time.Duration, error) {
+	bad := fmt.Errorf("invalid duration %q: want a number with a unit d, h, m, s or ms, such as 30d or 24h", s)
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return 0, bad
+	}
+	var days time.Duration
+	if i := strings.IndexByte(s, 'd'); i >= 0 {
+		var n int64
+		if _, err := fmt.Sscanf(s[:i], "%d", &n); err != nil || fmt.Sprint(n) != s[:i] || n < 0 || n > 100000 {
+			return 0, bad
+		}
+		days = time.Duration(n) * 24 * time.Hour
+		s = s[i+1:]
+		if s == "" {
+			return days, nil
+		}
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 || d > math.MaxInt64-days {
+		return 0, bad
+	}
+	return days + d, nil
+}
