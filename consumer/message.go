@@ -1,14 +1,11 @@
 package consumer
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/segmentio/kafka-go"
 
@@ -54,14 +51,9 @@ type record struct {
 func (r *record) json() (any, bool) {
 	if !r.parsed {
 		r.parsed = true
-		dec := json.NewDecoder(bytes.NewReader(r.msg.Value))
-		dec.UseNumber()
-		// Invalid UTF-8 would decode as U+FFFD: two different ids could read as one.
-		if err := dec.Decode(&r.doc); err == nil && !dec.More() && utf8.Valid(r.msg.Value) {
-			r.isJSON = true
-		} else {
-			r.doc = nil
-		}
+		// Invalid UTF-8 and unpaired surrogates would decode as U+FFFD: two different ids
+		// could read as one. jsonpointer.Decode refuses them.
+		r.doc, r.isJSON = jsonpointer.Decode(r.msg.Value)
 	}
 	return r.doc, r.isJSON
 }

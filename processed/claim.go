@@ -2,13 +2,17 @@ package processed
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
-	"sort"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // Outcome is the result of one claim.
@@ -123,28 +127,26 @@ func (s *Store) ClaimBatchXactTx(ctx context.Context, tx pgx.Tx, claims []Claim)
 
 func (s *Store) claimBatch(ctx context.Context, tx pgx.Tx, claims []Claim, xid *string) ([]Result, error) {
 	results := make([]Result, len(claims))
-	type key struct{ scope, id string }
-	first := make(map[key]int, len(claims))
+	// first maps a claim's key (appendKey) to the index of its first occurrence.
+	first := make(map[string]int, len(claims))
 	uniq := make([]int, 0, len(claims))
+	var buf []byte
 	for i, c := range claims {
 		results[i].FirstIndex = -1
 		if c.MessageID == "" {
 			return nil, fmt.Errorf("processed: claim %d has an empty message id", i)
 		}
-		k := key{c.Scope, c.MessageID}
-		if j, ok := first[k]; ok {
+		buf = appendKey(buf[:0], c.Scope, c.MessageID)
+		if j, ok := first[string(buf)]; ok {
 			results[i].FirstIndex = j
 			continue
 		}
-		first[k] = i
+		first[string(buf)] = i
 		uniq = append(uniq, i)
 	}
-	sort.Slice(uniq, func(a, b int) bool {
-		ca, cb := claims[uniq[a]], claims[uniq[b]]
-		if ca.Scope != cb.Scope {
-			return ca.Scope < cb.Scope
-		}
-		return ca.MessageID < cb.MessageID
+	slices.SortFunc(uniq, func(a, b int) int {
+		ca, cb := &claims[a], &claims[b]
+		return cmp.Or(strings.Compare(ca.Scope, cb.Scope), strings.Compare(ca.MessageID, cb.MessageID))
 	})
 
 	n := len(uniq)
@@ -155,7 +157,9 @@ func (s *Store) claimBatch(ctx context.Context, tx pgx.Tx, claims []Claim, xid *
 		states   = make([]string, n)
 		retainUs = make([]int64, n)
 		leaseUs  = make([]int64, n)
-		tokens   = make([]*uuid.UUID, n)
+		// pgtype.UUID encodes without reflection or a driver.Valuer call per element;
+		// Valid false is NULL.
+		tokens = make([]pgtype.UUID, n)
 	)
 	for j, i := range uniq {
 		c := claims[i]
@@ -169,30 +173,42 @@ func (s *Store) claimBatch(ctx context.Context, tx pgx.Tx, claims []Claim, xid *
 		}
 		retainUs[j] = durationOr(c.Retention, s.retention).Microseconds()
 		if c.Reserve {
-			tok := uuid.New()
-			tokens[j] = &tok
+			tokens[j] = pgtype.UUID{Bytes: uuid.New(), Valid: true}
 			leaseUs[j] = s.lease.Microseconds()
 		}
 	}
 
+	// Rows are matched to claims by their key, read from the rows' raw bytes into buf: no
+	// string is allocated per row, and the lookup's rows of ids this batch just claimed
+	// (most of them) are skipped without being decoded.
 	batch := &pgx.Batch{}
-	claimed := make(map[key]bool, n)
+	claimed := make([]bool, len(claims))
+	index := func(rows pgx.Rows) (int, bool) {
+		raw := rows.RawValues()
+		buf = appendKey(buf[:0], raw[0], raw[1])
+		i, ok := first[string(buf)]
+		return i, ok
+	}
 	batch.Queue(s.sql.claim, scopes, ids, fps, states, retainUs, leaseUs, tokens).Query(func(rows pgx.Rows) error {
-		var k key
-		_, err := pgx.ForEachRow(rows, []any{&k.scope, &k.id}, func() error {
-			claimed[k] = true
-			return nil
-		})
-		return err
+		for rows.Next() {
+			if i, ok := index(rows); ok {
+				claimed[i] = true
+			}
+		}
+		return rows.Err()
 	})
-	records := make(map[key]*Record, n)
+	records := make(map[int]*Record)
 	batch.Queue(s.sql.lookup, scopes, ids).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
+			i, ok := index(rows)
+			if !ok || claimed[i] {
+				continue
+			}
 			r, err := scanRecord(rows)
 			if err != nil {
 				return err
 			}
-			records[key{r.Scope, r.MessageID}] = r
+			records[i] = r
 		}
 		return rows.Err()
 	})
@@ -205,15 +221,14 @@ func (s *Store) claimBatch(ctx context.Context, tx pgx.Tx, claims []Claim, xid *
 
 	var conflicts []int
 	for j, i := range uniq {
-		k := key{claims[i].Scope, claims[i].MessageID}
-		if claimed[k] {
+		if claimed[i] {
 			results[i].Outcome = Claimed
-			if tokens[j] != nil {
-				results[i].LeaseToken = *tokens[j]
+			if tokens[j].Valid {
+				results[i].LeaseToken = tokens[j].Bytes
 			}
 			continue
 		}
-		rec := records[k]
+		rec := records[i]
 		results[i].Record = rec
 		switch {
 		case rec == nil:
@@ -324,6 +339,15 @@ func (s *Store) ReleaseTx(ctx context.Context, tx pgx.Tx, scope, id string, toke
 		return fmt.Errorf("error releasing reservation: %w", err)
 	}
 	return nil
+}
+
+// appendKey appends the map key of (scope, id) to dst: the scope length-prefixed, so that
+// no two pairs share a key.
+func appendKey[T string | []byte](dst []byte, scope, id T) []byte {
+	dst = strconv.AppendInt(dst, int64(len(scope)), 10)
+	dst = append(dst, ':')
+	dst = append(dst, scope...)
+	return append(dst, id...)
 }
 
 func durationOr(d, def time.Duration) time.Duration {

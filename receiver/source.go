@@ -1,18 +1,15 @@
 package receiver
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -176,11 +173,10 @@ type parsedBody struct {
 func (p *parsedBody) get() (any, bool) {
 	if !p.done {
 		p.done = true
-		dec := json.NewDecoder(bytes.NewReader(p.raw))
-		dec.UseNumber()
-		// One JSON value of valid UTF-8 and nothing after it. encoding/json would turn
-		// invalid UTF-8 into U+FFFD, so two different ids could read as one.
-		p.ok = utf8.Valid(p.raw) && dec.Decode(&p.doc) == nil && !dec.More()
+		// One JSON value of valid text and nothing after it. encoding/json would turn
+		// invalid UTF-8 and unpaired surrogates into U+FFFD, so two different ids could
+		// read as one: jsonpointer.Decode refuses them.
+		p.doc, p.ok = jsonpointer.Decode(p.raw)
 	}
 	return p.doc, p.ok
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/idemd/idemd/consumer"
 	"github.com/idemd/idemd/outbox"
 	"github.com/idemd/idemd/pipeline"
+	"github.com/idemd/idemd/processed"
 	"github.com/idemd/idemd/receiver"
 )
 
@@ -37,6 +38,11 @@ type childConfig struct {
 	Secret      string   `json:"secret,omitempty"`
 	ProfileDir  string   `json:"profile_dir,omitempty"`
 	ProfileName string   `json:"profile_name,omitempty"`
+	// Relay runs the outbox relay in the same process (as the daemon does), with
+	// RelayBatch rows per round; Prune runs the pruner every second.
+	Relay      bool `json:"relay,omitempty"`
+	RelayBatch int  `json:"relay_batch,omitempty"`
+	Prune      bool `json:"prune,omitempty"`
 }
 
 // effectSQL is the effect of every pipeline of the bench: one row per applied message.
@@ -79,6 +85,31 @@ func serveChild(ctx context.Context, kind, raw string, stdout io.Writer) error {
 		after  func()
 	)
 	q := quote(c.Schema)
+	// parts run beside the door: the relay and the pruner, as in the daemon.
+	var parts []func(context.Context) error
+	var rel *outbox.Relay
+	if c.Relay || kind == "relay" {
+		rel, err = outbox.NewRelay(pool, &outbox.RelayConfig{
+			Schema:    c.Schema,
+			Brokers:   c.Brokers,
+			BatchSize: max(c.RelayBatch, c.Batch*boolInt(kind == "relay")),
+			Logger:    log,
+		})
+		if err != nil {
+			return err
+		}
+		after = func() { fmt.Fprintf(os.Stderr, "%s child: relay published %d records\n", kind, rel.Published()) }
+		if kind != "relay" {
+			parts = append(parts, rel.Run)
+		}
+	}
+	if c.Prune {
+		prune, err := pruneLoop(pool, c.Schema, log)
+		if err != nil {
+			return err
+		}
+		parts = append(parts, prune)
+	}
 	switch kind {
 	case "consumer":
 		con, err := consumer.New(pool, &consumer.Config{
@@ -113,44 +144,25 @@ func serveChild(ctx context.Context, kind, raw string, stdout io.Writer) error {
 		if err != nil {
 			return err
 		}
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		runFn, detail, err = serveHTTP(receiver.NewServer("", rcv, nil), rcv.Close)
 		if err != nil {
-			return err
-		}
-		srv := receiver.NewServer("", rcv, nil)
-		detail = ln.Addr().String()
-		runFn = func(ctx context.Context) error {
-			errc := make(chan error, 1)
-			go func() { errc <- srv.Serve(ln) }()
-			select {
-			case err := <-errc:
-				return err
-			case <-ctx.Done():
-			}
-			sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer scancel()
-			err := srv.Shutdown(sctx)
-			rcv.Close()
-			if errors.Is(err, http.ErrServerClosed) {
-				err = nil
-			}
 			return err
 		}
 	case "relay":
-		rel, err := outbox.NewRelay(pool, &outbox.RelayConfig{
-			Schema:    c.Schema,
-			Brokers:   c.Brokers,
-			BatchSize: c.Batch,
-			Logger:    log,
-		})
+		runFn = rel.Run
+	case "naive":
+		h, err := newNaiveReceiver(ctx, pool, c.Schema, c.Secret, c.OutboxTopic)
 		if err != nil {
 			return err
 		}
-		runFn = rel.Run
-		after = func() { fmt.Fprintf(os.Stderr, "relay child: published %d records\n", rel.Published()) }
+		runFn, detail, err = serveHTTP(h, nil)
+		if err != nil {
+			return err
+		}
 	default:
-		return fmt.Errorf("unknown -serve kind %q (consumer, receiver, relay)", kind)
+		return fmt.Errorf("unknown -serve kind %q (consumer, receiver, relay, naive)", kind)
 	}
+	runFn = withParts(runFn, parts)
 
 	stopProfile, err := startProfiles(c)
 	if err != nil {
@@ -165,6 +177,72 @@ func serveChild(ctx context.Context, kind, raw string, stdout io.Writer) error {
 		after()
 	}
 	return err
+}
+
+// serveHTTP serves srv on a loopback port until ctx ends, then shuts it down and calls
+// closeFn (when set).
+func serveHTTP(h any, closeFn func()) (func(context.Context) error, string, error) {
+	srv, ok := h.(*http.Server)
+	if !ok {
+		srv = &http.Server{Handler: h.(http.Handler), ReadHeaderTimeout: 5 * time.Second}
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, "", err
+	}
+	return func(ctx context.Context) error {
+		errc := make(chan error, 1)
+		go func() { errc <- srv.Serve(ln) }()
+		select {
+		case err := <-errc:
+			return err
+		case <-ctx.Done():
+		}
+		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer scancel()
+		err := srv.Shutdown(sctx)
+		if closeFn != nil {
+			closeFn()
+		}
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+		return err
+	}, ln.Addr().String(), nil
+}
+
+// withParts runs main and parts together until ctx ends; the first error of main or of a
+// part is returned.
+func withParts(main func(context.Context) error, parts []func(context.Context) error) func(context.Context) error {
+	if len(parts) == 0 {
+		return main
+	}
+	return func(ctx context.Context) error {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		errc := make(chan error, len(parts)+1)
+		for _, p := range append([]func(context.Context) error{main}, parts...) {
+			go func() {
+				err := p(ctx)
+				cancel()
+				errc <- err
+			}()
+		}
+		var first error
+		for range len(parts) + 1 {
+			if err := <-errc; err != nil && first == nil && !errors.Is(err, context.Canceled) {
+				first = err
+			}
+		}
+		return first
+	}
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // startProfiles starts a CPU profile and block/mutex sampling when a profile directory is
@@ -198,5 +276,32 @@ func startProfiles(c childConfig) (func() error, error) {
 			errs = append(errs, pprof.Lookup(p).WriteTo(out, 0), out.Close())
 		}
 		return errors.Join(errs...)
+	}, nil
+}
+
+// pruneLoop is the daemon's pruner role as far as the bench's tables go: every second, the
+// expired dedup records and the published outbox rows, through the stores' Prune methods.
+func pruneLoop(pool *pgxpool.Pool, schema string, log *logrus.Entry) (func(context.Context) error, error) {
+	ps, err := processed.New(&processed.Config{Schema: schema})
+	if err != nil {
+		return nil, err
+	}
+	ob := outbox.New(&outbox.Config{Schema: schema})
+	return func(ctx context.Context) error {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			if _, err := ps.Prune(ctx, pool, 0); err != nil && ctx.Err() == nil {
+				log.WithError(err).Warn("error pruning dedup records")
+			}
+			if _, err := ob.PrunePublished(ctx, pool, 24*time.Hour, 0); err != nil && ctx.Err() == nil {
+				log.WithError(err).Warn("error pruning the outbox")
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-t.C:
+			}
+		}
 	}, nil
 }

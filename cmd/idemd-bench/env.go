@@ -22,6 +22,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/idemd/idemd/migrations"
+	"github.com/idemd/idemd/processed"
 )
 
 const databaseURLDefault = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
@@ -40,6 +41,11 @@ type env struct {
 	kind    string
 	cluster *kfake.Cluster
 	runID   string
+	// seq numbers the consumer runs (topics and groups).
+	seq int
+	// claims is idemd's claim store on the bench schema (the growth section's limit with
+	// idemd's claim statements).
+	claims *processed.Store
 }
 
 func newEnv(ctx context.Context, o *options, logw io.Writer) (*env, error) {
@@ -76,6 +82,10 @@ func newEnv(ctx context.Context, o *options, logw io.Writer) (*env, error) {
 	if _, err := e.pool.Exec(cctx, fmt.Sprintf(effectsDDL, e.q())); err != nil {
 		e.close()
 		return nil, fmt.Errorf("creating the effects table: %w", err)
+	}
+	if e.claims, err = processed.New(&processed.Config{Schema: e.schema}); err != nil {
+		e.close()
+		return nil, err
 	}
 	brokers := o.brokers
 	if brokers == "" {
@@ -171,6 +181,9 @@ type Machine struct {
 	SynchronousCommit string `json:"synchronous_commit"`
 	Broker            string `json:"broker"`
 	Started           string `json:"started"`
+	SharedBuffers     string `json:"shared_buffers"`
+	Autovacuum        string `json:"autovacuum"`
+	LoadAvg           string `json:"load_average"`
 }
 
 func (e *env) machine(ctx context.Context) Machine {
@@ -178,6 +191,13 @@ func (e *env) machine(ctx context.Context) Machine {
 	_ = e.pool.QueryRow(ctx, "SHOW server_version").Scan(&m.PostgreSQL)
 	_ = e.pool.QueryRow(ctx, "SHOW fsync").Scan(&m.Fsync)
 	_ = e.pool.QueryRow(ctx, "SHOW synchronous_commit").Scan(&m.SynchronousCommit)
+	_ = e.pool.QueryRow(ctx, "SHOW shared_buffers").Scan(&m.SharedBuffers)
+	_ = e.pool.QueryRow(ctx, "SHOW autovacuum").Scan(&m.Autovacuum)
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		if f := strings.Fields(string(b)); len(f) >= 3 {
+			m.LoadAvg = strings.Join(f[:3], " ")
+		}
+	}
 	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
 		for line := range strings.SplitSeq(string(b), "\n") {
 			if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemTotal:" {
@@ -214,7 +234,12 @@ func (e *env) startChild(ctx context.Context, kind string, cfg childConfig) (*ch
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(self, "--serve="+kind, "--serve-config="+string(b))
+	return e.startProcess(ctx, kind, exec.Command(self, "--serve="+kind, "--serve-config="+string(b)))
+}
+
+// startProcess starts cmd, a child that prints "ready [detail]" on its standard output once
+// the load may start and stops when its standard input closes, and waits until it is ready.
+func (e *env) startProcess(ctx context.Context, kind string, cmd *exec.Cmd) (*child, error) {
 	cmd.Stderr = e.logw
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 	"os/signal"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -26,29 +27,39 @@ import (
 
 // options are the command-line flags of a bench run.
 type options struct {
-	messages      int
-	messagesOne   int
-	partitions    int
-	batch         int
-	limitBatch    int
-	duration      time.Duration
-	durationOne   time.Duration
-	concurrency   int
-	maxBatch      int
-	receiverConns int
-	relayEvents   int
-	relayBatch    int
-	relayRate     int
-	relayDuration time.Duration
-	only          string
-	jsonOut       bool
-	profileDir    string
-	keepSchema    bool
-	databaseURL   string
-	brokers       string
+	messages       int
+	messagesOne    int
+	partitions     int
+	batch          int
+	limitBatches   []int
+	limitWorkers   []int
+	duration       time.Duration
+	durationOne    time.Duration
+	concurrency    int
+	maxBatch       int
+	receiverConns  int
+	relayEvents    int
+	relayBatch     int
+	relayRate      int
+	relayDuration  time.Duration
+	peersBin       string
+	peerMessages   int
+	peerPartitions int
+	growthRows     []int
+	growthMessages int
+	pruneRows      int
+	only           string
+	jsonOut        bool
+	profileDir     string
+	keepSchema     bool
+	databaseURL    string
+	brokers        string
 }
 
-var sections = []string{"limit", "consumer", "receiver", "relay"}
+var sections = []string{"limit", "consumer", "receiver", "relay", "peers", "growth", "prune", "amplification"}
+
+// defaultSections run without -only; the slow ones are asked for by name.
+var defaultSections = []string{"limit", "consumer", "receiver", "relay", "peers", "growth", "prune", "amplification"}
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
@@ -62,7 +73,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.messagesOne, "messages-one", 4000, "messages for the one-transaction-per-message consumer and limit")
 	fs.IntVar(&o.partitions, "partitions", 4, "partitions of the consumer and relay topics; also the limit's concurrent workers")
 	fs.IntVar(&o.batch, "batch", 500, "consumer BatchSize (records of one partition per transaction)")
-	fs.IntVar(&o.limitBatch, "limit-batch", 100, "messages per transaction of the batched limit")
+	limitBatches := fs.String("limit-batches", "100,500,1000", "batch sizes (messages per transaction) the limit tries with each method")
+	limitWorkers := fs.String("limit-workers", "2,4,8", "worker counts the limit's best method and batch size is tried with")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "how long the receiver is loaded with group commit")
 	fs.DurationVar(&o.durationOne, "duration-one", 5*time.Second, "how long the receiver is loaded with one transaction per request")
 	fs.IntVar(&o.concurrency, "concurrency", 64, "concurrent keep-alive connections sending webhooks")
@@ -72,6 +84,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.relayBatch, "relay-batch", 1000, "relay BatchSize")
 	fs.IntVar(&o.relayRate, "relay-rate", 1000, "events/s enqueued, one per transaction, for the commit-to-Kafka latency run")
 	fs.DurationVar(&o.relayDuration, "relay-duration", 10*time.Second, "length of the relay latency run")
+	fs.StringVar(&o.peersBin, "peers-bin", "", "the peer consumers' program (build: go build -C bench/peers -o idemd-peers .); without it the peers section is skipped")
+	fs.IntVar(&o.peerMessages, "peer-messages", 24000, "records of the peer comparison topic (20% duplicates)")
+	fs.IntVar(&o.peerPartitions, "peer-partitions", 6, "partitions of the peer comparison topic")
+	growthRows := fs.String("growth-rows", "0,1000000", "sizes to pre-fill processed_messages and the published outbox to before measuring the consumer and the limit (comma list; 10000000 takes a few minutes)")
+	fs.IntVar(&o.growthMessages, "growth-messages", 100000, "records consumed (and limit messages) at each growth size")
+	fs.IntVar(&o.pruneRows, "prune-rows", 1000000, "rows pre-filled for the pruning run, one seventh of them expired (a day of a 7-day retention)")
 	fs.StringVar(&o.only, "only", "", "comma list of sections to run: "+strings.Join(sections, ",")+" (default all)")
 	fs.BoolVar(&o.jsonOut, "json", false, "print the results as JSON instead of a table")
 	fs.StringVar(&o.profileDir, "profile-dir", "", "write CPU, heap, allocation and block profiles of each idemd child process into this directory")
@@ -87,16 +105,27 @@ func run(args []string, stdout, stderr io.Writer) int {
 Measures idemd's throughput, latency and memory on this machine, each figure beside its
 baseline from the same run, and prints a table (or JSON with -json):
 
-  limit     the consumer's SQL work (dedup insert, effect insert, outbox insert) done
-            directly through pgx: batched (-limit-batch per transaction) and one message
-            per transaction;
-  consumer  exactly-once messages/s over -messages pre-produced records with 20%%
-            duplicates, and with one transaction per message (BatchSize 1);
-  receiver  Stripe-signed webhooks/s at -concurrency keep-alive connections, with
-            p50/p99/p999 latency, group-committed and with one transaction per request;
-  relay     events/s from a pre-filled outbox to Kafka (acks=all), and commit-to-Kafka
-            latency at a steady -relay-rate events/s;
-  RSS       peak resident memory (VmHWM) of the idemd child process under each load.
+  limit          the consumer's database work on the same records (dedup insert, effect
+                 insert, outbox insert per new id) done as fast as the bench knows through
+                 pgx: pipelined statements, unnest arrays and COPY, at -limit-batches and
+                 -limit-workers; the fastest is the limit;
+  consumer       exactly-once messages/s over -messages pre-produced records with 20%%
+                 duplicates, with the relay running (as in production), without it, and
+                 with one transaction per message;
+  receiver       Stripe-signed webhooks/s at -concurrency keep-alive connections with
+                 p50/p99/p999 latency: idemd (group commit, and MaxBatch 1) and a naive
+                 net/http receiver with one transaction per request;
+  relay          drain rate of a pre-filled outbox, commit-to-Kafka latency at
+                 -relay-rate events/s, and 2xx-to-record latency with the receiver taking
+                 -relay-rate webhooks/s;
+  peers          idemd, idiomatic Watermill and a hand-written kafka-go consumer on one
+                 topic (-peer-messages, -peer-partitions); needs -peers-bin;
+  growth         the consumer and the limit on tables pre-filled to each -growth-rows;
+  prune          the consumer with and without the pruner deleting a day of expired
+                 rows (-prune-rows), table and index sizes before and after;
+  amplification  the limit with the relay's UPDATE of published_at, with delete at
+                 publish, and with lean tables: what a schema change would buy;
+  RSS            peak resident memory (VmHWM) of the idemd child process under each load.
 
 PostgreSQL: -database-url, IDEMD_DATABASE_URL, or the local server; the run uses a fresh
 schema, dropped at the end. Kafka: -brokers, IDEMD_KAFKA_BROKERS, or an in-process broker.
@@ -134,6 +163,19 @@ Flags:
 		}
 		return 0
 	}
+	var perr error
+	if o.limitBatches, perr = intList(*limitBatches); perr != nil {
+		fmt.Fprintf(stderr, "idemd-bench: -limit-batches: %v\n", perr)
+		return 2
+	}
+	if o.limitWorkers, perr = intList(*limitWorkers); perr != nil {
+		fmt.Fprintf(stderr, "idemd-bench: -limit-workers: %v\n", perr)
+		return 2
+	}
+	if o.growthRows, perr = intList(*growthRows); perr != nil {
+		fmt.Fprintf(stderr, "idemd-bench: -growth-rows: %v\n", perr)
+		return 2
+	}
 	if err := o.validate(); err != nil {
 		fmt.Fprintf(stderr, "idemd-bench: %v\n", err)
 		return 2
@@ -165,8 +207,12 @@ func (o *options) validate() error {
 	switch {
 	case o.messages < 1, o.messagesOne < 1, o.relayEvents < 1:
 		return errors.New("-messages, -messages-one and -relay-events must be positive")
-	case o.partitions < 1, o.batch < 1, o.limitBatch < 1, o.maxBatch < 1, o.relayBatch < 1:
-		return errors.New("-partitions, -batch, -limit-batch, -max-batch and -relay-batch must be positive")
+	case o.partitions < 1, o.batch < 1, o.maxBatch < 1, o.relayBatch < 1, o.peerPartitions < 1, o.peerMessages < 1, o.growthMessages < 1:
+		return errors.New("-partitions, -batch, -max-batch, -relay-batch, -peer-partitions, -peer-messages and -growth-messages must be positive")
+	case slices.ContainsFunc(o.limitBatches, nonPositive), slices.ContainsFunc(o.limitWorkers, nonPositive), len(o.limitBatches) == 0:
+		return errors.New("-limit-batches and -limit-workers must be positive numbers")
+	case slices.ContainsFunc(o.growthRows, func(n int) bool { return n < 0 }), o.pruneRows < 7:
+		return errors.New("-growth-rows must not be negative, -prune-rows must be at least 7")
 	case o.concurrency < 1, o.receiverConns < 1, o.relayRate < 1:
 		return errors.New("-concurrency, -receiver-conns and -relay-rate must be positive")
 	case o.duration <= 0, o.durationOne <= 0, o.relayDuration <= 0:
@@ -177,9 +223,27 @@ func (o *options) validate() error {
 	return nil
 }
 
+func nonPositive(n int) bool { return n < 1 }
+
+// intList parses a comma list of integers.
+func intList(s string) ([]int, error) {
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
 func (o *options) selected() []string {
 	if o.only == "" {
-		return sections
+		return defaultSections
 	}
 	var out []string
 	for s := range strings.SplitSeq(o.only, ",") {
@@ -210,6 +274,11 @@ func bench(ctx context.Context, o *options, logw io.Writer) (*Results, error) {
 		{"consumer", benchConsumer},
 		{"receiver", benchReceiver},
 		{"relay", benchRelay},
+		{"relay", benchRelayUnderLoad},
+		{"peers", benchPeers},
+		{"growth", benchGrowth},
+		{"prune", benchPrune},
+		{"amplification", benchAmplification},
 	}
 	for _, s := range steps {
 		if !o.want(s.name) {

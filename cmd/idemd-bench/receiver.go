@@ -12,36 +12,51 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/idemd/idemd/outbox"
 )
 
 const stripeSecret = "whsec_idemd_bench_secret"
 
+// naiveConns is the naive receiver's pool size: the most the bench allows itself (one
+// transaction per request gains from more connections; idemd's receiver uses
+// -receiver-conns).
+const naiveConns = 16
+
 // benchReceiver loads the receiver (in a child process) with Stripe-signed webhooks over
 // -concurrency keep-alive connections, group-committed and with one transaction per
-// request, and checks that every 200 "processed" answer is a durable processed row.
+// request, then the naive net/http receiver the same way, and checks that every 200
+// "processed" answer is a durable processed row with its effect.
 func benchReceiver(ctx context.Context, e *env, res *Results) error {
 	for _, mode := range []struct {
 		name     string
+		kind     string
 		maxBatch int
+		conns    int
 		d        time.Duration
+		out      **Row
 	}{
-		{fmt.Sprintf("group commit, MaxBatch %d", e.o.maxBatch), e.o.maxBatch, e.o.duration},
-		{"one tx per request, MaxBatch 1", 1, e.o.durationOne},
+		{fmt.Sprintf("idemd, group commit, MaxBatch %d", e.o.maxBatch), "receiver", e.o.maxBatch, e.o.receiverConns, e.o.duration, &res.Receiver},
+		{"idemd, one tx per request, MaxBatch 1", "receiver", 1, e.o.receiverConns, e.o.durationOne, &res.ReceiverOne},
+		{fmt.Sprintf("naive net/http, one tx per request, %d conns", naiveConns), "naive", 1, naiveConns, e.o.duration, &res.Naive},
 	} {
 		if err := e.truncate(ctx); err != nil {
 			return err
 		}
-		c, err := e.startChild(ctx, "receiver", childConfig{
-			MaxConns: int32(e.o.receiverConns), OutboxTopic: "bench.webhooks", Batch: mode.maxBatch, Secret: stripeSecret,
-			ProfileName: fmt.Sprintf("receiver-maxbatch%d", mode.maxBatch),
+		c, err := e.startChild(ctx, mode.kind, childConfig{
+			MaxConns: int32(mode.conns), OutboxTopic: "bench.webhooks", Batch: mode.maxBatch, Secret: stripeSecret,
+			ProfileName: fmt.Sprintf("%s-maxbatch%d", mode.kind, mode.maxBatch),
 		})
 		if err != nil {
 			return err
 		}
-		st, err := e.loadWebhooks(ctx, "http://"+c.Ready+"/webhooks/stripe", fmt.Sprintf("wh%d", mode.maxBatch), mode.d)
+		st, err := e.loadWebhooks(ctx, "http://"+c.Ready+"/webhooks/stripe", fmt.Sprintf("wh%s%d", mode.kind, mode.maxBatch), mode.d, 0, nil)
 		if err != nil {
 			c.kill()
 			return err
@@ -50,31 +65,35 @@ func benchReceiver(ctx context.Context, e *env, res *Results) error {
 		if err != nil {
 			return err
 		}
-		stored, err := e.count(ctx, "{schema}.processed_messages WHERE status = 'done'")
-		if err != nil {
-			return err
-		}
-		effects, err := e.count(ctx, "{schema}.effects")
-		if err != nil {
-			return err
-		}
-		if int64(stored) != st.ok || int64(effects) != st.ok {
-			return fmt.Errorf("receiver answered %d webhooks processed but stored %d records and %d effects", st.ok, stored, effects)
-		}
-		if st.failed > 0 {
-			return fmt.Errorf("receiver: %d of %d requests were not answered 200 processed (first: %s)", st.failed, st.ok+st.failed, st.firstErr)
+		if err := e.checkWebhooks(ctx, st); err != nil {
+			return fmt.Errorf("%s: %w", mode.name, err)
 		}
 		rate := float64(st.ok) / st.elapsed.Seconds()
 		r := Row{Section: "receiver", Mode: mode.name, Count: int(st.ok), Seconds: st.elapsed.Seconds(), Rate: rate, Unit: "webhooks/s",
 			P50ms: st.pct(0.50), P99ms: st.pct(0.99), P999ms: st.pct(0.999), PeakRSSMiB: rss,
-			Note: fmt.Sprintf("%d connections; every 200 is a committed processed row", e.o.concurrency)}
+			Note: fmt.Sprintf("%d connections; every 200 is a committed processed row with its effect", e.o.concurrency)}
 		e.logf("receiver %s: %d webhooks in %s: %.0f/s, p50 %.1f ms p99 %.1f ms p999 %.1f ms, peak RSS %.1f MiB",
 			mode.name, st.ok, st.elapsed.Round(time.Millisecond), rate, r.P50ms, r.P99ms, r.P999ms, rss)
-		if mode.maxBatch == 1 {
-			res.ReceiverOne = &r
-		} else {
-			res.Receiver = &r
-		}
+		*mode.out = &r
+	}
+	return nil
+}
+
+// checkWebhooks holds the receiver to its answers: every 200 is a done row and an effect.
+func (e *env) checkWebhooks(ctx context.Context, st *loadStats) error {
+	stored, err := e.count(ctx, "{schema}.processed_messages WHERE status = 'done'")
+	if err != nil {
+		return err
+	}
+	effects, err := e.count(ctx, "{schema}.effects")
+	if err != nil {
+		return err
+	}
+	if int64(stored) != st.ok || int64(effects) != st.ok {
+		return fmt.Errorf("answered %d webhooks processed but stored %d records and %d effects", st.ok, stored, effects)
+	}
+	if st.failed > 0 {
+		return fmt.Errorf("%d of %d requests were not answered 200 processed (first: %s)", st.failed, st.ok+st.failed, st.firstErr)
 	}
 	return nil
 }
@@ -98,9 +117,10 @@ func percentile(d []time.Duration, p float64) float64 {
 	return float64(d[i].Microseconds()) / 1000
 }
 
-// loadWebhooks sends signed webhooks with unique ids from -concurrency workers, each on its
-// own keep-alive connection, for d.
-func (e *env) loadWebhooks(ctx context.Context, url, prefix string, d time.Duration) (*loadStats, error) {
+// loadWebhooks sends signed webhooks with unique ids (prefix-N) from -concurrency workers,
+// each on its own keep-alive connection, for d: as fast as they are answered, or at rate
+// per second when rate > 0. answered, when set, is called with N and the time of each 200.
+func (e *env) loadWebhooks(ctx context.Context, url, prefix string, d time.Duration, rate int, answered func(n int, at time.Time)) (*loadStats, error) {
 	n := e.o.concurrency
 	tr := &http.Transport{
 		MaxIdleConns: n, MaxIdleConnsPerHost: n, MaxConnsPerHost: n, DisableCompression: true,
@@ -120,6 +140,34 @@ func (e *env) loadWebhooks(ctx context.Context, url, prefix string, d time.Durat
 		firstErr atomic.Value
 		failed   atomic.Int64
 	)
+	// next hands out request numbers: at once, or on a schedule of rate per second.
+	next := func() (int, bool) {
+		if time.Now().After(stopAt) || ctx.Err() != nil {
+			return 0, false
+		}
+		return int(seq.Add(1)), true
+	}
+	if rate > 0 {
+		ticks := make(chan int, n)
+		go func() {
+			defer close(ticks)
+			interval := time.Second / time.Duration(rate)
+			for i := 1; ; i++ {
+				at := begin.Add(time.Duration(i-1) * interval)
+				if at.After(stopAt) || ctx.Err() != nil {
+					return
+				}
+				if w := time.Until(at); w > 0 {
+					time.Sleep(w)
+				}
+				ticks <- i
+			}
+		}()
+		next = func() (int, bool) {
+			i, ok := <-ticks
+			return i, ok
+		}
+	}
 	for range n {
 		wg.Add(1)
 		go func() {
@@ -128,8 +176,11 @@ func (e *env) loadWebhooks(ctx context.Context, url, prefix string, d time.Durat
 			var ok int64
 			mac := hmac.New(sha256.New, key)
 			buf := make([]byte, 0, 512)
-			for time.Now().Before(stopAt) && ctx.Err() == nil {
-				i := int(seq.Add(1))
+			for {
+				i, more := next()
+				if !more {
+					break
+				}
 				id := prefix + "-" + strconv.Itoa(i)
 				body := eventBody(id, i)
 				ts := strconv.FormatInt(time.Now().Unix(), 10)
@@ -158,14 +209,17 @@ func (e *env) loadWebhooks(ctx context.Context, url, prefix string, d time.Durat
 				}
 				got, err := io.ReadAll(resp.Body)
 				resp.Body.Close()
-				took := time.Since(start)
+				now := time.Now()
 				if err != nil || resp.StatusCode != http.StatusOK || !bytes.Contains(got, okBody) {
 					firstErr.CompareAndSwap(nil, fmt.Sprintf("%d %s %v", resp.StatusCode, got, err))
 					failed.Add(1)
 					continue
 				}
+				if answered != nil {
+					answered(i, now)
+				}
 				ok++
-				lat = append(lat, took)
+				lat = append(lat, now.Sub(start))
 			}
 			mu.Lock()
 			st.ok += ok
@@ -180,4 +234,149 @@ func (e *env) loadWebhooks(ctx context.Context, url, prefix string, d time.Durat
 		st.firstErr = v.(string)
 	}
 	return st, ctx.Err()
+}
+
+// benchRelayUnderLoad runs the receiver and the relay in one child (as the daemon does),
+// loads the receiver with -relay-rate signed webhooks per second for -relay-duration, and
+// measures for each the time from its 200 answer to the bench reading its record from
+// Kafka.
+func benchRelayUnderLoad(ctx context.Context, e *env, res *Results) error {
+	if err := e.truncate(ctx); err != nil {
+		return err
+	}
+	topic, err := e.topic(ctx, "webhooks", e.o.partitions)
+	if err != nil {
+		return err
+	}
+	c, err := e.startChild(ctx, "receiver", childConfig{
+		MaxConns: int32(e.o.receiverConns + 2), OutboxTopic: topic, Batch: e.o.maxBatch, Secret: stripeSecret,
+		Relay: true, RelayBatch: e.o.relayBatch, ProfileName: "receiver-relay",
+	})
+	if err != nil {
+		return err
+	}
+	defer c.kill()
+	total := int(float64(e.o.relayRate)*e.o.relayDuration.Seconds()) + 1
+	answeredAt := make([]atomic.Int64, total+e.o.concurrency+1)
+	const prefix = "lat"
+	lat, stopReaders, err := e.readLatencies(ctx, topic, func(h []kafka.Header, now time.Time) (time.Duration, bool) {
+		for _, x := range h {
+			if x.Key != outbox.HeaderCausationID {
+				continue
+			}
+			i, err := strconv.Atoi(strings.TrimPrefix(string(x.Value), prefix+"-"))
+			if err != nil || i < 0 || i >= len(answeredAt) {
+				return 0, false
+			}
+			at := answeredAt[i].Load()
+			if at == 0 {
+				// Read before the client saw the answer: counted as zero.
+				return 0, true
+			}
+			return max(now.Sub(time.Unix(0, at)), 0), true
+		}
+		return 0, false
+	})
+	if err != nil {
+		return err
+	}
+	st, err := e.loadWebhooks(ctx, "http://"+c.Ready+"/webhooks/stripe", prefix, e.o.relayDuration, e.o.relayRate,
+		func(i int, at time.Time) {
+			if i < len(answeredAt) {
+				answeredAt[i].CompareAndSwap(0, at.UnixNano())
+			}
+		})
+	if err != nil {
+		stopReaders()
+		return err
+	}
+	got := lat.wait(int(st.ok), 30*time.Second)
+	stopReaders()
+	rss, err := c.stop()
+	if err != nil {
+		return err
+	}
+	if err := e.checkWebhooks(ctx, st); err != nil {
+		return fmt.Errorf("relay under load: %w", err)
+	}
+	if got < int(st.ok) {
+		return fmt.Errorf("relay under load: %d of %d answered webhooks reached Kafka within 30 s", got, st.ok)
+	}
+	d := lat.all()
+	row := &Row{Section: "relay", Mode: fmt.Sprintf("under receiver load, %d webhooks/s", e.o.relayRate), Count: int(st.ok),
+		Seconds: st.elapsed.Seconds(), Rate: float64(st.ok) / st.elapsed.Seconds(), Unit: "webhooks/s",
+		P50ms: percentile(d, 0.50), P99ms: percentile(d, 0.99), P999ms: percentile(d, 0.999), PeakRSSMiB: rss,
+		Note: fmt.Sprintf("latency: 200 answer -> record read from Kafka by the bench; receiver p99 %.1f ms at this rate", st.pct(0.99))}
+	e.logf("relay under load: %d webhooks, 2xx-to-record p50 %.1f ms p99 %.1f ms p999 %.1f ms", st.ok, row.P50ms, row.P99ms, row.P999ms)
+	res.RelayUnderLoad = row
+	return nil
+}
+
+// latencies collects latencies measured by Kafka readers.
+type latencies struct {
+	mu   sync.Mutex
+	d    []time.Duration
+	n    atomic.Int64
+	more chan struct{}
+}
+
+func (l *latencies) add(d time.Duration) {
+	l.mu.Lock()
+	l.d = append(l.d, d)
+	l.mu.Unlock()
+	l.n.Add(1)
+	select {
+	case l.more <- struct{}{}:
+	default:
+	}
+}
+
+// wait waits until n latencies are in, or timeout, and returns how many are.
+func (l *latencies) wait(n int, timeout time.Duration) int {
+	deadline := time.After(timeout)
+	for int(l.n.Load()) < n {
+		select {
+		case <-l.more:
+		case <-deadline:
+			return int(l.n.Load())
+		}
+	}
+	return int(l.n.Load())
+}
+
+func (l *latencies) all() []time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.d)
+}
+
+// readLatencies reads topic (every partition, from the start) until stop is called, and
+// records measure's latency for each record it accepts.
+func (e *env) readLatencies(ctx context.Context, topic string, measure func([]kafka.Header, time.Time) (time.Duration, bool)) (*latencies, func(), error) {
+	l := &latencies{more: make(chan struct{}, 1)}
+	rctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for p := range e.o.partitions {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := kafka.NewReader(kafka.ReaderConfig{
+				Brokers: e.brokers, Topic: topic, Partition: p, MinBytes: 1, MaxBytes: 10 << 20,
+				MaxWait: 100 * time.Millisecond, ReadBatchTimeout: 100 * time.Millisecond,
+			})
+			defer r.Close()
+			for {
+				m, err := r.ReadMessage(rctx)
+				if err != nil {
+					return
+				}
+				if d, ok := measure(m.Headers, time.Now()); ok {
+					l.add(d)
+				}
+			}
+		}()
+	}
+	// Let the readers reach the broker before the first record.
+	time.Sleep(500 * time.Millisecond)
+	return l, func() { cancel(); wg.Wait() }, nil
 }

@@ -63,7 +63,7 @@ func benchRelay(ctx context.Context, e *env, res *Results) error {
 	if err != nil {
 		return err
 	}
-	c, err := e.startChild(ctx, "relay", childConfig{MaxConns: 4, Batch: e.o.relayBatch, ProfileName: "relay"})
+	c, err := e.startChild(ctx, "relay", childConfig{MaxConns: 4, RelayBatch: e.o.relayBatch, ProfileName: "relay"})
 	if err != nil {
 		return err
 	}
@@ -135,48 +135,23 @@ func (e *env) records(ctx context.Context, topic string, partitions int) (int64,
 func (e *env) relayLatency(ctx context.Context, store *outbox.Store, topic string) (*Row, error) {
 	total := int(float64(e.o.relayRate) * e.o.relayDuration.Seconds())
 	committing := make([]atomic.Int64, total)
-	var (
-		mu       sync.Mutex
-		lat      = make([]time.Duration, 0, total)
-		received atomic.Int64
-		rctx, rc = context.WithCancel(ctx)
-		rwg      sync.WaitGroup
-	)
-	defer rc()
-	for p := range e.o.partitions {
-		rwg.Add(1)
-		go func() {
-			defer rwg.Done()
-			r := kafka.NewReader(kafka.ReaderConfig{
-				Brokers: e.brokers, Topic: topic, Partition: p, MinBytes: 1, MaxBytes: 10 << 20,
-				MaxWait: 100 * time.Millisecond, ReadBatchTimeout: 100 * time.Millisecond,
-			})
-			defer r.Close()
-			for {
-				m, err := r.ReadMessage(rctx)
-				if err != nil {
-					return
-				}
-				now := time.Now().UnixNano()
-				for _, h := range m.Headers {
-					if h.Key != outbox.HeaderCausationID {
-						continue
-					}
-					i, err := strconv.Atoi(strings.TrimPrefix(string(h.Value), "lat-"))
-					if err != nil || i < 0 || i >= total {
-						continue
-					}
-					d := time.Duration(now - committing[i].Load())
-					mu.Lock()
-					lat = append(lat, max(d, 0))
-					mu.Unlock()
-					received.Add(1)
-				}
+	lat, stopReaders, err := e.readLatencies(ctx, topic, func(h []kafka.Header, now time.Time) (time.Duration, bool) {
+		for _, x := range h {
+			if x.Key != outbox.HeaderCausationID {
+				continue
 			}
-		}()
+			i, err := strconv.Atoi(strings.TrimPrefix(string(x.Value), "lat-"))
+			if err != nil || i < 0 || i >= total {
+				return 0, false
+			}
+			return max(time.Duration(now.UnixNano()-committing[i].Load()), 0), true
+		}
+		return 0, false
+	})
+	if err != nil {
+		return nil, err
 	}
-	// Let the readers reach the broker before the first event.
-	time.Sleep(500 * time.Millisecond)
+	defer stopReaders()
 
 	work := make(chan int, total)
 	var (
@@ -220,18 +195,15 @@ func (e *env) relayLatency(ctx context.Context, store *outbox.Store, topic strin
 	if v := sendErr.Load(); v != nil {
 		return nil, fmt.Errorf("enqueueing latency events: %w", v.(error))
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for received.Load() < int64(total) && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	rc()
-	rwg.Wait()
-	if got := received.Load(); got < int64(total) {
+	got := lat.wait(total, 30*time.Second)
+	stopReaders()
+	if got < total {
 		return nil, fmt.Errorf("latency run: %d of %d events reached Kafka within 30 s of the last commit", got, total)
 	}
+	d := lat.all()
 	row := &Row{Section: "relay", Mode: fmt.Sprintf("steady %d events/s, 1 event/tx", e.o.relayRate), Count: total,
 		Seconds: sent.Seconds(), Rate: float64(total) / sent.Seconds(), Unit: "events/s",
-		P50ms: percentile(lat, 0.50), P99ms: percentile(lat, 0.99), P999ms: percentile(lat, 0.999),
+		P50ms: percentile(d, 0.50), P99ms: percentile(d, 0.99), P999ms: percentile(d, 0.999),
 		Note: "latency: just before COMMIT -> read from Kafka by the bench"}
 	e.logf("relay latency at %d events/s: p50 %.1f ms p99 %.1f ms p999 %.1f ms", e.o.relayRate, row.P50ms, row.P99ms, row.P999ms)
 	return row, nil

@@ -206,6 +206,7 @@ func catalogue() []badCase {
 		{name: "stripe/JSON array", req: signed([]byte(`[{"id":"evt_bi_2"}]`)), want: 400},
 		{name: "stripe/empty body", req: signed([]byte{}), want: 400},
 		{name: "stripe/invalid UTF-8 in id", req: signed([]byte("{\"id\":\"evt_\xff\xfe\"}")), want: 400},
+		{name: "stripe/unpaired surrogate in id", req: signed([]byte(`{"id":"evt_\udbff"}`)), want: 400},
 		{name: "stripe/control character in id", req: signed([]byte(`{"id":"evt_\u0000x"}`)), want: 400},
 		{name: "stripe/C1 control character in id", req: signed([]byte(`{"id":"evt_\u009b2J"}`)), want: 400},
 		// encoding/json reads every lone surrogate as U+FFFD: two such ids would be one.

@@ -60,21 +60,34 @@ func TestValidate(t *testing.T) {
 	require.Error(t, Validate("/a~"))
 }
 
-// TestScalarRefusesLoneSurrogates: encoding/json decodes every unpaired surrogate escape to
-// U+FFFD, so ids that differ only there would read alike; Scalar refuses them all, and a
-// properly paired surrogate (a real character) still reads.
-func TestScalarRefusesLoneSurrogates(t *testing.T) {
+// Ids read from a payload must not merge: invalid UTF-8 and escaped unpaired surrogates
+// (which encoding/json decodes as U+FFFD) make the payload not JSON, so no id is read.
+func TestDecodeRefusesWhatWouldMergeIDs(t *testing.T) {
 	t.Parallel()
-	for _, id := range []string{`"x\ud800"`, `"x\udbff"`, `"x\udfff"`, `"x\ufffd"`, `"x\ud800\u0041"`, "\"x\xef\xbf\xbd\""} {
-		doc := decode(t, `{"id":`+id+`}`)
-		v, ok := Get(doc, "/id")
-		require.True(t, ok)
-		s, ok := Scalar(v)
-		require.False(t, ok, "%s read as %q", id, s)
+	for _, body := range []string{
+		`{"id":"x\ud800"}`, `{"id":"x\udbff"}`, `{"id":"x\udfff"}`, `{"id":"x\uD800\u0041"}`,
+		`{"id":"x\udc00\ud800"}`, `{"id":"x\ud800\\udc00"}`, `{"\ud800":1}`, "{\"id\":\"x\xff\"}",
+		`{"id":"x"} trailing`, `{"id":"x"}}`, `{"id":`,
+	} {
+		_, ok := Decode([]byte(body))
+		require.False(t, ok, body)
 	}
-	doc := decode(t, `{"id":"x\ud83d\ude00"}`)
-	v, _ := Get(doc, "/id")
-	s, ok := Scalar(v)
+	ids := map[string]string{}
+	for _, body := range []string{
+		`{"id":"x\ufffd"}`, `{"id":"x\ud83d\ude00"}`, `{"id":"x\uD83D\uDE00 "}`, `{"id":"x\\ud800"}`,
+		`{"id":"x\\\ud83d\ude00"}`, `{"id":"x"}` + " \n", `{"id":"x\u00e9"}`,
+	} {
+		doc, ok := Decode([]byte(body))
+		require.True(t, ok, body)
+		v, ok := Get(doc, "/id")
+		require.True(t, ok, body)
+		id, _ := Scalar(v)
+		if prev, dup := ids[id]; dup {
+			t.Fatalf("%s and %s read as one id %q", prev, body, id)
+		}
+		ids[id] = body
+	}
+	doc, ok := Decode([]byte(`{"id":"\ud83d\ude00"}`))
 	require.True(t, ok)
-	require.Equal(t, "x😀", s)
+	require.Equal(t, map[string]any{"id": "😀"}, doc)
 }

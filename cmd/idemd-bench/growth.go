@@ -1,0 +1,314 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// prefill fills processed_messages with rows rows of the consumer's scope, ids spread over
+// the key space ("evt_" and 32 hex digits, as the bench's ids), retention spread over 7
+// days; with expired, one seventh of them (a day's rows) has expired. The outbox gets
+// rows/2 published rows (the issue's 10 M / 5 M proportion); with expired, one seventh of
+// them was published more than a day ago (the pruner's default outbox retention). Both
+// are inserted in key order, then vacuumed and analyzed, as a steady state would be.
+func (e *env) prefill(ctx context.Context, rows int, expired bool) error {
+	if rows == 0 {
+		return nil
+	}
+	q := e.q()
+	began := time.Now()
+	exp := "false"
+	if expired {
+		exp = "true"
+	}
+	if _, err := e.pool.Exec(ctx, `INSERT INTO `+q+`.processed_messages
+    (scope, message_id, fingerprint, status, received_at, completed_at, expires_at)
+SELECT 'bench', 'evt_' || md5('prefill-' || g), sha256(int8send(g)), 'done', t, t, t + interval '7 days'
+FROM (SELECT g, now() - ((g % 7) + CASE WHEN `+exp+` AND g % 7 = 6 THEN 1.5 ELSE 0.5 END) * interval '1 day' AS t
+      FROM generate_series(1, $1::bigint) g) s
+ORDER BY 2`, rows); err != nil {
+		return fmt.Errorf("pre-filling processed_messages: %w", err)
+	}
+	if _, err := e.pool.Exec(ctx, `INSERT INTO `+q+`.outbox
+    (operation_id, pipeline, causation_id, topic, payload, headers, created_at, published_at)
+SELECT md5('op-' || g)::uuid, 'bench', 'evt_' || md5('prefill-' || g), 'bench.ledger',
+       convert_to('{"id":"evt_' || md5('prefill-' || g) || '","object":"event","type":"payment_intent.succeeded","data":{"object":{"amount":' || g || '}}}', 'UTF8'),
+       '{"content-type":"application/json"}', t, t
+FROM (SELECT g, now() - CASE WHEN `+exp+` AND g % 7 = 6 THEN interval '36 hours' ELSE (g % 12) * interval '1 hour' END AS t
+      FROM generate_series(1, $1::bigint / 2) g) s`, rows); err != nil {
+		return fmt.Errorf("pre-filling the outbox: %w", err)
+	}
+	if err := e.vacuum(ctx); err != nil {
+		return err
+	}
+	e.logf("pre-filled %d dedup rows and %d published outbox rows in %s", rows, rows/2, time.Since(began).Round(time.Millisecond))
+	return nil
+}
+
+// vacuum vacuums and analyzes the two growing tables (autovacuum may be off on the server:
+// the bench does what it would have done).
+func (e *env) vacuum(ctx context.Context) error {
+	q := e.q()
+	_, err := e.pool.Exec(ctx, "VACUUM (ANALYZE) "+q+".processed_messages, "+q+".outbox")
+	return err
+}
+
+// sizes reads the on-disk sizes of processed_messages and the outbox, each index apart.
+func (e *env) sizes(ctx context.Context, when string) (Sizes, error) {
+	s := Sizes{When: when}
+	const mib = 1 << 20
+	rel := func(name string) string {
+		return fmt.Sprintf("pg_relation_size('%s.%s'::regclass)::float8 / %d", e.q(), name, mib)
+	}
+	err := e.pool.QueryRow(ctx, `SELECT
+  (SELECT count(*) FROM `+e.q()+`.processed_messages), `+rel("processed_messages")+`, `+rel("processed_messages_pkey")+`,
+  `+rel("processed_messages_expires_at_idx")+`, pg_total_relation_size('`+e.q()+`.processed_messages'::regclass)::float8 / `+fmt.Sprint(mib)+`,
+  (SELECT count(*) FROM `+e.q()+`.outbox), `+rel("outbox")+`, `+rel("outbox_pkey")+`, `+rel("outbox_unpublished_idx")+`,
+  `+rel("outbox_published_at_idx")+`, pg_total_relation_size('`+e.q()+`.outbox'::regclass)::float8 / `+fmt.Sprint(mib)+`,
+  coalesce((SELECT n_dead_tup FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = 'processed_messages'), 0),
+  coalesce((SELECT n_dead_tup FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = 'outbox'), 0)`, e.schema).Scan(
+		&s.ProcessedRows, &s.ProcessedHeapMiB, &s.ProcessedPKeyMiB, &s.ProcessedExpMiB, &s.ProcessedTotalMiB,
+		&s.OutboxRows, &s.OutboxHeapMiB, &s.OutboxPKeyMiB, &s.OutboxUnpubMiB, &s.OutboxPubMiB, &s.OutboxTotalMiB,
+		&s.ProcessedDead, &s.OutboxDead)
+	return s, err
+}
+
+// bestLimit is the limit's configuration for the growth and amplification runs: the best
+// of the limit section when it ran, else unnest at the consumer's batch size.
+func (e *env) bestLimit(res *Results) limitConfig {
+	if res.Limit != nil {
+		return res.Limit.config
+	}
+	return limitConfig{method: methodUnnest, batch: e.o.batch, workers: e.o.partitions}
+}
+
+// benchGrowth measures the limit and the consumer (relay running) on tables pre-filled to
+// each -growth-rows size.
+func benchGrowth(ctx context.Context, e *env, res *Results) error {
+	lc := e.bestLimit(res)
+	sizes := e.o.growthRows
+	if slices.Contains(sizes, 0) && slices.Max(sizes) > 0 {
+		// The empty tables are measured again right after the largest size (TRUNCATE is
+		// instant, a pre-fill is not): on a shared machine the load changes more in the
+		// minutes a large pre-fill takes than the tables do.
+		sizes = append(slices.Clone(sizes), 0)
+	}
+	for i, rows := range sizes {
+		if err := e.truncate(ctx); err != nil {
+			return err
+		}
+		if err := e.prefill(ctx, rows, false); err != nil {
+			return err
+		}
+		size := human(rows)
+		if slices.Contains(sizes[:i], rows) {
+			size += " (again)"
+		}
+		recs, unique := records(fmt.Sprintf("evt-%s-growth-limit-%d", e.runID, i), e.o.growthMessages, e.o.partitions)
+		in := newLimitInput(recs, unique)
+		elapsed, err := e.runLimit(ctx, in, lc)
+		if err != nil {
+			return err
+		}
+		limit := &Row{Section: "growth", Mode: fmt.Sprintf("limit at %s rows: %s", size, lc), Count: len(recs), Seconds: elapsed.Seconds(),
+			Rate: float64(len(recs)) / elapsed.Seconds(), Unit: "msgs/s", config: lc}
+		e.logf("%s: %.0f msgs/s", limit.Mode, limit.Rate)
+		// The same writes with idemd's claim statements, on fresh ids.
+		cc := limitConfig{method: methodClaim, batch: e.o.batch, workers: e.o.partitions}
+		crecs, cunique := records(fmt.Sprintf("evt-%s-growth-claim-%d", e.runID, i), e.o.growthMessages, e.o.partitions)
+		elapsed, err = e.runLimit(ctx, newLimitInput(crecs, cunique), cc)
+		if err != nil {
+			return err
+		}
+		claim := &Row{Section: "growth", Mode: fmt.Sprintf("limit at %s rows: %s", size, cc), Count: len(crecs), Seconds: elapsed.Seconds(),
+			Rate: float64(len(crecs)) / elapsed.Seconds(), Unit: "msgs/s", config: cc}
+		e.logf("%s: %.0f msgs/s", claim.Mode, claim.Rate)
+		// The limit's rows are left in place (the tables keep growing, as they would) but
+		// marked published, so that the consumer's relay has only its own to publish.
+		if _, err := e.pool.Exec(ctx, "UPDATE "+e.q()+".outbox SET published_at = now() WHERE published_at IS NULL"); err != nil {
+			return err
+		}
+		if err := e.vacuum(ctx); err != nil {
+			return err
+		}
+		con, err := e.runConsumer(ctx, consumerRun{
+			name: fmt.Sprintf("consumer at %s rows, BatchSize %d, relay running", size, e.o.batch),
+			n:    e.o.growthMessages, batch: e.o.batch, partitions: e.o.partitions, relay: true,
+		})
+		if err != nil {
+			return err
+		}
+		con.Section = "growth"
+		res.Growth = append(res.Growth, GrowthPoint{Rows: rows, Limit: limit, LimitClaim: claim, Consumer: con})
+	}
+	return nil
+}
+
+// benchPrune pre-fills -prune-rows rows of which a day's have expired, then runs the
+// consumer (relay running) without the pruner and again with it (every second, as fast as
+// it goes), and reads table and index sizes at each step and after a VACUUM.
+func benchPrune(ctx context.Context, e *env, res *Results) error {
+	if err := e.truncate(ctx); err != nil {
+		return err
+	}
+	if err := e.prefill(ctx, e.o.pruneRows, true); err != nil {
+		return err
+	}
+	snap := func(when string) error {
+		s, err := e.sizes(ctx, when)
+		if err == nil {
+			res.PruneSizes = append(res.PruneSizes, s)
+		}
+		return err
+	}
+	if err := snap("pre-filled " + human(e.o.pruneRows)); err != nil {
+		return err
+	}
+	base, err := e.runConsumer(ctx, consumerRun{
+		name: fmt.Sprintf("consumer at %s rows, no pruner", human(e.o.pruneRows)),
+		n:    e.o.growthMessages, batch: e.o.batch, partitions: e.o.partitions, relay: true,
+	})
+	if err != nil {
+		return err
+	}
+	base.Section = "prune"
+	res.PruneBaseline = base
+	if err := snap("after a run without pruner"); err != nil {
+		return err
+	}
+	expiredSQL := "{schema}.processed_messages WHERE expires_at <= now()"
+	expired, err := e.count(ctx, expiredSQL)
+	if err != nil {
+		return err
+	}
+	// Time the pruner from the child's start until no expired row is left.
+	pruneDone := make(chan time.Duration, 1)
+	pctx, stop := context.WithCancel(ctx)
+	defer stop()
+	began := time.Now()
+	go func() {
+		for pctx.Err() == nil {
+			if n, err := e.count(pctx, expiredSQL); err == nil && n == 0 {
+				pruneDone <- time.Since(began)
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	loaded, err := e.runConsumer(ctx, consumerRun{
+		name: fmt.Sprintf("consumer at %s rows, pruner deleting %d expired", human(e.o.pruneRows), expired),
+		n:    e.o.growthMessages, batch: e.o.batch, partitions: e.o.partitions, relay: true, prune: true,
+	})
+	if err != nil {
+		return err
+	}
+	loaded.Section = "prune"
+	var took time.Duration
+	select {
+	case took = <-pruneDone:
+		loaded.Note += fmt.Sprintf("; the pruner deleted the %d expired dedup rows (and the outbox rows published over a day ago) within %s of the run's start", expired, took.Round(100*time.Millisecond))
+	default:
+		loaded.Note += fmt.Sprintf("; expired rows were still left when the run ended (%d at start)", expired)
+	}
+	stop()
+	res.PruneLoaded = loaded
+	if err := snap("after a run with the pruner"); err != nil {
+		return err
+	}
+	if err := e.vacuum(ctx); err != nil {
+		return err
+	}
+	if err := snap("after VACUUM"); err != nil {
+		return err
+	}
+	// A second run with the pruner (nothing left to prune): do its inserts reuse the space
+	// the first one freed?
+	again, err := e.runConsumer(ctx, consumerRun{
+		name: fmt.Sprintf("consumer at %s rows, pruner running, after VACUUM", human(e.o.pruneRows)),
+		n:    e.o.growthMessages, batch: e.o.batch, partitions: e.o.partitions, relay: true, prune: true,
+	})
+	if err != nil {
+		return err
+	}
+	again.Section = "prune"
+	res.PruneAgain = again
+	if err := e.vacuum(ctx); err != nil {
+		return err
+	}
+	if err := snap("after a second run and VACUUM"); err != nil {
+		return err
+	}
+	res.Notes = append(res.Notes, "prune: sizes are of processed_messages and the outbox with their indexes (MiB); the size goal is bytes per live row at the end against after the run without the pruner; VACUUM is run by the bench where autovacuum would")
+	return nil
+}
+
+// benchAmplification measures what idemd's table layout costs PostgreSQL: the limit on
+// idemd's tables, with the relay's UPDATE of published_at running beside it (what the
+// relay does to every row), with a DELETE at publish instead, and on lean tables (a
+// processed row of scope, id, fingerprint and expiry without the expires_at index; an
+// outbox without the partial indexes that a published watermark would not need). The lean
+// tables live in the bench schema only; idemd's schema is not changed.
+func benchAmplification(ctx context.Context, e *env, res *Results) error {
+	q := e.q()
+	if _, err := e.pool.Exec(ctx, `
+CREATE TABLE IF NOT EXISTS `+q+`.processed_lean (
+    scope text NOT NULL, message_id text NOT NULL, fingerprint bytea NOT NULL, expires_at timestamptz NOT NULL,
+    PRIMARY KEY (scope, message_id));
+CREATE TABLE IF NOT EXISTS `+q+`.outbox_lean (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, operation_id uuid NOT NULL, pipeline text NOT NULL,
+    causation_id text NOT NULL, topic text NOT NULL, key bytea, payload bytea NOT NULL,
+    headers jsonb NOT NULL DEFAULT '{}', created_at timestamptz NOT NULL DEFAULT now(), published_at timestamptz)`); err != nil {
+		return err
+	}
+	in := e.limitRecords()
+	base := e.bestLimit(res)
+	variants := []struct {
+		what string
+		c    limitConfig
+	}{
+		{"idemd's tables", base},
+		{"idemd's tables, relay's UPDATE published_at beside", with(base, func(c *limitConfig) { c.publish = "update" })},
+		{"idemd's tables, DELETE at publish beside", with(base, func(c *limitConfig) { c.publish = "delete" })},
+		{"lean processed row, idemd's outbox", with(base, func(c *limitConfig) { c.processed, c.lean = "processed_lean", true })},
+		{"lean processed row, idemd's outbox, UPDATE published_at beside", with(base, func(c *limitConfig) {
+			c.processed, c.lean, c.publish = "processed_lean", true, "update"
+		})},
+		{"lean processed row, outbox without partial indexes (watermark)", with(base, func(c *limitConfig) {
+			c.processed, c.lean, c.outboxTable = "processed_lean", true, "outbox_lean"
+		})},
+	}
+	// Two rounds, the variants interleaved; each keeps its faster run (the machine is shared).
+	rows := make([]*Row, len(variants))
+	for round := range 2 {
+		for i, v := range variants {
+			if err := e.truncate(ctx); err != nil {
+				return err
+			}
+			if _, err := e.pool.Exec(ctx, "TRUNCATE "+q+".processed_lean, "+q+".outbox_lean"); err != nil {
+				return err
+			}
+			elapsed, err := e.runLimit(ctx, in, v.c)
+			if err != nil {
+				return err
+			}
+			rate := float64(len(in.recs)) / elapsed.Seconds()
+			e.logf("amplification round %d, %s (%s): %.0f msgs/s", round+1, v.what, v.c, rate)
+			if rows[i] == nil || rate > rows[i].Rate {
+				rows[i] = &Row{Section: "amplification", Mode: v.what, Count: len(in.recs), Seconds: elapsed.Seconds(),
+					Rate: rate, Unit: "msgs/s", config: v.c, Note: "faster of two interleaved runs; " + v.c.String()}
+			}
+		}
+	}
+	res.Amplification = rows
+	for _, r := range rows[1:] {
+		res.Notes = append(res.Notes, fmt.Sprintf("amplification: %s = %.2f x idemd's tables", r.Mode, r.Rate/rows[0].Rate))
+	}
+	return nil
+}
+
+func with(c limitConfig, f func(*limitConfig)) limitConfig {
+	f(&c)
+	return c
+}

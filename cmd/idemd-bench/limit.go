@@ -1,0 +1,421 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemd/idemd/outbox"
+	"github.com/idemd/idemd/processed"
+)
+
+// The limit is the consumer's database work done as fast as we know how through pgx, on the
+// same input (the same records, duplicates included): per new id a dedup row in
+// processed_messages with the columns idemd writes, an effect row and an outbox row; a
+// duplicate writes nothing. No Kafka, no fingerprinting (precomputed), no conflict
+// detection: only the writes.
+//
+// Methods:
+//   - pipelined: one statement per message (a data-modifying CTE: dedup insert, then the
+//     effect and outbox inserts only when it inserted), all of a batch sent in one pgx
+//     pipeline, one transaction per batch;
+//   - unnest: one statement per batch, the same CTE over unnest() arrays;
+//   - copy: COPY of the batch into a temporary staging table, then the same CTE over it.
+type limitMethod string
+
+const (
+	methodPipelined limitMethod = "pipelined"
+	methodUnnest    limitMethod = "unnest"
+	methodCopy      limitMethod = "copy"
+	// methodClaim claims with idemd's own statements (processed.Store.ClaimBatchTx: the
+	// claim with ON CONFLICT … DO UPDATE … WHERE and the lookup of every id), then writes
+	// the effects and outbox rows of the claimed ids with one unnest statement. Not one of
+	// the limit's candidates: the growth section uses it to tell the claim's cost apart.
+	methodClaim limitMethod = "idemd claim + unnest"
+)
+
+var limitMethods = []limitMethod{methodPipelined, methodUnnest, methodCopy}
+
+// limitConfig is one way of doing the limit's writes.
+type limitConfig struct {
+	method  limitMethod
+	batch   int
+	workers int
+	// processed and outboxTable name the tables (unquoted, in the bench schema); empty
+	// means idemd's. The write-amplification runs use leaner tables.
+	processed, outboxTable string
+	// lean writes only scope, message_id, fingerprint and expires_at into processed.
+	lean bool
+	// publish runs a relay-like loop beside the writers that marks new outbox rows
+	// published (UPDATE … published_at) or deletes them ("delete"), as fast as it can.
+	publish string
+}
+
+func (c limitConfig) String() string {
+	s := fmt.Sprintf("%s, %d msgs/tx, %d workers", c.method, c.batch, c.workers)
+	if c.processed != "" {
+		s += ", " + c.processed
+	}
+	if c.outboxTable != "" {
+		s += ", " + c.outboxTable
+	}
+	if c.publish != "" {
+		s += ", + " + c.publish + " published rows"
+	}
+	return s
+}
+
+// limitInput is the precomputed input of a limit run.
+type limitInput struct {
+	recs   []record
+	fps    [][]byte
+	ops    []pgtype.UUID
+	unique int
+}
+
+func newLimitInput(recs []record, unique int) *limitInput {
+	in := &limitInput{recs: recs, unique: unique, fps: make([][]byte, len(recs)), ops: make([]pgtype.UUID, len(recs))}
+	for i, r := range recs {
+		s := sha256.Sum256(r.body)
+		in.fps[i] = s[:]
+		in.ops[i] = pgtype.UUID{Bytes: outbox.OperationID("bench", r.id, 0), Valid: true}
+	}
+	return in
+}
+
+const outboxHeaders = `{"content-type":"application/json"}`
+
+// limitSQL is the statement of a method: $1 scope, $2 topic (effects), $3 outbox topic,
+// $4 outbox headers, then the message columns.
+func (e *env) limitSQL(c limitConfig) string {
+	q := e.q()
+	pm := q + "." + cmpOr(c.processed, "processed_messages")
+	ob := q + "." + cmpOr(c.outboxTable, "outbox")
+	cols := `(scope, message_id, fingerprint, status, received_at, completed_at, expires_at)`
+	vals := `$1, u.id, u.fp, 'done', now(), now(), now() + interval '7 days'`
+	if c.lean {
+		cols, vals = `(scope, message_id, fingerprint, expires_at)`, `$1, u.id, u.fp, now() + interval '7 days'`
+	}
+	var from string
+	switch c.method {
+	case methodPipelined:
+		from = `(SELECT $5::text, $6::bytea, $7::bytea, $8::int, $9::bigint, $10::uuid)`
+	case methodUnnest:
+		from = `unnest($5::text[], $6::bytea[], $7::bytea[], $8::int[], $9::bigint[], $10::uuid[])`
+	case methodCopy:
+		from = `limit_stage`
+	case methodClaim:
+		return `WITH u (id, payload, part, off, op) AS (
+    SELECT * FROM unnest($5::text[], $6::bytea[], $7::int[], $8::bigint[], $9::uuid[])),
+eff AS (INSERT INTO ` + q + `.effects (message_id, payload, topic, part, off)
+        SELECT u.id, convert_from(u.payload, 'UTF8')::jsonb, $2, u.part, u.off FROM u)
+INSERT INTO ` + ob + ` (operation_id, pipeline, causation_id, topic, payload, headers)
+SELECT u.op, $1, u.id, $3, u.payload, $4::jsonb FROM u`
+	}
+	return `WITH u (id, fp, payload, part, off, op) AS (SELECT * FROM ` + from + ` AS s),
+ins AS (INSERT INTO ` + pm + ` ` + cols + ` SELECT ` + vals + ` FROM u ON CONFLICT DO NOTHING RETURNING message_id),
+eff AS (INSERT INTO ` + q + `.effects (message_id, payload, topic, part, off)
+        SELECT u.id, convert_from(u.payload, 'UTF8')::jsonb, $2, u.part, u.off FROM u JOIN ins ON ins.message_id = u.id)
+INSERT INTO ` + ob + ` (operation_id, pipeline, causation_id, topic, payload, headers)
+SELECT u.op, $1, u.id, $3, u.payload, $4::jsonb FROM u JOIN ins ON ins.message_id = u.id`
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// limitPool is a pool for the limit's workers; every connection has the COPY staging table.
+func (e *env) limitPool(ctx context.Context, workers int) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(e.url)
+	if err != nil {
+		return nil, err
+	}
+	cfg.MaxConns = int32(workers)
+	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		_, err := c.Exec(ctx, `CREATE TEMP TABLE limit_stage (id text, fp bytea, payload bytea, part int, off bigint, op uuid) ON COMMIT DELETE ROWS`)
+		return err
+	}
+	return pgxpool.NewWithConfig(ctx, cfg)
+}
+
+// runLimit does in's writes with c and returns how long they took. The effects table is
+// emptied first; the other tables keep what they hold (the growth runs pre-fill them).
+func (e *env) runLimit(ctx context.Context, in *limitInput, c limitConfig) (time.Duration, error) {
+	q := e.q()
+	if _, err := e.pool.Exec(ctx, "TRUNCATE "+q+".effects"); err != nil {
+		return 0, err
+	}
+	ob := q + "." + cmpOr(c.outboxTable, "outbox")
+	var before int64
+	if err := e.pool.QueryRow(ctx, "SELECT coalesce(max(id), 0) FROM "+ob).Scan(&before); err != nil {
+		return 0, err
+	}
+	pool, err := e.limitPool(ctx, c.workers+1)
+	if err != nil {
+		return 0, err
+	}
+	defer pool.Close()
+	sql := e.limitSQL(c)
+	// Each worker owns the ids that hash to it, as a Kafka partition would.
+	shares := make([][]int, c.workers)
+	for i, r := range in.recs {
+		w := hashMod(r.id, c.workers)
+		shares[w] = append(shares[w], i)
+	}
+	pubCtx, stopPub := context.WithCancel(ctx)
+	defer stopPub()
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		firstErr error
+		pubDone  = make(chan error, 1)
+	)
+	if c.publish != "" {
+		go func() { pubDone <- e.publishLoop(pubCtx, pool, ob, c.publish) }()
+	}
+	begin := time.Now()
+	for _, share := range shares {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for len(share) > 0 {
+				part := share[:min(c.batch, len(share))]
+				share = share[len(part):]
+				if err := e.limitBatch(ctx, pool, sql, in, part, c); err != nil {
+					mu.Lock()
+					firstErr = cmpErr(firstErr, err)
+					mu.Unlock()
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if c.publish != "" {
+		// The writes are done when the relay-like loop has caught up.
+		for ctx.Err() == nil && firstErr == nil {
+			var pending bool
+			if err := e.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+ob+" WHERE published_at IS NULL AND id > $1)", before).Scan(&pending); err != nil {
+				return 0, err
+			}
+			if !pending {
+				break
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+	elapsed := time.Since(begin)
+	stopPub()
+	if c.publish != "" {
+		if err := <-pubDone; err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
+	if firstErr != nil {
+		return 0, firstErr
+	}
+	effects, err := e.count(ctx, "{schema}.effects")
+	if err != nil {
+		return 0, err
+	}
+	var rows int
+	if err := e.pool.QueryRow(ctx, "SELECT count(*) FROM "+ob+" WHERE id > $1", before).Scan(&rows); err != nil {
+		return 0, err
+	}
+	if c.publish == "delete" {
+		rows = in.unique // deleted as published
+	}
+	if effects != in.unique || rows != in.unique {
+		return 0, fmt.Errorf("limit %s wrote %d effects and %d outbox rows for %d distinct ids", c, effects, rows, in.unique)
+	}
+	return elapsed, nil
+}
+
+// limitBatch writes the messages part (indexes into in) in one transaction.
+func (e *env) limitBatch(ctx context.Context, pool *pgxpool.Pool, sql string, in *limitInput, part []int, c limitConfig) error {
+	const scope, topic, outTopic = "bench", "limit", "bench.ledger"
+	// A repeat within the batch would match its first occurrence's dedup row twice in the
+	// joins: only first occurrences are sent (idemd does the same).
+	if c.method != methodPipelined && c.method != methodClaim {
+		seen := make(map[string]bool, len(part))
+		uniq := part[:0:0]
+		for _, i := range part {
+			if !seen[in.recs[i].id] {
+				seen[in.recs[i].id] = true
+				uniq = append(uniq, i)
+			}
+		}
+		part = uniq
+	}
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		switch c.method {
+		case methodPipelined:
+			var b pgx.Batch
+			for _, i := range part {
+				r := &in.recs[i]
+				b.Queue(sql, scope, topic, outTopic, outboxHeaders, r.id, in.fps[i], r.body, int32(r.partition), int64(i), in.ops[i])
+			}
+			return tx.SendBatch(ctx, &b).Close()
+		case methodUnnest:
+			n := len(part)
+			ids, fps, bodies := make([]string, n), make([][]byte, n), make([][]byte, n)
+			parts, offs, ops := make([]int32, n), make([]int64, n), make([]pgtype.UUID, n)
+			for j, i := range part {
+				r := &in.recs[i]
+				ids[j], fps[j], bodies[j], parts[j], offs[j], ops[j] = r.id, in.fps[i], r.body, int32(r.partition), int64(i), in.ops[i]
+			}
+			_, err := tx.Exec(ctx, sql, scope, topic, outTopic, outboxHeaders, ids, fps, bodies, parts, offs, ops)
+			return err
+		case methodClaim:
+			claims := make([]processed.Claim, len(part))
+			for j, i := range part {
+				claims[j] = processed.Claim{Scope: scope, MessageID: in.recs[i].id, Fingerprint: in.fps[i]}
+			}
+			results, err := e.claims.ClaimBatchTx(ctx, tx, claims)
+			if err != nil {
+				return err
+			}
+			var ids []string
+			var bodies [][]byte
+			var parts []int32
+			var offs []int64
+			var ops []pgtype.UUID
+			for j, i := range part {
+				if results[j].Outcome == processed.Claimed {
+					r := &in.recs[i]
+					ids, bodies, parts = append(ids, r.id), append(bodies, r.body), append(parts, int32(r.partition))
+					offs, ops = append(offs, int64(i)), append(ops, in.ops[i])
+				}
+			}
+			_, err = tx.Exec(ctx, sql, scope, topic, outTopic, outboxHeaders, ids, bodies, parts, offs, ops)
+			return err
+		default:
+			_, err := tx.CopyFrom(ctx, pgx.Identifier{"limit_stage"}, []string{"id", "fp", "payload", "part", "off", "op"},
+				pgx.CopyFromSlice(len(part), func(j int) ([]any, error) {
+					i := part[j]
+					r := &in.recs[i]
+					return []any{r.id, in.fps[i], r.body, int32(r.partition), int64(i), in.ops[i]}, nil
+				}))
+			if err == nil {
+				_, err = tx.Exec(ctx, sql, scope, topic, outTopic, outboxHeaders)
+			}
+			return err
+		}
+	})
+}
+
+// publishLoop marks unpublished outbox rows published (or deletes them) 1,000 at a time, in
+// id order, as the relay does after Kafka acknowledged them, until ctx ends.
+func (e *env) publishLoop(ctx context.Context, pool *pgxpool.Pool, table, how string) error {
+	sql := `UPDATE ` + table + ` SET published_at = now() WHERE id IN (
+  SELECT id FROM ` + table + ` WHERE published_at IS NULL ORDER BY id LIMIT 1000)`
+	if how == "delete" {
+		sql = `DELETE FROM ` + table + ` WHERE id IN (
+  SELECT id FROM ` + table + ` WHERE published_at IS NULL ORDER BY id LIMIT 1000)`
+	}
+	for ctx.Err() == nil {
+		tag, err := pool.Exec(ctx, sql)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("publish loop: %w", err)
+		}
+		if tag.RowsAffected() == 0 {
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}
+	return nil
+}
+
+// limitRecords are the limit's input: the consumer's records (same ids, duplicates and
+// bodies), so that both do the same writes.
+func (e *env) limitRecords() *limitInput {
+	recs, unique := records("limit", e.o.messages, e.o.partitions)
+	return newLimitInput(recs, unique)
+}
+
+// benchLimit measures every method at every batch size with -partitions workers, then the
+// best of them with other worker counts; the fastest of all is the limit.
+func benchLimit(ctx context.Context, e *env, res *Results) error {
+	in := e.limitRecords()
+	try := func(c limitConfig) (*Row, error) {
+		in := in
+		if c.batch == 1 {
+			in = newLimitInput(records("limit-one", e.o.messagesOne, e.o.partitions))
+		}
+		if err := e.truncate(ctx); err != nil {
+			return nil, err
+		}
+		elapsed, err := e.runLimit(ctx, in, c)
+		if err != nil {
+			return nil, err
+		}
+		rate := float64(len(in.recs)) / elapsed.Seconds()
+		e.logf("limit %s: %d msgs in %s: %.0f msgs/s", c, len(in.recs), elapsed.Round(time.Millisecond), rate)
+		return &Row{Section: "limit", Mode: c.String(), Count: len(in.recs), Seconds: elapsed.Seconds(), Rate: rate, Unit: "msgs/s", config: c}, nil
+	}
+	var rows []*Row
+	for _, m := range limitMethods {
+		for _, b := range e.o.limitBatches {
+			r, err := try(limitConfig{method: m, batch: b, workers: e.o.partitions})
+			if err != nil {
+				return err
+			}
+			rows = append(rows, r)
+		}
+	}
+	best := slices.MaxFunc(rows, func(a, b *Row) int { return cmpFloat(a.Rate, b.Rate) })
+	for _, w := range e.o.limitWorkers {
+		if w == e.o.partitions {
+			continue
+		}
+		c := best.config
+		c.workers = w
+		r, err := try(c)
+		if err != nil {
+			return err
+		}
+		rows = append(rows, r)
+	}
+	best = slices.MaxFunc(rows, func(a, b *Row) int { return cmpFloat(a.Rate, b.Rate) })
+	one, err := try(limitConfig{method: methodPipelined, batch: 1, workers: e.o.partitions})
+	if err != nil {
+		return err
+	}
+	res.LimitOne = one
+	res.Limit = best
+	var others []string
+	for _, r := range rows {
+		if r != best {
+			others = append(others, fmt.Sprintf("%s %.0f", r.Mode, r.Rate))
+		}
+	}
+	best.Note = "best of: " + strings.Join(others, "; ")
+	res.LimitAll = rows
+	return nil
+}
+
+func cmpFloat(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,33 @@
+package outbox
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+)
+
+// OperationID is uuid.NewSHA1 of the documented name, byte for byte: ids stored before the
+// allocation-free version must not change.
+func TestOperationIDIsNewSHA1OfItsName(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("x", 300)
+	for _, c := range []struct {
+		pipeline, id string
+		ordinal      int
+	}{
+		{"stripe", "evt_1", 0}, {"", "", 0}, {"p/q", "a/b", 12}, {"orders", long, 3}, {long, "id", 1 << 40}, {"é", "日本", -1},
+	} {
+		name := strconv.Itoa(len(c.pipeline)) + ":" + c.pipeline + "/" + c.id + "/" + strconv.Itoa(c.ordinal)
+		require.Equal(t, uuid.NewSHA1(namespace, []byte(name)), OperationID(c.pipeline, c.id, c.ordinal), name)
+	}
+}
+
+func BenchmarkOperationID(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = OperationID("stripe", "evt_1NG8Du2eZvKYlo2CUI79vXWy", 0)
+	}
+}
