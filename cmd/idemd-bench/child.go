@@ -16,9 +16,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/sirupsen/logrus"
 
 	"github.com/idemd/idemd/consumer"
+	"github.com/idemd/idemd/internal/metrics"
 	"github.com/idemd/idemd/outbox"
 	"github.com/idemd/idemd/pipeline"
 	"github.com/idemd/idemd/processed"
@@ -27,7 +30,9 @@ import (
 
 // childConfig is what the parent tells a child (the -serve-config flag, JSON).
 type childConfig struct {
-	URL         string   `json:"url"`
+	URL string `json:"url"`
+	// AppName is the application_name of the child's connections (CPU accounting).
+	AppName     string   `json:"app_name"`
 	Schema      string   `json:"schema"`
 	Brokers     []string `json:"brokers"`
 	MaxConns    int32    `json:"max_conns"`
@@ -61,6 +66,9 @@ func serveChild(ctx context.Context, kind, raw string, stdout io.Writer) error {
 		return err
 	}
 	pcfg.MaxConns = max(c.MaxConns, 2)
+	if c.AppName != "" {
+		pcfg.ConnConfig.RuntimeParams["application_name"] = c.AppName
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return err
@@ -175,6 +183,12 @@ func serveChild(ctx context.Context, kind, raw string, stdout io.Writer) error {
 	}
 	if after != nil {
 		after()
+	}
+	switch kind {
+	case "receiver":
+		fmt.Fprintf(os.Stderr, "%s child: %s\n", kind, txSummary("http"))
+	case "consumer":
+		fmt.Fprintf(os.Stderr, "%s child: %s\n", kind, txSummary("kafka"))
 	}
 	return err
 }
@@ -304,4 +318,20 @@ func pruneLoop(pool *pgxpool.Pool, schema string, log *logrus.Entry) (func(conte
 			}
 		}
 	}, nil
+}
+
+// txSummary describes the exactly-once transactions of door so far (the child's metrics):
+// how many, how many messages each carried and how long each took, on average.
+func txSummary(door string) string {
+	var size, dur dto.Metric
+	if metrics.TxBatchSize.WithLabelValues(door).(prometheus.Histogram).Write(&size) != nil ||
+		metrics.TxDuration.WithLabelValues(door).(prometheus.Histogram).Write(&dur) != nil {
+		return ""
+	}
+	n := size.GetHistogram().GetSampleCount()
+	if n == 0 {
+		return door + ": no transaction"
+	}
+	return fmt.Sprintf("%s: %d transactions, %.1f messages and %.1f ms each on average", door, n,
+		size.GetHistogram().GetSampleSum()/float64(n), 1000*dur.GetHistogram().GetSampleSum()/float64(n))
 }

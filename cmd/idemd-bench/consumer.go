@@ -241,6 +241,7 @@ func (e *env) runConsumer(ctx context.Context, m consumerRun) (*Row, error) {
 		}
 		counted, window, total = len(recs)-int(w.atFirst), w.end.Sub(w.first), w.end.Sub(begin)
 	}
+	cpu := e.cpuPerMessage(ctx, c, len(recs))
 	rss, effects, err := e.stopAndCount(ctx, c)
 	if err != nil {
 		return nil, err
@@ -260,7 +261,7 @@ func (e *env) runConsumer(ctx context.Context, m consumerRun) (*Row, error) {
 		how = "rate from first to last effect row"
 	}
 	return &Row{Section: "consumer", Mode: m.name, Count: counted, Seconds: window.Seconds(), Rate: rate, Unit: "msgs/s",
-		PeakRSSMiB: rss, Note: fmt.Sprintf("%d records, %d distinct ids, %d duplicates on %d partitions; each effect and outbox row once; %s (all %d from child start: %.0f msgs/s)",
+		PeakRSSMiB: rss, CPU: cpu, Note: fmt.Sprintf("%d records, %d distinct ids, %d duplicates on %d partitions; each effect and outbox row once; %s (all %d from child start: %.0f msgs/s)",
 			len(recs), unique, len(recs)-unique, m.partitions, how, len(recs), float64(len(recs))/total.Seconds())}, nil
 }
 

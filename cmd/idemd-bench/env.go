@@ -218,11 +218,13 @@ type child struct {
 	Ready   string
 	done    chan error
 	stopped bool
+	cpu     *cpuStart
 }
 
 // startChild starts the idemd side of a load and waits until it says it is ready.
 func (e *env) startChild(ctx context.Context, kind string, cfg childConfig) (*child, error) {
 	cfg.URL, cfg.Schema, cfg.Brokers = e.url, e.schema, e.brokers
+	cfg.AppName = "idemd-bench-" + e.runID + "-" + kind
 	if e.o.profileDir != "" {
 		cfg.ProfileDir = e.o.profileDir
 	}
@@ -234,7 +236,12 @@ func (e *env) startChild(ctx context.Context, kind string, cfg childConfig) (*ch
 	if err != nil {
 		return nil, err
 	}
-	return e.startProcess(ctx, kind, exec.Command(self, "--serve="+kind, "--serve-config="+string(b)))
+	c, err := e.startProcess(ctx, kind, exec.Command(self, "--serve="+kind, "--serve-config="+string(b)))
+	if err != nil {
+		return nil, err
+	}
+	e.startCPU(ctx, c, cfg.AppName)
+	return c, nil
 }
 
 // startProcess starts cmd, a child that prints "ready [detail]" on its standard output once

@@ -61,6 +61,7 @@ func benchReceiver(ctx context.Context, e *env, res *Results) error {
 			c.kill()
 			return err
 		}
+		cpu := e.cpuPerMessage(ctx, c, int(st.ok))
 		rss, err := c.stop()
 		if err != nil {
 			return err
@@ -70,7 +71,7 @@ func benchReceiver(ctx context.Context, e *env, res *Results) error {
 		}
 		rate := float64(st.ok) / st.elapsed.Seconds()
 		r := Row{Section: "receiver", Mode: mode.name, Count: int(st.ok), Seconds: st.elapsed.Seconds(), Rate: rate, Unit: "webhooks/s",
-			P50ms: st.pct(0.50), P99ms: st.pct(0.99), P999ms: st.pct(0.999), PeakRSSMiB: rss,
+			P50ms: st.pct(0.50), P99ms: st.pct(0.99), P999ms: st.pct(0.999), PeakRSSMiB: rss, CPU: cpu,
 			Note: fmt.Sprintf("%d connections; every 200 is a committed processed row with its effect", e.o.concurrency)}
 		e.logf("receiver %s: %d webhooks in %s: %.0f/s, p50 %.1f ms p99 %.1f ms p999 %.1f ms, peak RSS %.1f MiB",
 			mode.name, st.ok, st.elapsed.Round(time.Millisecond), rate, r.P50ms, r.P99ms, r.P999ms, rss)
@@ -292,6 +293,7 @@ func benchRelayUnderLoad(ctx context.Context, e *env, res *Results) error {
 	}
 	got := lat.wait(int(st.ok), 30*time.Second)
 	stopReaders()
+	cpu := e.cpuPerMessage(ctx, c, int(st.ok))
 	rss, err := c.stop()
 	if err != nil {
 		return err
@@ -305,7 +307,7 @@ func benchRelayUnderLoad(ctx context.Context, e *env, res *Results) error {
 	d := lat.all()
 	row := &Row{Section: "relay", Mode: fmt.Sprintf("under receiver load, %d webhooks/s", e.o.relayRate), Count: int(st.ok),
 		Seconds: st.elapsed.Seconds(), Rate: float64(st.ok) / st.elapsed.Seconds(), Unit: "webhooks/s",
-		P50ms: percentile(d, 0.50), P99ms: percentile(d, 0.99), P999ms: percentile(d, 0.999), PeakRSSMiB: rss,
+		P50ms: percentile(d, 0.50), P99ms: percentile(d, 0.99), P999ms: percentile(d, 0.999), PeakRSSMiB: rss, CPU: cpu,
 		Note: fmt.Sprintf("latency: 200 answer -> record read from Kafka by the bench; receiver p99 %.1f ms at this rate", st.pct(0.99))}
 	e.logf("relay under load: %d webhooks, 2xx-to-record p50 %.1f ms p99 %.1f ms p999 %.1f ms", st.ok, row.P50ms, row.P99ms, row.P999ms)
 	res.RelayUnderLoad = row

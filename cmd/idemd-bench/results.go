@@ -21,7 +21,10 @@ type Row struct {
 	P99ms      float64 `json:"p99_ms,omitempty"`
 	P999ms     float64 `json:"p999_ms,omitempty"`
 	PeakRSSMiB float64 `json:"peak_rss_mib,omitempty"`
-	Note       string  `json:"note,omitempty"`
+	// CPU is the CPU time per message of idemd, of PostgreSQL's backends serving it, and of
+	// the load generator (with the in-process broker), when measured.
+	CPU  *CPU   `json:"cpu,omitempty"`
+	Note string `json:"note,omitempty"`
 
 	config limitConfig
 }
@@ -257,10 +260,10 @@ func (r *Results) print(w io.Writer) {
 	fmt.Fprintf(w, "PostgreSQL %s (fsync=%s, synchronous_commit=%s, shared_buffers=%s, autovacuum=%s); Kafka: %s\n\n",
 		m.PostgreSQL, m.Fsync, m.SynchronousCommit, m.SharedBuffers, m.Autovacuum, m.Broker)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "section\tmode\tcount\tseconds\trate\tunit\tp50 ms\tp99 ms\tp999 ms\tpeak RSS MiB\t")
+	fmt.Fprintln(tw, "section\tmode\tcount\tseconds\trate\tunit\tp50 ms\tp99 ms\tp999 ms\tpeak RSS MiB\tCPU µs/msg idemd / pg / gen\t")
 	for _, row := range r.all() {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%.2f\t%.0f\t%s\t%s\t%s\t%s\t%s\t\n", row.Section, row.Mode, row.Count, row.Seconds, row.Rate, row.Unit,
-			opt(row.P50ms), opt(row.P99ms), opt(row.P999ms), opt(row.PeakRSSMiB))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.2f\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t\n", row.Section, row.Mode, row.Count, row.Seconds, row.Rate, row.Unit,
+			opt(row.P50ms), opt(row.P99ms), opt(row.P999ms), opt(row.PeakRSSMiB), row.CPU)
 	}
 	_ = tw.Flush()
 	if len(r.PruneSizes) > 0 {

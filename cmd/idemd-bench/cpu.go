@@ -1,0 +1,128 @@
+package main
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// CPU per message, by process: on a shared machine the rates move with the other work on
+// the cores, the CPU each side spends per message much less. The bench reads it from
+// /proc: the idemd child, the PostgreSQL backends serving the child's connections (found by
+// their application_name), and the bench process itself (the load generator, and the
+// in-process broker when there is one). PostgreSQL's shared background work (WAL writer,
+// checkpointer) is not counted.
+
+// clockTicks is USER_HZ, the unit of /proc/<pid>/stat's times: 100 on every Linux the bench
+// runs on.
+const clockTicks = 100
+
+// CPU is the CPU time each side spent per message (microseconds).
+type CPU struct {
+	IdemdUs     float64 `json:"idemd_us_per_msg"`
+	PostgresUs  float64 `json:"postgres_us_per_msg"`
+	GeneratorUs float64 `json:"generator_us_per_msg"`
+}
+
+// cpuStart is the CPU use of a child's three sides when its load began.
+type cpuStart struct {
+	app       string
+	child     time.Duration
+	self      time.Duration
+	backends  map[int]time.Duration
+	readError bool
+}
+
+// procCPU is the user and system time of process pid.
+func procCPU(pid int) (time.Duration, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, false
+	}
+	// The command name, in parentheses, may hold spaces: fields count from its end.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0, false
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, false
+	}
+	return time.Duration(utime+stime) * time.Second / clockTicks, true
+}
+
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// backendCPU is the CPU time of each PostgreSQL backend whose application_name is app.
+func (e *env) backendCPU(ctx context.Context, app string) (map[int]time.Duration, bool) {
+	rows, err := e.pool.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE application_name = $1`, app)
+	if err != nil {
+		return nil, false
+	}
+	defer rows.Close()
+	out := map[int]time.Duration{}
+	ok := true
+	for rows.Next() {
+		var pid int
+		if rows.Scan(&pid) != nil {
+			return nil, false
+		}
+		d, read := procCPU(pid)
+		ok = ok && read
+		out[pid] = d
+	}
+	return out, ok && rows.Err() == nil
+}
+
+// startCPU records the CPU use of c's sides now.
+func (e *env) startCPU(ctx context.Context, c *child, app string) {
+	s := &cpuStart{app: app, self: selfCPU()}
+	var ok bool
+	s.child, ok = procCPU(c.cmd.Process.Pid)
+	s.backends, s.readError = e.backendCPU(ctx, app)
+	s.readError = !ok || !s.readError
+	c.cpu = s
+}
+
+// cpuPerMessage is the CPU c's sides spent since startCPU, per message, or nil when
+// /proc could not be read.
+func (e *env) cpuPerMessage(ctx context.Context, c *child, messages int) *CPU {
+	s := c.cpu
+	if s == nil || s.readError || messages <= 0 {
+		return nil
+	}
+	child, ok := procCPU(c.cmd.Process.Pid)
+	backends, ok2 := e.backendCPU(ctx, s.app)
+	if !ok || !ok2 {
+		return nil
+	}
+	var pg time.Duration
+	for pid, d := range backends {
+		pg += d - s.backends[pid] // a backend that connected meanwhile started from 0
+	}
+	per := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(messages) }
+	return &CPU{IdemdUs: per(child - s.child), PostgresUs: per(pg), GeneratorUs: per(selfCPU() - s.self)}
+}
+
+func (c *CPU) String() string {
+	if c == nil {
+		return "-"
+	}
+	return strconv.FormatFloat(c.IdemdUs, 'f', 0, 64) + " / " + strconv.FormatFloat(c.PostgresUs, 'f', 0, 64) + " / " +
+		strconv.FormatFloat(c.GeneratorUs, 'f', 0, 64)
+}
