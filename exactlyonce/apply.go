@@ -17,18 +17,25 @@ import (
 // queue collects the statements and events of one try of a batch whose results nobody
 // needs, so that they reach PostgreSQL in one round trip (send). A statement whose result
 // is needed (a guard, rows an answer is built from, a Go effect that reads) sends what is
-// queued first, so statements still run in the batch's order.
+// queued first, so statements still run in the batch's order. A direct queue holds nothing
+// back: everything runs at once (savepoints, replays).
 type queue struct {
+	direct bool
 	batch  pgx.Batch
 	events []outbox.Event
+	// wake are the outbox listeners to wake once the transaction committed (the NOTIFY is
+	// not sent inside it: see outbox.Store.QueueQuiet).
+	wake outbox.Wake
 }
 
 // send runs what q holds in tx and empties it.
 func (u *Unit) send(ctx context.Context, tx pgx.Tx, q *queue) error {
 	if len(q.events) > 0 {
-		if err := u.outbox.Queue(&q.batch, q.events...); err != nil {
+		w, err := u.outbox.QueueQuiet(&q.batch, q.events...)
+		if err != nil {
 			return Permanent(err)
 		}
+		q.wake |= w
 		q.events = nil
 	}
 	if q.batch.Len() == 0 {
@@ -61,15 +68,15 @@ func (u *Unit) run(ctx context.Context, tx pgx.Tx, m *Message, q *queue) error {
 
 // runCareful applies one claimed message with a savepoint around each attempt, so that a
 // permanent failure rolls back only this message's work; after MaxAttempts failures the
-// message is dead-lettered.
-func (u *Unit) runCareful(ctx context.Context, tx pgx.Tx, m *Message) error {
+// message is dead-lettered. q is direct.
+func (u *Unit) runCareful(ctx context.Context, tx pgx.Tx, m *Message, q *queue) error {
 	var cause error
 	if m.Invalid != nil {
 		cause = m.Invalid
 	} else {
 		for m.Attempts < max(m.MaxAttempts, 1) {
 			m.Attempts++
-			err := savepoint(ctx, tx, func(sp pgx.Tx) error { return u.apply(ctx, sp, m, nil) })
+			err := savepoint(ctx, tx, func(sp pgx.Tx) error { return u.apply(ctx, sp, m, q) })
 			if err == nil {
 				return nil
 			}
@@ -80,15 +87,15 @@ func (u *Unit) runCareful(ctx context.Context, tx pgx.Tx, m *Message) error {
 		}
 	}
 	m.Outcome, m.Cause, m.Response = DeadLettered, cause, nil
-	if err := savepoint(ctx, tx, func(sp pgx.Tx) error { return u.deadLetter(ctx, sp, m, nil) }); err != nil {
+	if err := savepoint(ctx, tx, func(sp pgx.Tx) error { return u.deadLetter(ctx, sp, m, q) }); err != nil {
 		// A dead letter that cannot be written is not the message's fault: retry all.
 		return fmt.Errorf("error dead-lettering message %q: %w", m.ID, err)
 	}
 	return nil
 }
 
-// apply runs m's guard, effect and events in tx and builds its answer. With q set, what
-// can wait is queued on it; without, everything runs at once.
+// apply runs m's guard, effect and events in tx and builds its answer. What can wait is
+// queued on q, unless q is direct.
 func (u *Unit) apply(ctx context.Context, tx pgx.Tx, m *Message, q *queue) error {
 	if m.Guard != nil {
 		if err := u.sendIf(ctx, tx, q); err != nil {
@@ -133,8 +140,9 @@ func (u *Unit) apply(ctx context.Context, tx pgx.Tx, m *Message, q *queue) error
 	return nil
 }
 
+// sendIf sends what a queue that is not direct holds.
 func (u *Unit) sendIf(ctx context.Context, tx pgx.Tx, q *queue) error {
-	if q == nil {
+	if q.direct {
 		return nil
 	}
 	return u.send(ctx, tx, q)
@@ -142,16 +150,19 @@ func (u *Unit) sendIf(ctx context.Context, tx pgx.Tx, q *queue) error {
 
 // enqueue writes events to the outbox, or queues them.
 func (u *Unit) enqueue(ctx context.Context, tx pgx.Tx, q *queue, events []outbox.Event) error {
-	if q != nil {
+	if !q.direct {
 		q.events = append(q.events, events...)
 		return nil
 	}
-	if err := u.outbox.EnqueueTx(ctx, tx, events...); err != nil {
-		if errors.Is(err, outbox.ErrInvalidEvent) {
-			return Permanent(err)
-		}
-		return err
+	var b pgx.Batch
+	w, err := u.outbox.QueueQuiet(&b, events...)
+	if err != nil {
+		return Permanent(err)
 	}
+	if err := tx.SendBatch(ctx, &b).Close(); err != nil {
+		return fmt.Errorf("error enqueueing outbox events: %w", err)
+	}
+	q.wake |= w
 	return nil
 }
 
@@ -175,7 +186,7 @@ func (u *Unit) effect(ctx context.Context, tx pgx.Tx, m *Message, q *queue) ([]b
 	var result []byte
 	if e.SQL != "" {
 		switch {
-		case !m.needsResult() && q != nil:
+		case !m.needsResult() && !q.direct:
 			q.batch.Queue(e.SQL, e.Args...)
 		case !m.needsResult():
 			if _, err := tx.Exec(ctx, e.SQL, e.Args...); err != nil {
@@ -242,13 +253,13 @@ func queryJSON(ctx context.Context, tx pgx.Tx, sql string, args []any) ([]byte, 
 }
 
 // deadLetter writes m's letter and letter events for m.Cause, and builds its failure
-// answer. With q set they are queued.
+// answer. Unless q is direct they are queued.
 func (u *Unit) deadLetter(ctx context.Context, tx pgx.Tx, m *Message, q *queue) error {
 	reason := m.Cause.Error()
 	if m.Letter != nil {
 		l := *m.Letter
 		l.Reason, l.Attempts = reason, m.Attempts
-		if q != nil {
+		if !q.direct {
 			if err := u.letters.Queue(&q.batch, &l); err != nil {
 				return err
 			}

@@ -32,5 +32,10 @@ func (u *Unit) ReplayTx(ctx context.Context, tx pgx.Tx, m *Message, claim bool) 
 		}
 	}
 	m.Attempts = 1
-	return u.apply(ctx, tx, m, nil)
+	q := &queue{direct: true}
+	if err := u.apply(ctx, tx, m, q); err != nil {
+		return err
+	}
+	// The replay's transaction is its caller's: the relay is notified at its commit.
+	return u.outbox.NotifyTx(ctx, tx, q.wake)
 }

@@ -120,7 +120,8 @@ func (u *Unit) applyReserved(ctx context.Context, m *Message, token uuid.UUID) (
 	}
 	// One message: a savepoint per attempt costs one round trip and spares a second
 	// transaction when it fails.
-	if err := u.runCareful(ctx, tx, m); err != nil {
+	q := &queue{direct: true}
+	if err := u.runCareful(ctx, tx, m, q); err != nil {
 		return err
 	}
 	// The token makes the completion fail if the lease was taken over while the effect ran.
@@ -129,5 +130,9 @@ func (u *Unit) applyReserved(ctx context.Context, m *Message, token uuid.UUID) (
 	if err := u.cfg.Processed.CompleteBatchTx(ctx, tx, []processed.Completion{c}); err != nil {
 		return err
 	}
-	return u.commit(ctx, tx, []*Message{m}, xid)
+	if err := u.commit(ctx, tx, []*Message{m}, xid); err != nil {
+		return err
+	}
+	u.outbox.Notify(u.pool, q.wake)
+	return nil
 }

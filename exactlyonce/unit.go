@@ -296,10 +296,7 @@ func (u *Unit) try(ctx context.Context, msgs []*Message, careful bool) (err erro
 	if err != nil {
 		return err
 	}
-	var q *queue
-	if !careful {
-		q = &queue{}
-	}
+	q := &queue{direct: careful}
 	var (
 		done   []processed.Completion
 		forget []processed.Claim
@@ -311,7 +308,7 @@ func (u *Unit) try(ctx context.Context, msgs []*Message, careful bool) (err erro
 			continue
 		}
 		if careful {
-			err = u.runCareful(ctx, tx, m)
+			err = u.runCareful(ctx, tx, m, q)
 		} else {
 			err = u.run(ctx, tx, m, q)
 		}
@@ -322,13 +319,11 @@ func (u *Unit) try(ctx context.Context, msgs []*Message, careful bool) (err erro
 			done = append(done, completion(m))
 		}
 	}
-	if q != nil {
-		if err := u.send(ctx, tx, q); err != nil {
-			if IsPermanent(err) {
-				return errCareful
-			}
-			return err
+	if err := u.sendIf(ctx, tx, q); err != nil {
+		if IsPermanent(err) {
+			return errCareful
 		}
+		return err
 	}
 	if err := u.cfg.Processed.ForgetTx(ctx, tx, forget); err != nil {
 		return err
@@ -342,7 +337,11 @@ func (u *Unit) try(ctx context.Context, msgs []*Message, careful bool) (err erro
 			m.Response = msgs[cs.owner[j]].Response
 		}
 	}
-	return u.commit(ctx, tx, msgs, xid)
+	if err := u.commit(ctx, tx, msgs, xid); err != nil {
+		return err
+	}
+	u.outbox.Notify(u.pool, q.wake)
+	return nil
 }
 
 // begin starts an effect transaction (effectTx).

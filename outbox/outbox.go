@@ -105,6 +105,8 @@ type Store struct {
 	deliveryChannel string
 	insert          string
 	insertDelivery  string
+	notifySQL       [4]string
+	notifier        *notifier
 }
 
 // New returns a Store for cfg; cfg may be nil.
@@ -117,6 +119,8 @@ func New(cfg *Config) *Store {
 		schema:          schema,
 		channel:         Channel(schema),
 		deliveryChannel: DeliveryChannel(schema),
+		notifySQL:       notifyStatements(),
+		notifier:        &notifier{},
 		insertDelivery: `INSERT INTO ` + pgx.Identifier{schema}.Sanitize() + `.http_deliveries
     (endpoint, operation_id, pipeline, causation_id, key, payload, headers)
 SELECT * FROM unnest($1::text[], $2::uuid[], $3::text[], $4::text[], $5::bytea[], $6::bytea[], $7::jsonb[])`,
@@ -167,16 +171,28 @@ func (s *Store) EnqueueTx(ctx context.Context, tx pgx.Tx, events ...Event) error
 // Queue adds the statements of EnqueueTx to batch, for callers that pipeline them with
 // their own statements. It validates the events first.
 func (s *Store) Queue(batch *pgx.Batch, events ...Event) error {
-	for i, e := range events {
-		if err := e.validate(); err != nil {
-			return fmt.Errorf("outbox: event %d: %w: %w", i, ErrInvalidEvent, err)
-		}
+	w, err := s.QueueQuiet(batch, events...)
+	if err != nil {
+		return err
 	}
-	s.queue(batch, events)
+	s.queueNotify(batch, w)
 	return nil
 }
 
-func (s *Store) queue(batch *pgx.Batch, events []Event) {
+// QueueQuiet is Queue without the NOTIFY: it returns the listeners that the caller wakes
+// with Notify once its transaction committed. A transaction that notifies holds a
+// cluster-wide lock through its commit (see notifier), so a caller that commits many
+// concurrent transactions, such as the unit of work, notifies after them instead.
+func (s *Store) QueueQuiet(batch *pgx.Batch, events ...Event) (Wake, error) {
+	for i, e := range events {
+		if err := e.validate(); err != nil {
+			return 0, fmt.Errorf("outbox: event %d: %w: %w", i, ErrInvalidEvent, err)
+		}
+	}
+	return s.queue(batch, events), nil
+}
+
+func (s *Store) queue(batch *pgx.Batch, events []Event) Wake {
 	n := len(events)
 	// Operation ids as pgtype.UUID and headers as JSON text encode without reflection or
 	// a driver.Valuer round trip per element; the stored values are the same.
@@ -216,15 +232,17 @@ func (s *Store) queue(batch *pgx.Batch, events []Event) {
 		}
 		headers = append(headers, h)
 	}
+	var w Wake
 	if len(ops) > 0 {
 		batch.Queue(s.insert, ops, pipelines, causations, topics, keys, payloads, headers)
-		batch.Queue("SELECT pg_notify($1, '')", s.channel)
+		w |= WakeRelay
 	}
 	if len(deliveries.ops) > 0 {
 		d := &deliveries
 		batch.Queue(s.insertDelivery, d.endpoints, d.ops, d.pipelines, d.causations, d.keys, d.payloads, d.headers)
-		batch.Queue("SELECT pg_notify($1, '')", s.deliveryChannel)
+		w |= WakeDeliverers
 	}
+	return w
 }
 
 type deliveryColumns struct {
