@@ -72,6 +72,10 @@ type Config struct {
 	// Sources are the receiver's sources, for the receiver's OpenAPI document. Defaults to
 	// none.
 	Sources []receiver.Source
+	// OutboxKeepsPublished says that the relay keeps published outbox rows
+	// (outbox.RelayConfig.KeepPublished). Without it the outbox holds only the rows still
+	// to publish, and the console and Story say so. Defaults to false, as the relay's.
+	OutboxKeepsPublished bool
 	// ReadyCache is how long a /readyz answer is reused, so that probes cost the database
 	// at most one round of checks per period. Defaults to 1 s.
 	ReadyCache time.Duration

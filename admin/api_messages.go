@@ -120,11 +120,14 @@ type Story struct {
 	// Response is the stored answer (API sources), replayed to retries.
 	Response *StoredResponse `json:"response,omitempty"`
 	// Effect says what became of the effect.
-	Effect      Effect            `json:"effect"`
-	Outbox      []OutboxRow       `json:"outbox"`
-	Deliveries  []Delivery        `json:"deliveries"`
-	Conflicts   []Conflict        `json:"conflicts"`
-	DeadLetters []DeadLetterBrief `json:"dead_letters"`
+	Effect Effect `json:"effect"`
+	// Outbox are the message's outbox rows: all of them when OutboxPublishedKept, else
+	// only those still to publish (the relay deletes a row once the broker has it).
+	Outbox              []OutboxRow       `json:"outbox"`
+	OutboxPublishedKept bool              `json:"outbox_published_kept"`
+	Deliveries          []Delivery        `json:"deliveries"`
+	Conflicts           []Conflict        `json:"conflicts"`
+	DeadLetters         []DeadLetterBrief `json:"dead_letters"`
 }
 
 // StoredResponse is an answer stored for an API request.
@@ -146,7 +149,8 @@ type Effect struct {
 
 // story collects the story of (scope, id).
 func (s *Server) story(ctx context.Context, rec *processed.Record) (*Story, error) {
-	st := &Story{Message: messageOf(rec), Outbox: []OutboxRow{}, Deliveries: []Delivery{}, Conflicts: []Conflict{}, DeadLetters: []DeadLetterBrief{}}
+	st := &Story{Message: messageOf(rec), Outbox: []OutboxRow{}, OutboxPublishedKept: s.cfg.OutboxKeepsPublished,
+		Deliveries: []Delivery{}, Conflicts: []Conflict{}, DeadLetters: []DeadLetterBrief{}}
 	if rec.Response != nil {
 		st.Response = &StoredResponse{Status: rec.Response.Status, Headers: rec.Response.Headers, Body: encodeBody(rec.Response.Body)}
 	}

@@ -120,11 +120,14 @@ type view struct {
 	Q       url.Values
 	Next    string
 	Data    any
+	// OutboxKept: the relay keeps published outbox rows (Config.OutboxKeepsPublished).
+	OutboxKept bool
 }
 
 func (c *console) render(w http.ResponseWriter, r *http.Request, status int, name string, v view) {
 	caller := callerOf(r)
 	v.Actor, v.CanEdit, v.CSRF, v.Q = caller.actor, caller.token != nil, caller.csrfToken(), r.URL.Query()
+	v.OutboxKept = c.s.cfg.OutboxKeepsPublished
 	if f, err := r.Cookie(flashCookie); err == nil {
 		if msg, err := url.QueryUnescape(f.Value); err == nil {
 			v.Flash = msg

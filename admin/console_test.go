@@ -1,6 +1,7 @@
 package admin_test
 
 import (
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
@@ -25,7 +26,7 @@ func TestConsolePagesRender(t *testing.T) {
 		"/ui/dead-letters?pipeline=hooks":           {"not replayed", "null value in column", "Dry run"},
 		"/ui/dead-letters/1":                        {"Payload (utf-8)", "Never replayed"},
 		"/ui/conflicts":                             {"evt-&lt;b&gt;1&lt;/b&gt;", `&#34;amount&#34;:2`},
-		"/ui/outbox":                                {"topic-a", "unpublished"},
+		"/ui/outbox":                                {"topic-a", "unpublished", "the relay deletes a row once the broker has it"},
 		"/ui/deliveries":                            {"erp", "dead", "boom", "Disable erp", "Requeue"},
 		"/ui/consumers":                             {"No subscription"},
 	}
@@ -43,5 +44,34 @@ func TestConsolePagesRender(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, b.get(t, "/ui/dead-letters/999").status)
 	for _, asset := range []string{"/ui/static/console.css", "/ui/static/console.js"} {
 		require.Equal(t, http.StatusOK, b.call(t, "GET", asset, "", nil).status, "assets are embedded and open")
+	}
+}
+
+// The console says whether the outbox keeps published rows: by default the relay deletes
+// them, and the outbox page and a message's story say that only waiting rows are listed.
+func TestConsoleSaysWhetherPublishedRowsAreKept(t *testing.T) {
+	t.Parallel()
+	for _, keep := range []bool{false, true} {
+		b := setup(t, options{tokens: testToken, keepPublished: keep})
+		require.Equal(t, http.StatusAccepted, b.webhook(t, "hooks", "evt-1", ""))
+		outbox := string(b.get(t, "/ui/outbox?topic=none").body)
+		story := b.get(t, "/api/v1/messages/hooks/evt-1")
+		require.Equal(t, http.StatusOK, story.status)
+		var st struct {
+			Kept *bool `json:"outbox_published_kept"`
+		}
+		require.NoError(t, json.Unmarshal(story.body, &st))
+		require.NotNil(t, st.Kept)
+		require.Equal(t, keep, *st.Kept)
+		page := string(b.get(t, "/ui/messages/hooks/evt-1").body)
+		if keep {
+			require.Contains(t, outbox, "published rows are kept for IDEMD_OUTBOX_RETENTION")
+			require.NotContains(t, outbox, "deletes a row")
+			require.NotContains(t, page, "Only rows still to publish")
+			continue
+		}
+		require.Contains(t, outbox, "published rows are not kept")
+		require.Contains(t, outbox, "the relay deletes a row once the broker has it")
+		require.Contains(t, page, "Only rows still to publish are listed")
 	}
 }

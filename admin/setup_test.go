@@ -43,6 +43,7 @@ type options struct {
 	tokens        string
 	insecureReads bool
 	consumers     admin.ConsumerStatus
+	keepPublished bool
 }
 
 func setup(t *testing.T, o options) *bundle {
@@ -83,7 +84,7 @@ func setup(t *testing.T, o options) *bundle {
 	require.NoError(t, err)
 	adm, err := admin.New(db.Pool, &admin.Config{
 		Schema: db.Schema, Tokens: tokens, InsecureReads: o.insecureReads,
-		Replayer: rp, Consumers: o.consumers, Sources: sources, Logger: logrus.NewEntry(quiet),
+		Replayer: rp, Consumers: o.consumers, Sources: sources, OutboxKeepsPublished: o.keepPublished, Logger: logrus.NewEntry(quiet),
 	})
 	require.NoError(t, err)
 	adm.Started()

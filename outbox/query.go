@@ -44,7 +44,9 @@ type RowFilter struct {
 	Limit int
 }
 
-// Rows returns outbox rows, newest first. Published rows are kept for the outbox retention.
+// Rows returns outbox rows, newest first. Published rows are there only when the relay keeps
+// them (RelayConfig.KeepPublished), until the pruner deletes them after the outbox
+// retention; by default the outbox holds only the rows still to publish.
 func (s *Store) Rows(ctx context.Context, pool *pgxpool.Pool, f RowFilter) ([]*Row, error) {
 	var w sqlwhere.Where
 	if f.Topic != "" {

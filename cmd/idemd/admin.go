@@ -14,7 +14,7 @@ import (
 func newAdmin(c *daemonConfig, pool *pgxpool.Pool) (*admin.Server, error) {
 	cfg := &admin.Config{
 		Schema: c.Schema, Tokens: c.AdminTokens, InsecureReads: c.AdminInsecureReads,
-		Logger: c.Logger,
+		OutboxKeepsPublished: c.OutboxKeepPublished, Logger: c.Logger,
 	}
 	cfg.Sources = c.Pipelines.Receiver().Sources
 	if subs := c.Pipelines.Consumers(); len(subs) > 0 {

@@ -84,8 +84,13 @@ type daemonConfig struct {
 	// PruneInterval is how often the pruner deletes expired dedup records and old
 	// published outbox rows. Defaults to 1 min.
 	PruneInterval time.Duration
-	// OutboxRetention is how long published outbox rows are kept. Defaults to 24 h.
+	// OutboxRetention is how long published outbox rows are kept (with
+	// OutboxKeepPublished). Defaults to 24 h.
 	OutboxRetention time.Duration
+	// OutboxKeepPublished keeps published outbox rows, marked, for OutboxRetention
+	// (outbox.RelayConfig.KeepPublished), and tells the admin console so. Defaults to
+	// false: the relay deletes a row once the broker has it.
+	OutboxKeepPublished bool
 	// RelayMaxFailingFor is how long a topic may keep refusing the relay's publishes (missing
 	// topic, authorization) before its outbox rows are dead-lettered. Defaults to the
 	// relay's (outbox.RelayMaxFailingForDefault).
@@ -426,6 +431,7 @@ func (d *daemon) startRelay(start starter) error {
 		Schema:        d.cfg.Schema,
 		Brokers:       d.cfg.Brokers,
 		MaxFailingFor: d.cfg.RelayMaxFailingFor,
+		KeepPublished: d.cfg.OutboxKeepPublished,
 		Logger:        d.cfg.Logger.WithField("component", "relay"),
 	})
 	if err != nil {

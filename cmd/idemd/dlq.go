@@ -482,7 +482,7 @@ func (c *cli) inspect(args []string) int {
 		return code
 	}
 	defer pool.Close()
-	adm, err := admin.New(pool, &admin.Config{Schema: e.DBSchema, Logger: newLogger(e, c.stderr)})
+	adm, err := admin.New(pool, &admin.Config{Schema: e.DBSchema, OutboxKeepsPublished: e.OutboxKeepPublished, Logger: newLogger(e, c.stderr)})
 	if err != nil {
 		return c.fail("inspect", exitFailure, err)
 	}
@@ -528,7 +528,11 @@ func printStory(w io.Writer, st *admin.Story) {
 		}
 		fmt.Fprintf(w, "  response:    %d %s\n", r.Status, body)
 	}
-	fmt.Fprintf(w, "outbox rows (%d):\n", len(st.Outbox))
+	if st.OutboxPublishedKept {
+		fmt.Fprintf(w, "outbox rows (%d):\n", len(st.Outbox))
+	} else {
+		fmt.Fprintf(w, "outbox rows still to publish (%d; published rows are deleted, see IDEMD_OUTBOX_KEEP_PUBLISHED):\n", len(st.Outbox))
+	}
 	for _, o := range st.Outbox {
 		pub := "unpublished"
 		if o.PublishedAt != nil {

@@ -38,7 +38,8 @@ type Env struct {
 	Migrate             bool          `env:"MIGRATE" envDefault:"true" cmds:"serve,dev,check" help:"apply the migrations at start (false: stay not ready until someone ran idemd migrate)"`
 	KafkaCreateTopics   bool          `env:"KAFKA_CREATE_TOPICS" envDefault:"false" cmds:"serve,dev,check" help:"create the topics the pipelines name at start (dev: true)"`
 	PruneInterval       time.Duration `env:"PRUNE_INTERVAL" envDefault:"1m" cmds:"serve,dev,check" help:"how often the pruner deletes expired rows"`
-	OutboxRetention     time.Duration `env:"OUTBOX_RETENTION" envDefault:"24h" cmds:"serve,dev,check" help:"how long published outbox rows and finished HTTP deliveries are kept"`
+	OutboxRetention     time.Duration `env:"OUTBOX_RETENTION" envDefault:"24h" cmds:"serve,dev,check" help:"how long published outbox rows (with IDEMD_OUTBOX_KEEP_PUBLISHED) and finished HTTP deliveries are kept"`
+	OutboxKeepPublished bool          `env:"OUTBOX_KEEP_PUBLISHED" envDefault:"false" cmds:"serve,dev,check,inspect" help:"keep published outbox rows, marked published, for IDEMD_OUTBOX_RETENTION (the console and inspect show them); false: a row is deleted once the broker has it, one write per row instead of two"`
 	KafkaSessionTimeout time.Duration `env:"KAFKA_SESSION_TIMEOUT" envDefault:"30s" cmds:"serve,dev,check" help:"consumer groups' session and rebalance timeout (at least 6s)"`
 	RelayMaxFailingFor  time.Duration `env:"RELAY_MAX_FAILING_FOR" envDefault:"10m" cmds:"serve,dev,check" help:"a topic refusing every publish this long has its outbox rows dead-lettered (negative: never)"`
 	DeadLetterRetention time.Duration `env:"DEAD_LETTER_RETENTION" envDefault:"720h" cmds:"serve,dev,check" help:"how long dead letters (replayed or not) and the admin audit are kept"`

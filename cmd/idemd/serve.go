@@ -97,6 +97,7 @@ func daemonConfigFrom(e *Env, f *config.File, log *logrus.Entry, onReady func(st
 		ShutdownTimeout:             e.ShutdownTimeout,
 		PruneInterval:               e.PruneInterval,
 		OutboxRetention:             e.OutboxRetention,
+		OutboxKeepPublished:         e.OutboxKeepPublished,
 		KafkaSessionTimeout:         e.KafkaSessionTimeout,
 		RelayMaxFailingFor:          e.RelayMaxFailingFor,
 		Logger:                      log,
