@@ -47,7 +47,9 @@ type childConfig struct {
 	// RelayBatch rows per round; Prune runs the pruner every second.
 	Relay      bool `json:"relay,omitempty"`
 	RelayBatch int  `json:"relay_batch,omitempty"`
-	Prune      bool `json:"prune,omitempty"`
+	// KeepPublished is the relay's (-keep-published).
+	KeepPublished bool `json:"keep_published,omitempty"`
+	Prune         bool `json:"prune,omitempty"`
 }
 
 // effectSQL is the effect of every pipeline of the bench: one row per applied message.
@@ -98,10 +100,11 @@ func serveChild(ctx context.Context, kind, raw string, stdout io.Writer) error {
 	var rel *outbox.Relay
 	if c.Relay || kind == "relay" {
 		rel, err = outbox.NewRelay(pool, &outbox.RelayConfig{
-			Schema:    c.Schema,
-			Brokers:   c.Brokers,
-			BatchSize: max(c.RelayBatch, c.Batch*boolInt(kind == "relay")),
-			Logger:    log,
+			Schema:        c.Schema,
+			Brokers:       c.Brokers,
+			BatchSize:     max(c.RelayBatch, c.Batch*boolInt(kind == "relay")),
+			KeepPublished: c.KeepPublished,
+			Logger:        log,
 		})
 		if err != nil {
 			return err

@@ -20,11 +20,12 @@ import (
 // runs on.
 const clockTicks = 100
 
-// CPU is the CPU time each side spent per message (microseconds).
+// CPU is the CPU time each side spent per message (microseconds). For the limit, which
+// runs in the bench process, IdemdUs is its pgx client and there is no generator.
 type CPU struct {
 	IdemdUs     float64 `json:"idemd_us_per_msg"`
 	PostgresUs  float64 `json:"postgres_us_per_msg"`
-	GeneratorUs float64 `json:"generator_us_per_msg"`
+	GeneratorUs float64 `json:"generator_us_per_msg,omitempty"`
 }
 
 // cpuStart is the CPU use of a child's three sides when its load began.
@@ -123,6 +124,9 @@ func (c *CPU) String() string {
 	if c == nil {
 		return "-"
 	}
-	return strconv.FormatFloat(c.IdemdUs, 'f', 0, 64) + " / " + strconv.FormatFloat(c.PostgresUs, 'f', 0, 64) + " / " +
-		strconv.FormatFloat(c.GeneratorUs, 'f', 0, 64)
+	gen := "-"
+	if c.GeneratorUs > 0 {
+		gen = strconv.FormatFloat(c.GeneratorUs, 'f', 0, 64)
+	}
+	return strconv.FormatFloat(c.IdemdUs, 'f', 0, 64) + " / " + strconv.FormatFloat(c.PostgresUs, 'f', 0, 64) + " / " + gen
 }

@@ -225,6 +225,7 @@ type child struct {
 func (e *env) startChild(ctx context.Context, kind string, cfg childConfig) (*child, error) {
 	cfg.URL, cfg.Schema, cfg.Brokers = e.url, e.schema, e.brokers
 	cfg.AppName = "idemd-bench-" + e.runID + "-" + kind
+	cfg.KeepPublished = e.o.keepPublished
 	if e.o.profileDir != "" {
 		cfg.ProfileDir = e.o.profileDir
 	}

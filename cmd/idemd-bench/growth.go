@@ -10,9 +10,11 @@ import (
 // prefill fills processed_messages with rows rows of the consumer's scope, ids spread over
 // the key space ("evt_" and 32 hex digits, as the bench's ids), retention spread over 7
 // days; with expired, one seventh of them (a day's rows) has expired. The outbox gets
-// rows/2 published rows (the issue's 10 M / 5 M proportion); with expired, one seventh of
-// them was published more than a day ago (the pruner's default outbox retention). Both
-// are inserted in key order, then vacuumed and analyzed, as a steady state would be.
+// rows/2 published rows (the issue's 10 M / 5 M proportion) when the relay keeps them
+// (-keep-published; by default it deletes them and the outbox holds none); with expired,
+// one seventh of them was published more than a day ago (the pruner's default outbox
+// retention). Both are inserted in key order, then vacuumed and analyzed, as a steady state
+// would be.
 func (e *env) prefill(ctx context.Context, rows int, expired bool) error {
 	if rows == 0 {
 		return nil
@@ -31,19 +33,23 @@ FROM (SELECT g, now() - ((g % 7) + CASE WHEN `+exp+` AND g % 7 = 6 THEN 1.5 ELSE
 ORDER BY 2`, rows); err != nil {
 		return fmt.Errorf("pre-filling processed_messages: %w", err)
 	}
+	published := 0
+	if e.o.keepPublished {
+		published = rows / 2
+	}
 	if _, err := e.pool.Exec(ctx, `INSERT INTO `+q+`.outbox
     (operation_id, pipeline, causation_id, topic, payload, headers, created_at, published_at)
 SELECT md5('op-' || g)::uuid, 'bench', 'evt_' || md5('prefill-' || g), 'bench.ledger',
        convert_to('{"id":"evt_' || md5('prefill-' || g) || '","object":"event","type":"payment_intent.succeeded","data":{"object":{"amount":' || g || '}}}', 'UTF8'),
        '{"content-type":"application/json"}', t, t
 FROM (SELECT g, now() - CASE WHEN `+exp+` AND g % 7 = 6 THEN interval '36 hours' ELSE (g % 12) * interval '1 hour' END AS t
-      FROM generate_series(1, $1::bigint / 2) g) s`, rows); err != nil {
+      FROM generate_series(1, $1::bigint) g) s`, published); err != nil {
 		return fmt.Errorf("pre-filling the outbox: %w", err)
 	}
 	if err := e.vacuum(ctx); err != nil {
 		return err
 	}
-	e.logf("pre-filled %d dedup rows and %d published outbox rows in %s", rows, rows/2, time.Since(began).Round(time.Millisecond))
+	e.logf("pre-filled %d dedup rows and %d published outbox rows in %s", rows, published, time.Since(began).Round(time.Millisecond))
 	return nil
 }
 
@@ -108,26 +114,31 @@ func benchGrowth(ctx context.Context, e *env, res *Results) error {
 		}
 		recs, unique := records(fmt.Sprintf("evt-%s-growth-limit-%d", e.runID, i), e.o.growthMessages, e.o.partitions)
 		in := newLimitInput(recs, unique)
-		elapsed, err := e.runLimit(ctx, in, lc)
+		elapsed, cpu, err := e.runLimit(ctx, in, lc)
 		if err != nil {
 			return err
 		}
 		limit := &Row{Section: "growth", Mode: fmt.Sprintf("limit at %s rows: %s", size, lc), Count: len(recs), Seconds: elapsed.Seconds(),
-			Rate: float64(len(recs)) / elapsed.Seconds(), Unit: "msgs/s", config: lc}
+			Rate: float64(len(recs)) / elapsed.Seconds(), Unit: "msgs/s", config: lc, CPU: cpu}
 		e.logf("%s: %.0f msgs/s", limit.Mode, limit.Rate)
 		// The same writes with idemd's claim statements, on fresh ids.
 		cc := limitConfig{method: methodClaim, batch: e.o.batch, workers: e.o.partitions}
 		crecs, cunique := records(fmt.Sprintf("evt-%s-growth-claim-%d", e.runID, i), e.o.growthMessages, e.o.partitions)
-		elapsed, err = e.runLimit(ctx, newLimitInput(crecs, cunique), cc)
+		elapsed, cpu, err = e.runLimit(ctx, newLimitInput(crecs, cunique), cc)
 		if err != nil {
 			return err
 		}
 		claim := &Row{Section: "growth", Mode: fmt.Sprintf("limit at %s rows: %s", size, cc), Count: len(crecs), Seconds: elapsed.Seconds(),
-			Rate: float64(len(crecs)) / elapsed.Seconds(), Unit: "msgs/s", config: cc}
+			Rate: float64(len(crecs)) / elapsed.Seconds(), Unit: "msgs/s", config: cc, CPU: cpu}
 		e.logf("%s: %.0f msgs/s", claim.Mode, claim.Rate)
 		// The limit's rows are left in place (the tables keep growing, as they would) but
-		// marked published, so that the consumer's relay has only its own to publish.
-		if _, err := e.pool.Exec(ctx, "UPDATE "+e.q()+".outbox SET published_at = now() WHERE published_at IS NULL"); err != nil {
+		// published as the relay would have (marked, or deleted), so that the consumer's
+		// relay has only its own to publish.
+		publish := "DELETE FROM " + e.q() + ".outbox WHERE published_at IS NULL"
+		if e.o.keepPublished {
+			publish = "UPDATE " + e.q() + ".outbox SET published_at = now() WHERE published_at IS NULL"
+		}
+		if _, err := e.pool.Exec(ctx, publish); err != nil {
 			return err
 		}
 		if err := e.vacuum(ctx); err != nil {
@@ -289,15 +300,15 @@ CREATE TABLE IF NOT EXISTS `+q+`.outbox_lean (
 			if _, err := e.pool.Exec(ctx, "TRUNCATE "+q+".processed_lean, "+q+".outbox_lean"); err != nil {
 				return err
 			}
-			elapsed, err := e.runLimit(ctx, in, v.c)
+			elapsed, cpu, err := e.runLimit(ctx, in, v.c)
 			if err != nil {
 				return err
 			}
 			rate := float64(len(in.recs)) / elapsed.Seconds()
-			e.logf("amplification round %d, %s (%s): %.0f msgs/s", round+1, v.what, v.c, rate)
+			e.logf("amplification round %d, %s (%s): %.0f msgs/s, CPU µs/msg client / pg %s", round+1, v.what, v.c, rate, cpu)
 			if rows[i] == nil || rate > rows[i].Rate {
 				rows[i] = &Row{Section: "amplification", Mode: v.what, Count: len(in.recs), Seconds: elapsed.Seconds(),
-					Rate: rate, Unit: "msgs/s", config: v.c, Note: "faster of two interleaved runs; " + v.c.String()}
+					Rate: rate, Unit: "msgs/s", config: v.c, CPU: cpu, Note: "faster of two interleaved runs; " + v.c.String()}
 			}
 		}
 	}

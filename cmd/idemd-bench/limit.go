@@ -142,6 +142,7 @@ func (e *env) limitPool(ctx context.Context, workers int) (*pgxpool.Pool, error)
 		return nil, err
 	}
 	cfg.MaxConns = int32(workers)
+	cfg.ConnConfig.RuntimeParams["application_name"] = e.limitApp()
 	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
 		_, err := c.Exec(ctx, `CREATE TEMP TABLE limit_stage (id text, fp bytea, payload bytea, part int, off bigint, op uuid) ON COMMIT DELETE ROWS`)
 		return err
@@ -149,21 +150,26 @@ func (e *env) limitPool(ctx context.Context, workers int) (*pgxpool.Pool, error)
 	return pgxpool.NewWithConfig(ctx, cfg)
 }
 
-// runLimit does in's writes with c and returns how long they took. The effects table is
-// emptied first; the other tables keep what they hold (the growth runs pre-fill them).
-func (e *env) runLimit(ctx context.Context, in *limitInput, c limitConfig) (time.Duration, error) {
+// limitApp is the application_name of the limit's connections (CPU accounting).
+func (e *env) limitApp() string { return "idemd-bench-" + e.runID + "-limit" }
+
+// runLimit does in's writes with c and returns how long they took, and the CPU per message
+// of its client (in the IdemdUs field: the limit runs in the bench process) and of the
+// PostgreSQL backends serving it. The effects table is emptied first; the other tables
+// keep what they hold (the growth runs pre-fill them).
+func (e *env) runLimit(ctx context.Context, in *limitInput, c limitConfig) (time.Duration, *CPU, error) {
 	q := e.q()
 	if _, err := e.pool.Exec(ctx, "TRUNCATE "+q+".effects"); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	ob := q + "." + cmpOr(c.outboxTable, "outbox")
 	var before int64
 	if err := e.pool.QueryRow(ctx, "SELECT coalesce(max(id), 0) FROM "+ob).Scan(&before); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	pool, err := e.limitPool(ctx, c.workers+1)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	defer pool.Close()
 	sql := e.limitSQL(c)
@@ -184,6 +190,8 @@ func (e *env) runLimit(ctx context.Context, in *limitInput, c limitConfig) (time
 	if c.publish != "" {
 		go func() { pubDone <- e.publishLoop(pubCtx, pool, ob, c.publish) }()
 	}
+	self := selfCPU()
+	pg0, _ := e.backendCPU(ctx, e.limitApp())
 	begin := time.Now()
 	for _, share := range shares {
 		wg.Add(1)
@@ -207,7 +215,7 @@ func (e *env) runLimit(ctx context.Context, in *limitInput, c limitConfig) (time
 		for ctx.Err() == nil && firstErr == nil {
 			var pending bool
 			if err := e.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+ob+" WHERE published_at IS NULL AND id > $1)", before).Scan(&pending); err != nil {
-				return 0, err
+				return 0, nil, err
 			}
 			if !pending {
 				break
@@ -216,6 +224,8 @@ func (e *env) runLimit(ctx context.Context, in *limitInput, c limitConfig) (time
 		}
 	}
 	elapsed := time.Since(begin)
+	client := selfCPU() - self
+	pg1, cpuOK := e.backendCPU(ctx, e.limitApp())
 	stopPub()
 	if c.publish != "" {
 		if err := <-pubDone; err != nil && firstErr == nil {
@@ -223,23 +233,32 @@ func (e *env) runLimit(ctx context.Context, in *limitInput, c limitConfig) (time
 		}
 	}
 	if firstErr != nil {
-		return 0, firstErr
+		return 0, nil, firstErr
 	}
 	effects, err := e.count(ctx, "{schema}.effects")
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	var rows int
 	if err := e.pool.QueryRow(ctx, "SELECT count(*) FROM "+ob+" WHERE id > $1", before).Scan(&rows); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	if c.publish == "delete" {
 		rows = in.unique // deleted as published
 	}
 	if effects != in.unique || rows != in.unique {
-		return 0, fmt.Errorf("limit %s wrote %d effects and %d outbox rows for %d distinct ids", c, effects, rows, in.unique)
+		return 0, nil, fmt.Errorf("limit %s wrote %d effects and %d outbox rows for %d distinct ids", c, effects, rows, in.unique)
 	}
-	return elapsed, nil
+	var cpu *CPU
+	if cpuOK {
+		var pg time.Duration
+		for pid, d := range pg1 {
+			pg += d - pg0[pid] // a backend that connected meanwhile started from 0
+		}
+		n := float64(len(in.recs))
+		cpu = &CPU{IdemdUs: float64(client.Microseconds()) / n, PostgresUs: float64(pg.Microseconds()) / n}
+	}
+	return elapsed, cpu, nil
 }
 
 // limitBatch writes the messages part (indexes into in) in one transaction.
@@ -361,13 +380,13 @@ func benchLimit(ctx context.Context, e *env, res *Results) error {
 		if err := e.truncate(ctx); err != nil {
 			return nil, err
 		}
-		elapsed, err := e.runLimit(ctx, in, c)
+		elapsed, cpu, err := e.runLimit(ctx, in, c)
 		if err != nil {
 			return nil, err
 		}
 		rate := float64(len(in.recs)) / elapsed.Seconds()
-		e.logf("limit %s: %d msgs in %s: %.0f msgs/s", c, len(in.recs), elapsed.Round(time.Millisecond), rate)
-		return &Row{Section: "limit", Mode: c.String(), Count: len(in.recs), Seconds: elapsed.Seconds(), Rate: rate, Unit: "msgs/s", config: c}, nil
+		e.logf("limit %s: %d msgs in %s: %.0f msgs/s, CPU µs/msg client / pg %s", c, len(in.recs), elapsed.Round(time.Millisecond), rate, cpu)
+		return &Row{Section: "limit", Mode: c.String(), Count: len(in.recs), Seconds: elapsed.Seconds(), Rate: rate, Unit: "msgs/s", config: c, CPU: cpu}, nil
 	}
 	var rows []*Row
 	for _, m := range limitMethods {

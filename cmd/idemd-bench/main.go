@@ -52,6 +52,7 @@ type options struct {
 	jsonOut        bool
 	profileDir     string
 	keepSchema     bool
+	keepPublished  bool
 	databaseURL    string
 	brokers        string
 }
@@ -94,6 +95,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.jsonOut, "json", false, "print the results as JSON instead of a table")
 	fs.StringVar(&o.profileDir, "profile-dir", "", "write CPU, heap, allocation and block profiles of each idemd child process into this directory")
 	fs.BoolVar(&o.keepSchema, "keep-schema", false, "do not drop the bench schema at the end (inspection)")
+	fs.BoolVar(&o.keepPublished, "keep-published", false, "run the relay with KeepPublished (IDEMD_OUTBOX_KEEP_PUBLISHED: published rows marked and kept, as before phase 2), and pre-fill published outbox rows for growth and prune")
 	fs.StringVar(&o.databaseURL, "database-url", "", "PostgreSQL URL (default IDEMD_DATABASE_URL, else "+databaseURLDefault+")")
 	fs.StringVar(&o.brokers, "brokers", "", "Kafka brokers, comma list (default IDEMD_KAFKA_BROKERS, else an in-process kfake broker)")
 	var serve, serveConfig string

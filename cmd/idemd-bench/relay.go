@@ -93,7 +93,7 @@ func benchRelay(ctx context.Context, e *env, res *Results) error {
 	rate := float64(e.o.relayEvents) / elapsed.Seconds()
 	e.logf("relay: %d events in %s: %.0f events/s", e.o.relayEvents, elapsed.Round(time.Millisecond), rate)
 	thr := Row{Section: "relay", Mode: fmt.Sprintf("drain pre-filled outbox, BatchSize %d", e.o.relayBatch), Count: e.o.relayEvents,
-		Seconds: elapsed.Seconds(), Rate: rate, Unit: "events/s", Note: "acks=all; rows marked published"}
+		Seconds: elapsed.Seconds(), Rate: rate, Unit: "events/s", Note: "acks=all; " + publication(e.o.keepPublished)}
 
 	lat, err := e.relayLatency(ctx, store, latTopic)
 	if err != nil {
@@ -207,4 +207,12 @@ func (e *env) relayLatency(ctx context.Context, store *outbox.Store, topic strin
 		Note: "latency: just before COMMIT -> read from Kafka by the bench"}
 	e.logf("relay latency at %d events/s: p50 %.1f ms p99 %.1f ms p999 %.1f ms", e.o.relayRate, row.P50ms, row.P99ms, row.P999ms)
 	return row, nil
+}
+
+// publication says what the relay does with a published row.
+func publication(keep bool) string {
+	if keep {
+		return "rows marked published and kept (-keep-published)"
+	}
+	return "rows deleted once published"
 }

@@ -103,7 +103,7 @@ func (o *options) public() map[string]any {
 		"receiver_conns": o.receiverConns, "relay_events": o.relayEvents, "relay_batch": o.relayBatch,
 		"relay_rate": o.relayRate, "relay_duration": o.relayDuration.String(), "peer_messages": o.peerMessages,
 		"peer_partitions": o.peerPartitions, "growth_rows": o.growthRows, "growth_messages": o.growthMessages,
-		"prune_rows": o.pruneRows, "only": o.only,
+		"prune_rows": o.pruneRows, "only": o.only, "keep_published": o.keepPublished,
 	}
 }
 
@@ -300,6 +300,7 @@ func (r *Results) print(w io.Writer) {
 	for _, n := range r.Notes {
 		notes = append(notes, "  "+n)
 	}
+	notes = append(notes, "  CPU µs/msg: CPU time per message of the idemd child, of the PostgreSQL backends serving it (shared WAL writing and checkpoints not counted) and of the bench process (load generator and in-process broker); for limit and amplification rows, of the limit's pgx client and its backends")
 	if len(notes) > 0 {
 		fmt.Fprintln(w, "\nnotes:\n"+strings.Join(notes, "\n"))
 	}
