@@ -105,9 +105,11 @@ func (s *Store) ClaimTx(ctx context.Context, tx pgx.Tx, scope, id string, finger
 	return res[0].Record, res[0].Err()
 }
 
-// ClaimBatchTx claims many ids in one round trip (two when some conflict) and returns one
-// Result per claim, in order. An id repeated within the batch is claimed by its first
-// occurrence; the later ones are Duplicate (or Conflict) of it with FirstIndex set.
+// ClaimBatchTx claims many ids and returns one Result per claim, in order: in one round
+// trip when every id is new, two when some are known, three when a known one has expired
+// (or its reservation's lease has ended) and is taken over. An id repeated within the
+// batch is claimed by its first occurrence; the later ones are Duplicate (or Conflict) of
+// it with FirstIndex set.
 //
 // Rows are inserted in (scope, id) order so that two batches sharing ids cannot deadlock
 // on each other's claims.
@@ -125,23 +127,99 @@ func (s *Store) ClaimBatchXactTx(ctx context.Context, tx pgx.Tx, claims []Claim)
 	return res, xid, err
 }
 
-func (s *Store) claimBatch(ctx context.Context, tx pgx.Tx, claims []Claim, xid *string) ([]Result, error) {
-	results := make([]Result, len(claims))
+// claimColumns are the unnest arrays of the claims of one statement, in (scope, id) order.
+type claimColumns struct {
+	index    []int // claims index of each row
+	scopes   []string
+	ids      []string
+	fps      [][]byte
+	states   []string
+	retainUs []int64
+	leaseUs  []int64
+	// pgtype.UUID encodes without reflection or a driver.Valuer call per element; Valid
+	// false is NULL.
+	tokens []pgtype.UUID
+}
+
+func (s *Store) columns(claims []Claim, index []int) *claimColumns {
+	n := len(index)
+	cc := &claimColumns{
+		index: index, scopes: make([]string, n), ids: make([]string, n), fps: make([][]byte, n),
+		states: make([]string, n), retainUs: make([]int64, n), leaseUs: make([]int64, n), tokens: make([]pgtype.UUID, n),
+	}
+	for j, i := range index {
+		c := &claims[i]
+		cc.scopes[j], cc.ids[j], cc.fps[j] = c.Scope, c.MessageID, c.Fingerprint
+		// The effect commits in the same transaction as the claim, so the record is
+		// written as done: until that commit nobody else can see it anyway. Only a
+		// reservation, committed before its effect, is visibly in flight.
+		cc.states[j] = string(StateDone)
+		if c.Reserve {
+			cc.states[j] = string(StateInFlight)
+		}
+		cc.retainUs[j] = durationOr(c.Retention, s.retention).Microseconds()
+		if c.Reserve {
+			cc.tokens[j] = pgtype.UUID{Bytes: uuid.New(), Valid: true}
+			cc.leaseUs[j] = s.lease.Microseconds()
+		}
+	}
+	return cc
+}
+
+// claimRun is one claimBatch: the claims, and how rows coming back are matched to them.
+type claimRun struct {
+	claims  []Claim
+	results []Result
 	// first maps a claim's key (appendKey) to the index of its first occurrence.
-	first := make(map[string]int, len(claims))
+	first map[string]int
+	buf   []byte
+}
+
+// index finds the claim of a row whose first two columns are scope and message id, read
+// from the row's raw bytes: no string is allocated per row.
+func (r *claimRun) index(rows pgx.Rows) (int, bool) {
+	raw := rows.RawValues()
+	r.buf = appendKey(r.buf[:0], raw[0], raw[1])
+	i, ok := r.first[string(r.buf)]
+	return i, ok
+}
+
+// claim queues on batch the statement of sql for cc's rows, marking the claims whose row
+// it returns as Claimed.
+func (r *claimRun) claim(batch *pgx.Batch, sql string, cc *claimColumns) {
+	batch.Queue(sql, cc.scopes, cc.ids, cc.fps, cc.states, cc.retainUs, cc.leaseUs, cc.tokens).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			if i, ok := r.index(rows); ok {
+				r.results[i].Outcome = Claimed
+			}
+		}
+		return rows.Err()
+	})
+}
+
+// The claim of a batch is lean when its ids are new, which is the common case: one INSERT …
+// ON CONFLICT DO NOTHING RETURNING, whose returned rows are the claimed ids. Only the ids
+// it did not claim are read back (lookup), and only the rows that may be taken over (their
+// retention has passed, or their reservation's lease has ended) are claimed again with the
+// ON CONFLICT DO UPDATE … WHERE that takes them over. A known id therefore costs no row
+// lock, and a new one no second index probe. Each statement runs in its own snapshot (READ
+// COMMITTED): the lookup sees a row that a concurrent claimer committed while the INSERT
+// waited for it.
+func (s *Store) claimBatch(ctx context.Context, tx pgx.Tx, claims []Claim, xid *string) ([]Result, error) {
+	r := &claimRun{claims: claims, results: make([]Result, len(claims)), first: make(map[string]int, len(claims))}
+	results := r.results
 	uniq := make([]int, 0, len(claims))
-	var buf []byte
 	for i, c := range claims {
 		results[i].FirstIndex = -1
 		if c.MessageID == "" {
 			return nil, fmt.Errorf("processed: claim %d has an empty message id", i)
 		}
-		buf = appendKey(buf[:0], c.Scope, c.MessageID)
-		if j, ok := first[string(buf)]; ok {
+		r.buf = appendKey(r.buf[:0], c.Scope, c.MessageID)
+		if j, ok := r.first[string(r.buf)]; ok {
 			results[i].FirstIndex = j
 			continue
 		}
-		first[string(buf)] = i
+		r.first[string(r.buf)] = i
 		uniq = append(uniq, i)
 	}
 	slices.SortFunc(uniq, func(a, b int) int {
@@ -149,91 +227,45 @@ func (s *Store) claimBatch(ctx context.Context, tx pgx.Tx, claims []Claim, xid *
 		return cmp.Or(strings.Compare(ca.Scope, cb.Scope), strings.Compare(ca.MessageID, cb.MessageID))
 	})
 
-	n := len(uniq)
-	var (
-		scopes   = make([]string, n)
-		ids      = make([]string, n)
-		fps      = make([][]byte, n)
-		states   = make([]string, n)
-		retainUs = make([]int64, n)
-		leaseUs  = make([]int64, n)
-		// pgtype.UUID encodes without reflection or a driver.Valuer call per element;
-		// Valid false is NULL.
-		tokens = make([]pgtype.UUID, n)
-	)
-	for j, i := range uniq {
-		c := claims[i]
-		scopes[j], ids[j], fps[j] = c.Scope, c.MessageID, c.Fingerprint
-		// The effect commits in the same transaction as the claim, so the record is
-		// written as done: until that commit nobody else can see it anyway. Only a
-		// reservation, committed before its effect, is visibly in flight.
-		states[j] = string(StateDone)
-		if c.Reserve {
-			states[j] = string(StateInFlight)
-		}
-		retainUs[j] = durationOr(c.Retention, s.retention).Microseconds()
-		if c.Reserve {
-			tokens[j] = pgtype.UUID{Bytes: uuid.New(), Valid: true}
-			leaseUs[j] = s.lease.Microseconds()
-		}
-	}
-
-	// Rows are matched to claims by their key, read from the rows' raw bytes into buf: no
-	// string is allocated per row, and the lookup's rows of ids this batch just claimed
-	// (most of them) are skipped without being decoded.
+	cc := s.columns(claims, uniq)
 	batch := &pgx.Batch{}
-	claimed := make([]bool, len(claims))
-	index := func(rows pgx.Rows) (int, bool) {
-		raw := rows.RawValues()
-		buf = appendKey(buf[:0], raw[0], raw[1])
-		i, ok := first[string(buf)]
-		return i, ok
-	}
-	batch.Queue(s.sql.claim, scopes, ids, fps, states, retainUs, leaseUs, tokens).Query(func(rows pgx.Rows) error {
-		for rows.Next() {
-			if i, ok := index(rows); ok {
-				claimed[i] = true
-			}
-		}
-		return rows.Err()
-	})
-	records := make(map[int]*Record)
-	batch.Queue(s.sql.lookup, scopes, ids).Query(func(rows pgx.Rows) error {
-		for rows.Next() {
-			i, ok := index(rows)
-			if !ok || claimed[i] {
-				continue
-			}
-			r, err := scanRecord(rows)
-			if err != nil {
-				return err
-			}
-			records[i] = r
-		}
-		return rows.Err()
-	})
+	r.claim(batch, s.sql.claimNew, cc)
 	if xid != nil {
 		batch.Queue(`SELECT pg_current_xact_id()::text`).QueryRow(func(row pgx.Row) error { return row.Scan(xid) })
 	}
 	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
 		return nil, fmt.Errorf("error claiming messages: %w", err)
 	}
+	s.setTokens(r, cc)
+
+	known := uniq[:0:0]
+	for _, i := range uniq {
+		if results[i].Outcome != Claimed {
+			known = append(known, i)
+		}
+	}
+	if len(known) > 0 {
+		takeover, err := s.lookup(ctx, tx, r, known)
+		if err != nil {
+			return nil, err
+		}
+		if len(takeover) > 0 {
+			if err := s.takeOver(ctx, tx, r, takeover); err != nil {
+				return nil, err
+			}
+		}
+	}
 
 	var conflicts []int
-	for j, i := range uniq {
-		if claimed[i] {
-			results[i].Outcome = Claimed
-			if tokens[j].Valid {
-				results[i].LeaseToken = tokens[j].Bytes
-			}
-			continue
-		}
-		rec := records[i]
-		results[i].Record = rec
+	for _, i := range known {
+		rec := results[i].Record
 		switch {
+		case results[i].Outcome == Claimed:
+			results[i].Record = nil
 		case rec == nil:
 			// Not claimable and not visible: a reservation committed between our two
-			// statements, or a row pruned under us; either way someone else has it.
+			// statements, a row pruned under us, or taken over by another claimer at the
+			// same time; either way someone else has it.
 			results[i].Outcome = InFlight
 		case !bytes.Equal(rec.Fingerprint, claims[i].Fingerprint):
 			results[i].Outcome = Conflict
@@ -272,6 +304,70 @@ func (s *Store) claimBatch(ctx context.Context, tx pgx.Tx, claims []Claim, xid *
 		}
 	}
 	return results, nil
+}
+
+// setTokens gives the reservations of cc that were claimed their lease tokens.
+func (s *Store) setTokens(r *claimRun, cc *claimColumns) {
+	for j, i := range cc.index {
+		if r.results[i].Outcome == Claimed && cc.tokens[j].Valid {
+			r.results[i].LeaseToken = cc.tokens[j].Bytes
+		}
+	}
+}
+
+// lookup reads the stored rows of the known ids (claims indexes, in key order) into their
+// results' Record, and returns the ones that may be taken over.
+func (s *Store) lookup(ctx context.Context, tx pgx.Tx, r *claimRun, known []int) ([]int, error) {
+	scopes, ids, fps := make([]string, len(known)), make([]string, len(known)), make([][]byte, len(known))
+	for j, i := range known {
+		c := &r.claims[i]
+		scopes[j], ids[j], fps[j] = c.Scope, c.MessageID, c.Fingerprint
+	}
+	rows, err := tx.Query(ctx, s.sql.lookup, scopes, ids, fps)
+	if err != nil {
+		return nil, fmt.Errorf("error claiming messages: %w", err)
+	}
+	defer rows.Close()
+	var takeover []int
+	for rows.Next() {
+		i, ok := r.index(rows)
+		if !ok {
+			continue
+		}
+		var claimable bool
+		rec, err := scanRecord(rows, &claimable)
+		if err != nil {
+			return nil, fmt.Errorf("error claiming messages: %w", err)
+		}
+		r.results[i].Record = rec
+		if claimable {
+			takeover = append(takeover, i)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("error claiming messages: %w", err)
+	}
+	return takeover, nil
+}
+
+// takeOver claims the rows of ids whose retention has passed, or whose reservation's lease
+// has ended (claims indexes, in key order), with the statement that checks it again under
+// the row's lock: a claimer that took one over first wins, and the others see its row.
+func (s *Store) takeOver(ctx context.Context, tx pgx.Tx, r *claimRun, takeover []int) error {
+	cc := s.columns(r.claims, takeover)
+	batch := &pgx.Batch{}
+	r.claim(batch, s.sql.claim, cc)
+	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+		return fmt.Errorf("error claiming messages: %w", err)
+	}
+	s.setTokens(r, cc)
+	for _, i := range takeover {
+		if r.results[i].Outcome != Claimed {
+			// Taken over by someone else between the lookup and now: in flight.
+			r.results[i].Record = nil
+		}
+	}
+	return nil
 }
 
 func (s *Store) recordConflicts(ctx context.Context, tx pgx.Tx, claims []Claim, results []Result, idx []int) error {
@@ -357,7 +453,8 @@ func durationOr(d, def time.Duration) time.Duration {
 	return def
 }
 
-func scanRecord(rows pgx.Rows) (*Record, error) {
+// scanRecord reads a record row (recordColumns), then the columns after it into extra.
+func scanRecord(rows pgx.Rows, extra ...any) (*Record, error) {
 	var (
 		r       Record
 		state   string
@@ -365,8 +462,9 @@ func scanRecord(rows pgx.Rows) (*Record, error) {
 		headers map[string]string
 		body    []byte
 	)
-	if err := rows.Scan(&r.Scope, &r.MessageID, &r.Fingerprint, &state, &status, &headers, &body,
-		&r.ReceivedAt, &r.CompletedAt, &r.ExpiresAt, &r.LeaseUntil); err != nil {
+	dest := append([]any{&r.Scope, &r.MessageID, &r.Fingerprint, &state, &status, &headers, &body,
+		&r.ReceivedAt, &r.CompletedAt, &r.ExpiresAt, &r.LeaseUntil}, extra...)
+	if err := rows.Scan(dest...); err != nil {
 		return nil, err
 	}
 	r.State = State(state)

@@ -12,23 +12,35 @@ import (
 	"github.com/idemd/idemd/processed"
 )
 
-// BenchmarkClaimBatch measures claims per second in batches of 1 and 100 new ids, one
-// transaction (and one fsync) per batch; "single" is the one-claim-per-transaction baseline
-// of the same run.
+// BenchmarkClaimBatch measures claims per second in batches of 1, 100 and 1000 new ids, and
+// of 1000 ids of which every fifth is known (a redelivery, as in idemd-bench's consumer
+// load), one transaction (and one fsync) per batch.
 func BenchmarkClaimBatch(b *testing.B) {
 	db := pgtest.New(b)
 	store, err := processed.New(&processed.Config{Schema: db.Schema})
 	require.NoError(b, err)
 	ctx := context.Background()
 	run := 0
-	for _, size := range []int{1, 100, 1000} {
-		b.Run(fmt.Sprintf("batch=%d", size), func(b *testing.B) {
+	for _, c := range []struct {
+		size  int
+		known bool
+	}{{1, false}, {100, false}, {1000, false}, {1000, true}} {
+		name := fmt.Sprintf("batch=%d", c.size)
+		if c.known {
+			name += ",known=20%"
+		}
+		size := c.size
+		b.Run(name, func(b *testing.B) {
 			run++
 			claims := make([]processed.Claim, size)
 			start := time.Now()
 			for i := 0; i < b.N; i++ {
 				for j := range claims {
-					claims[j] = processed.Claim{Scope: "bench", MessageID: fmt.Sprintf("%d-%d-%d", run, i, j), Fingerprint: []byte("fp")}
+					id := fmt.Sprintf("%d-%d-%d", run, i, j)
+					if c.known && j%5 == 4 && i > 0 {
+						id = fmt.Sprintf("%d-%d-%d", run, i-1, j-1) // claimed by the previous batch
+					}
+					claims[j] = processed.Claim{Scope: "bench", MessageID: id, Fingerprint: []byte("fp")}
 				}
 				tx, err := db.Pool.Begin(ctx)
 				require.NoError(b, err)

@@ -290,3 +290,81 @@ func TestReservationEffectDoesNotBlockClaimers(t *testing.T) {
 	require.NoError(t, b.store.CompleteBatchTx(ctx, effect, []processed.Completion{{Scope: "api", MessageID: "k", State: processed.StateDone, LeaseToken: token}}))
 	require.NoError(t, effect.Commit(ctx))
 }
+
+// A known id is answered from its stored row without locking it: a duplicate delivery
+// neither waits for nor blocks anyone else on that row (the pruner, another claimer).
+func TestClaimOfKnownIDTakesNoLock(t *testing.T) {
+	t.Parallel()
+	b := setup(t, pgtest.Options{}, processed.Config{})
+	ctx := context.Background()
+	require.NoError(t, b.inTx(t, func(tx pgx.Tx) error {
+		_, err := b.store.ClaimTx(ctx, tx, "s", "k", fp)
+		return err
+	}))
+	tx, err := b.db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck
+	res, err := b.store.ClaimBatchTx(ctx, tx, []processed.Claim{{Scope: "s", MessageID: "k", Fingerprint: fp}, {Scope: "s", MessageID: "new", Fingerprint: fp}})
+	require.NoError(t, err)
+	require.Equal(t, processed.Duplicate, res[0].Outcome)
+	require.Equal(t, processed.Claimed, res[1].Outcome)
+
+	// While tx is open: the known row is not locked, the new one is (it is tx's).
+	lock := func(id string) error {
+		return b.inTx(t, func(other pgx.Tx) error {
+			_, err := other.Exec(ctx, b.db.Q("SELECT 1 FROM {schema}.processed_messages WHERE scope = 's' AND message_id = $1 FOR UPDATE NOWAIT"), id)
+			return err
+		})
+	}
+	require.NoError(t, lock("k"), "a duplicate's claim holds no lock on its row")
+	require.NoError(t, tx.Commit(ctx))
+}
+
+// TestConcurrentTakeOverOfExpiredID: many claimers of an id whose retention has passed;
+// exactly one takes it over, the others see it (duplicate) or are told it is in flight.
+func TestConcurrentTakeOverOfExpiredID(t *testing.T) {
+	t.Parallel()
+	const claimers = 24
+	b := setup(t, pgtest.Options{MaxConns: claimers + 2}, processed.Config{})
+	ctx := context.Background()
+	require.NoError(t, b.inTx(t, func(tx pgx.Tx) error {
+		_, err := b.store.ClaimBatchTx(ctx, tx, []processed.Claim{{Scope: "s", MessageID: "k", Fingerprint: fp, Retention: time.Millisecond}})
+		return err
+	}))
+	require.Eventually(t, func() bool {
+		return b.db.Count(t, "{schema}.processed_messages WHERE expires_at <= now()") == 1
+	}, 5*time.Second, 5*time.Millisecond)
+
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		outcomes = map[processed.Outcome]int{}
+		start    = make(chan struct{})
+	)
+	for i := 0; i < claimers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			var res []processed.Result
+			err := b.inTx(t, func(tx pgx.Tx) error {
+				var err error
+				// Each claims a new id beside it, so that the batch runs every statement.
+				res, err = b.store.ClaimBatchTx(ctx, tx, []processed.Claim{
+					{Scope: "s", MessageID: "k", Fingerprint: fp},
+					{Scope: "s", MessageID: fmt.Sprintf("n-%d", i), Fingerprint: fp},
+				})
+				return err
+			})
+			require.NoError(t, err)
+			mu.Lock()
+			outcomes[res[0].Outcome]++
+			mu.Unlock()
+		}()
+	}
+	close(start)
+	wg.Wait()
+	require.Equal(t, 1, outcomes[processed.Claimed], "outcomes: %v", outcomes)
+	require.Equal(t, claimers-1, outcomes[processed.Duplicate]+outcomes[processed.InFlight], "outcomes: %v", outcomes)
+	require.Equal(t, 1, b.db.Count(t, "{schema}.processed_messages WHERE message_id = 'k' AND expires_at > now()"))
+}

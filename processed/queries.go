@@ -2,15 +2,31 @@ package processed
 
 // queries are built once per Store, with the schema already quoted in.
 type queries struct {
-	claim, lookup, conflict, complete, acquire, release, forget, prune, pruneConflicts, pruneConflictsExpired string
+	claimNew, claim, lookup, conflict, complete, acquire, release, forget, prune, pruneConflicts, pruneConflictsExpired string
 }
 
 func newQueries(schema string) queries {
 	t := schema + ".processed_messages"
 	return queries{
-		// A row is claimable when absent, when its retention has passed, or when it is a
-		// reservation whose lease has ended (and the payload is the same). ON CONFLICT
-		// waits for a concurrent uncommitted claim of the same key to finish.
+		// A new id. ON CONFLICT waits for a concurrent uncommitted claim of the same key to
+		// finish: the id is claimed if that one rolled back.
+		claimNew: `
+INSERT INTO ` + t + ` AS p (scope, message_id, fingerprint, status, received_at, completed_at,
+                         expires_at, lease_until, lease_token)
+SELECT c.scope, c.message_id, c.fingerprint, c.status, now(),
+       CASE WHEN c.status = 'done' THEN now() END,
+       now() + c.retain_us * interval '1 microsecond',
+       CASE WHEN c.token IS NOT NULL THEN now() + c.lease_us * interval '1 microsecond' END,
+       c.token
+FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::bigint[], $6::bigint[], $7::uuid[])
+     AS c(scope, message_id, fingerprint, status, retain_us, lease_us, token)
+ORDER BY c.scope, c.message_id
+ON CONFLICT (scope, message_id) DO NOTHING
+RETURNING p.scope, p.message_id`,
+
+		// A known id is claimable when its retention has passed, or when it is a
+		// reservation whose lease has ended (and the payload is the same); the condition
+		// is checked again here, under the row's lock, against its latest version.
 		claim: `
 INSERT INTO ` + t + ` AS p (scope, message_id, fingerprint, status, received_at, completed_at,
                          expires_at, lease_until, lease_token)
@@ -32,10 +48,13 @@ WHERE p.expires_at <= now()
    OR (p.status = 'in_flight' AND p.lease_until <= now() AND p.fingerprint = EXCLUDED.fingerprint)
 RETURNING p.scope, p.message_id`,
 
+		// The stored rows of ids that claimNew did not claim, and whether each may be
+		// taken over (claim's condition).
 		lookup: `
 SELECT p.scope, p.message_id, p.fingerprint, p.status, p.response_status, p.response_headers,
-       p.response_body, p.received_at, p.completed_at, p.expires_at, p.lease_until
-FROM unnest($1::text[], $2::text[]) AS c(scope, message_id)
+       p.response_body, p.received_at, p.completed_at, p.expires_at, p.lease_until,
+       p.expires_at <= now() OR (p.status = 'in_flight' AND p.lease_until <= now() AND p.fingerprint = c.fingerprint)
+FROM unnest($1::text[], $2::text[], $3::bytea[]) AS c(scope, message_id, fingerprint)
 JOIN ` + t + ` p ON p.scope = c.scope AND p.message_id = c.message_id`,
 
 		// The payload is kept from the first sighting (the same fingerprint means the same
