@@ -85,7 +85,7 @@ func (c *Consumer) bind(m *exactlyonce.Message, r *record) {
 		m.Guard = g
 	}
 	if c.stmt != nil {
-		m.Effect.SQL = c.stmt.SQL
+		m.Effect.SQL, m.Effect.Many = c.stmt.SQL, c.stmt.Many
 		m.Effect.Args = c.stmt.Bind(&effectsql.Values{
 			MessageID: r.msg.ID, Payload: r.msg.Value, Headers: r.msg.Headers, Source: c.cfg.Name, Key: r.msg.Key,
 			Position:   &effectsql.Position{Topic: r.msg.Topic, Partition: r.msg.Partition, Offset: r.msg.Offset},

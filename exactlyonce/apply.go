@@ -23,13 +23,69 @@ type queue struct {
 	direct bool
 	batch  pgx.Batch
 	events []outbox.Event
+	// many is the run of consecutive effects with the same Effect.Many, not yet in batch.
+	many manyRun
+	// size is how many messages the try has (the capacity of a run's columns).
+	size int
 	// wake are the outbox listeners to wake once the transaction committed (the NOTIFY is
 	// not sent inside it: see outbox.Store.QueueQuiet).
 	wake outbox.Wake
 }
 
+// manyRun collects the effects of consecutive messages that share one multi-message
+// statement (Effect.Many): column k holds the k-th argument of each.
+type manyRun struct {
+	effect *Effect // the first one
+	n      int
+	cols   [][]any
+}
+
+// queueEffect queues e: into the run of e.Many when it has one, else as its own statement.
+func (q *queue) queueEffect(e *Effect) {
+	if e.Many == "" {
+		q.flushMany()
+		q.batch.Queue(e.SQL, e.Args...)
+		return
+	}
+	r := &q.many
+	if r.effect != nil && (r.effect.Many != e.Many || len(e.Args) != len(r.cols)) {
+		q.flushMany()
+	}
+	if r.effect == nil {
+		r.effect, r.n = e, 0
+		r.cols = make([][]any, len(e.Args))
+		for k := range r.cols {
+			r.cols[k] = make([]any, 0, max(q.size, 2))
+		}
+	}
+	for k, a := range e.Args {
+		r.cols[k] = append(r.cols[k], a)
+	}
+	r.n++
+}
+
+// flushMany queues the run of multi-message effects as one statement (a run of one as
+// the message's own statement), so that what is queued next runs after it.
+func (q *queue) flushMany() {
+	r := &q.many
+	switch {
+	case r.effect == nil:
+		return
+	case r.n == 1:
+		q.batch.Queue(r.effect.SQL, r.effect.Args...)
+	default:
+		args := make([]any, len(r.cols))
+		for k := range r.cols {
+			args[k] = r.cols[k]
+		}
+		q.batch.Queue(r.effect.Many, args...)
+	}
+	r.effect, r.n, r.cols = nil, 0, nil
+}
+
 // send runs what q holds in tx and empties it.
 func (u *Unit) send(ctx context.Context, tx pgx.Tx, q *queue) error {
+	q.flushMany()
 	if len(q.events) > 0 {
 		w, err := u.outbox.QueueQuiet(&q.batch, q.events...)
 		if err != nil {
@@ -187,7 +243,7 @@ func (u *Unit) effect(ctx context.Context, tx pgx.Tx, m *Message, q *queue) ([]b
 	if e.SQL != "" {
 		switch {
 		case !m.needsResult() && !q.direct:
-			q.batch.Queue(e.SQL, e.Args...)
+			q.queueEffect(e)
 		case !m.needsResult():
 			if _, err := tx.Exec(ctx, e.SQL, e.Args...); err != nil {
 				return nil, fmt.Errorf("error running the SQL effect: %w", err)
@@ -260,6 +316,7 @@ func (u *Unit) deadLetter(ctx context.Context, tx pgx.Tx, m *Message, q *queue) 
 		l := *m.Letter
 		l.Reason, l.Attempts = reason, m.Attempts
 		if !q.direct {
+			q.flushMany()
 			if err := u.letters.Queue(&q.batch, &l); err != nil {
 				return err
 			}

@@ -34,7 +34,7 @@ func setup(t *testing.T) *bundle {
 	return &bundle{db: db, unit: newUnit(t, db, db.Pool, nil)}
 }
 
-func newUnit(t *testing.T, db *pgtest.DB, pool *pgxpool.Pool, hook func(*exactlyonce.Config)) *exactlyonce.Unit {
+func newUnit(t testing.TB, db *pgtest.DB, pool *pgxpool.Pool, hook func(*exactlyonce.Config)) *exactlyonce.Unit {
 	t.Helper()
 	l := logrus.New()
 	l.SetLevel(logrus.ErrorLevel)

@@ -75,6 +75,12 @@ type Effect struct {
 	SQL string
 	// Args are SQL's arguments.
 	Args []any
+	// Many, when set, is SQL for many messages at once: its $n is an array of the $n of
+	// each message's Args. The unit runs the effects of consecutive messages with the same
+	// Many as one statement when their results are not needed (one statement per batch
+	// instead of one per message). It must do exactly what SQL does run once per message,
+	// in that order; effectsql.Statement.Many is such a rewriting. Defaults to none.
+	Many string
 	// Func runs in the transaction (after SQL). What it returns is the effect's result:
 	// nil, JSON bytes (json.RawMessage or []byte), or a value encoded to JSON. It must not
 	// commit or roll back tx. Defaults to none.

@@ -296,7 +296,7 @@ func (u *Unit) try(ctx context.Context, msgs []*Message, careful bool) (err erro
 	if err != nil {
 		return err
 	}
-	q := &queue{direct: careful}
+	q := &queue{direct: careful, size: len(msgs)}
 	var (
 		done   []processed.Completion
 		forget []processed.Claim

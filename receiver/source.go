@@ -322,7 +322,7 @@ func (s *source) effect(c *call) exactlyonce.Effect {
 		if c.req.Key != "" {
 			v.Key = []byte(c.req.Key)
 		}
-		e.SQL, e.Args = s.stmt.SQL, s.stmt.Bind(v)
+		e.SQL, e.Args, e.Many = s.stmt.SQL, s.stmt.Bind(v), s.stmt.Many
 	}
 	if s.fn != nil {
 		fn, req := s.fn, c.req

@@ -14,15 +14,28 @@ type Statement struct {
 	SQL string
 	// Params names the parameter of each position, in order.
 	Params []string
+	// Many is SQL rewritten to apply the effects of many messages in one statement, whose
+	// $n is an array of the $n of each message, in order; "" when SQL is not a statement
+	// that can be rewritten so (see manyOf). exactlyonce.Effect.Many.
+	Many string
 }
 
-// Prepare is Compile returning a Statement.
+// Prepare is Compile returning a Statement, with its multi-message form when it has one
+// (checked to prepare too).
 func Prepare(ctx context.Context, conn *pgx.Conn, sql string) (*Statement, error) {
-	positional, names, err := Compile(ctx, conn, sql)
+	positional, names, oids, err := compile(ctx, conn, sql)
 	if err != nil {
 		return nil, err
 	}
-	return &Statement{SQL: positional, Params: names}, nil
+	st := &Statement{SQL: positional, Params: names}
+	// Without a multi-message form (or when reading the table failed), the effect runs
+	// once per message, as written.
+	if many, err := manyOf(ctx, conn, positional, oids); err == nil && many != "" {
+		if _, err := conn.PgConn().Prepare(ctx, "", many, nil); err == nil {
+			st.Many = many
+		}
+	}
+	return st, nil
 }
 
 // Values are what a door knows of one message: the sources of the SPEC 2.3 parameters.

@@ -29,13 +29,19 @@ var paramRef = regexp.MustCompile(`@([A-Za-z_][A-Za-z0-9_]*)`)
 // which leaves nothing behind. It returns the positional SQL and the names of its $1, $2…
 // in order. A statement that does not prepare returns the server's error unwrapped.
 func Compile(ctx context.Context, conn *pgx.Conn, sql string) (positional string, names []string, err error) {
+	positional, names, _, err = compile(ctx, conn, sql)
+	return positional, names, err
+}
+
+// compile is Compile that also returns the type of each parameter.
+func compile(ctx context.Context, conn *pgx.Conn, sql string) (positional string, names []string, oids []uint32, err error) {
 	named := pgx.NamedArgs{}
 	for _, p := range Params {
 		named[p] = p
 	}
 	positional, args, err := named.RewriteQuery(ctx, conn, sql, nil)
 	if err != nil {
-		return "", nil, err
+		return "", nil, nil, err
 	}
 	if slices.Contains(args, nil) {
 		var unknown []string
@@ -44,14 +50,15 @@ func Compile(ctx context.Context, conn *pgx.Conn, sql string) (positional string
 				unknown = append(unknown, "@"+m[1])
 			}
 		}
-		return "", nil, fmt.Errorf("%w %s (known: @%s)", ErrUnknownParameter, strings.Join(unknown, ", "), strings.Join(Params, ", @"))
+		return "", nil, nil, fmt.Errorf("%w %s (known: @%s)", ErrUnknownParameter, strings.Join(unknown, ", "), strings.Join(Params, ", @"))
 	}
-	if _, err := conn.PgConn().Prepare(ctx, "", positional, nil); err != nil {
-		return "", nil, err
+	sd, err := conn.PgConn().Prepare(ctx, "", positional, nil)
+	if err != nil {
+		return "", nil, nil, err
 	}
 	names = make([]string, len(args))
 	for i, a := range args {
 		names[i] = a.(string)
 	}
-	return positional, names, nil
+	return positional, names, sd.ParamOIDs, nil
 }
