@@ -68,7 +68,10 @@ func manyOf(ctx context.Context, conn *pgx.Conn, positional string, oids []uint3
 	}
 	items := valueRe.FindAllString(values, -1)
 	for i, item := range items {
-		items[i] = positionalRef.ReplaceAllString(item, "u.p$1")
+		// Only a value's leading $n is a parameter; one inside a string constant is text.
+		if loc := positionalRef.FindStringSubmatchIndex(item); loc != nil && loc[0] == 0 {
+			items[i] = "u.p" + item[loc[2]:loc[3]] + item[loc[1]:]
+		}
 	}
 	arrays, names := make([]string, len(oids)), make([]string, len(oids))
 	for i, t := range types {

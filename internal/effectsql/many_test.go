@@ -72,7 +72,7 @@ func TestManyMatchesOneByOne(t *testing.T) {
 	ctx := context.Background()
 	prepare := func(tbl string) *effectsql.Statement {
 		st, err := effectsql.Prepare(ctx, conn.Conn(), db.Q(`INSERT INTO {schema}.`+tbl+` (message_id, body, part, at, tenant, src)
-VALUES (@message_id, @payload::jsonb, @partition, @received_at, @tenant, 'fixed') ON CONFLICT (message_id) DO NOTHING`))
+VALUES (@message_id, @payload::jsonb, @partition, @received_at, @tenant, 'fixed, $1 ''quoted''') ON CONFLICT (message_id) DO NOTHING`))
 		require.NoError(t, err)
 		return st
 	}
