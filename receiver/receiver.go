@@ -43,6 +43,9 @@ type Receiver struct {
 
 	byPath map[string]*source
 	byName map[string]*source
+	// logs is each source's entry (pipeline field), made once: a WithField per request
+	// copies the entry's fields even when nothing is logged.
+	logs map[*source]*logrus.Entry
 
 	queue      chan *item
 	sem        chan struct{}
@@ -105,6 +108,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Receiver, error) {
 		log:       c.Logger.WithField("component", "receiver"),
 		byPath:    map[string]*source{},
 		byName:    map[string]*source{},
+		logs:      map[*source]*logrus.Entry{},
 		queue:     make(chan *item),
 		sem:       make(chan struct{}, c.Workers),
 	}
@@ -141,6 +145,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Receiver, error) {
 			return nil, fmt.Errorf("receiver: source %d (%q): path %q: used twice", i, s.Name, src.path)
 		}
 		r.byName[src.name], r.byPath[src.path] = src, src
+		r.logs[src] = r.log.WithField("pipeline", src.name)
 	}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	r.wg.Add(1)
@@ -207,7 +212,7 @@ func (r *Receiver) reject(w http.ResponseWriter, src *source, p problem, detail,
 
 func (r *Receiver) serve(w http.ResponseWriter, req *http.Request, src *source, urlKey string) {
 	metrics.Received.WithLabelValues(src.name, "http").Inc()
-	log := r.log.WithField("pipeline", src.name)
+	log := r.logs[src]
 	if req.ContentLength > src.bodyLimit {
 		r.reject(w, src, probTooLarge, fmt.Sprintf("the limit is %d bytes", src.bodyLimit), "too_large")
 		return
@@ -262,11 +267,15 @@ func (r *Receiver) serveWebhook(w http.ResponseWriter, c *call, log *logrus.Entr
 		return
 	}
 	c.req.MessageID = id
-	log = log.WithField("message_id", id)
-	log.WithField("payload", string(c.req.Body)).Debug("webhook verified")
+	if log.Logger.IsLevelEnabled(logrus.DebugLevel) {
+		log.WithField("message_id", id).WithField("payload", string(c.req.Body)).Debug("webhook verified")
+	}
 
 	m := src.message(c)
 	err := r.submit(m)
+	if err != nil || (m.Outcome != exactlyonce.Applied && m.Outcome != exactlyonce.Duplicate) {
+		log = log.WithField("message_id", id) // only what is logged pays for the field
+	}
 	switch {
 	case err != nil:
 		log.WithError(err).Error("webhook transaction failed; answered 503, nothing stored")

@@ -162,32 +162,31 @@ func compile(ctx context.Context, pool *pgxpool.Pool, sql string) (*effectsql.St
 	return effectsql.Prepare(ctx, conn.Conn(), sql)
 }
 
-// parsedBody decodes a JSON body once, on first use.
+// parsedBody is a request body in which JSON pointers are resolved. It is checked once, on
+// first use, and never decoded whole: a pointer's value is read from the raw bytes
+// (jsonpointer.Find), which is what decoding and resolving would give.
 type parsedBody struct {
 	raw  []byte
 	done bool
-	doc  any
 	ok   bool
 }
 
-func (p *parsedBody) get() (any, bool) {
+// valid reports whether the body is one JSON value of valid text and nothing after it.
+// encoding/json would turn invalid UTF-8 and unpaired surrogates into U+FFFD, so two
+// different ids could read as one: jsonpointer.Valid refuses them.
+func (p *parsedBody) valid() bool {
 	if !p.done {
-		p.done = true
-		// One JSON value of valid text and nothing after it. encoding/json would turn
-		// invalid UTF-8 and unpaired surrogates into U+FFFD, so two different ids could
-		// read as one: jsonpointer.Decode refuses them.
-		p.doc, p.ok = jsonpointer.Decode(p.raw)
+		p.done, p.ok = true, jsonpointer.Valid(p.raw)
 	}
-	return p.doc, p.ok
+	return p.ok
 }
 
-// pointer resolves a JSON pointer (RFC 6901) in the body.
-func (p *parsedBody) pointer(ptr string) (any, bool) {
-	doc, ok := p.get()
-	if !ok {
+// pointer returns the raw JSON value a JSON pointer (RFC 6901) names in the body.
+func (p *parsedBody) pointer(ptr string) ([]byte, bool) {
+	if !p.valid() {
 		return nil, false
 	}
-	return jsonpointer.Get(doc, ptr)
+	return jsonpointer.Find(p.raw, ptr)
 }
 
 // lookup finds the id spec's value in the request.
@@ -200,7 +199,7 @@ func lookup(spec *pipeline.Field, h http.Header, body *parsedBody) string {
 		return v
 	}
 	if v, ok := body.pointer(spec.JSON); ok {
-		s, _ := jsonpointer.Scalar(v)
+		s, _ := jsonpointer.ScalarText(v)
 		return s
 	}
 	return ""
@@ -208,7 +207,7 @@ func lookup(spec *pipeline.Field, h http.Header, body *parsedBody) string {
 
 // eventType is the provider's event type, where known.
 func (s *source) eventType(h http.Header, body *parsedBody) string {
-	var v any
+	var v []byte
 	var ok bool
 	switch s.scheme {
 	case SchemeStripe, SchemeStandardWebhooks:
@@ -223,7 +222,7 @@ func (s *source) eventType(h http.Header, body *parsedBody) string {
 	if !ok {
 		return ""
 	}
-	t, _ := jsonpointer.Scalar(v)
+	t, _ := jsonpointer.ScalarText(v)
 	return t
 }
 
@@ -336,7 +335,7 @@ func (s *source) effect(c *call) exactlyonce.Effect {
 func (s *source) publishEvent(c *call) exactlyonce.Event {
 	p := s.publish
 	ctype := "application/json"
-	if _, ok := c.body.get(); !ok && p.Body != pipeline.BodyEffect {
+	if !c.body.valid() && p.Body != pipeline.BodyEffect {
 		ctype = "application/octet-stream"
 	}
 	ev := outbox.Event{
