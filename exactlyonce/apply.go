@@ -8,6 +8,7 @@ import (
 	"maps"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemd/idemd/deadletter"
 	"github.com/idemd/idemd/outbox"
@@ -21,6 +22,8 @@ import (
 type queue struct {
 	batch  pgx.Batch
 	events []outbox.Event
+	// spans of the queued statements, ended when they are sent (trace.go)
+	spans []trace.Span
 }
 
 // send runs what q holds in tx and empties it.
@@ -36,6 +39,7 @@ func (u *Unit) send(ctx context.Context, tx pgx.Tx, q *queue) error {
 	}
 	err := tx.SendBatch(ctx, &q.batch).Close()
 	q.batch = pgx.Batch{}
+	q.endSpans(err)
 	if err != nil {
 		return fmt.Errorf("error running the batch's effects: %w", err)
 	}
@@ -103,7 +107,9 @@ func (u *Unit) apply(ctx context.Context, tx pgx.Tx, m *Message, q *queue) error
 			return nil
 		}
 	}
+	span := u.startEffect(ctx, m)
 	result, err := u.effect(ctx, tx, m, q)
+	finish(q, span, err)
 	if err != nil {
 		return err
 	}
@@ -118,7 +124,10 @@ func (u *Unit) apply(ctx context.Context, tx pgx.Tx, m *Message, q *queue) error
 				}
 			}
 		}
-		if err := u.enqueue(ctx, tx, q, events); err != nil {
+		span, events := u.startEnqueue(ctx, m, events)
+		err := u.enqueue(ctx, tx, q, events)
+		finish(q, span, err)
+		if err != nil {
 			return err
 		}
 	}
@@ -266,7 +275,10 @@ func (u *Unit) deadLetter(ctx context.Context, tx pgx.Tx, m *Message, q *queue) 
 			e.Headers[deadletter.HeaderReason] = reason
 			events[i] = e
 		}
-		if err := u.enqueue(ctx, tx, q, events); err != nil {
+		span, events := u.startEnqueue(ctx, m, events)
+		err := u.enqueue(ctx, tx, q, events)
+		finish(q, span, err)
+		if err != nil {
 			return err
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemd/idemd/deadletter"
 	"github.com/idemd/idemd/outbox"
@@ -55,6 +56,10 @@ type Message struct {
 	// result and store it in the processed record, so that a retry is answered the same,
 	// byte for byte (API requests).
 	Answer *Answer
+	// Trace is the message's trace context: its door's span (the HTTP request, the
+	// consumed record), or the one it arrived with. The unit's spans continue it, and its
+	// events and letter events carry it on (their traceparent header). Defaults to none.
+	Trace trace.SpanContext
 
 	// Result is filled in by the unit.
 	Result

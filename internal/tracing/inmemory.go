@@ -1,6 +1,7 @@
 package tracing
 
 import (
+	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 )
@@ -16,4 +17,43 @@ func InMemory() (*sdktrace.TracerProvider, *tracetest.InMemoryExporter) {
 		sdktrace.WithSampler(sdktrace.AlwaysSample()),
 	)
 	return provider, exporter
+}
+
+// Named returns the recorded spans called name, in the order they ended (tests).
+func Named(spans tracetest.SpanStubs, name string) []tracetest.SpanStub {
+	var out []tracetest.SpanStub
+	for _, s := range spans {
+		if s.Name == name {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// Attr returns the value of attribute key of a recorded span, as text, and whether it has
+// it (tests).
+func Attr(s tracetest.SpanStub, key attribute.Key) (string, bool) {
+	for _, kv := range s.Attributes {
+		if kv.Key == key {
+			return kv.Value.Emit(), true
+		}
+	}
+	return "", false
+}
+
+// Texts returns everything a recorded span says in words — its name, its attributes'
+// values, its events' names and attributes, its status — for tests that check what a span
+// must never hold (a payload, a secret).
+func Texts(s tracetest.SpanStub) []string {
+	out := []string{s.Name, s.Status.Description}
+	for _, kv := range s.Attributes {
+		out = append(out, string(kv.Key)+"="+kv.Value.Emit())
+	}
+	for _, e := range s.Events {
+		out = append(out, e.Name)
+		for _, kv := range e.Attributes {
+			out = append(out, string(kv.Key)+"="+kv.Value.Emit())
+		}
+	}
+	return out
 }
