@@ -55,6 +55,7 @@ func (r *Receiver) serveAPI(w http.ResponseWriter, req *http.Request, c *call, u
 	// mid-way must not leave half a state behind.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(req.Context()), r.cfg.ApplyTimeout+wait)
 	defer cancel()
+	defer noteMessage(c.span, m)
 	token, err := r.unit.Reserve(ctx, m, wait)
 	if err != nil {
 		log.WithError(err).Error("reserving an idempotency key failed; answered 503")

@@ -7,6 +7,7 @@ import (
 	"github.com/idemd/idemd/pipeline"
 	"github.com/jackc/pgx/v5"
 	"github.com/sirupsen/logrus"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Defaults of Config and Source; the retentions and MaxAttempts are the pipeline
@@ -63,6 +64,11 @@ type Config struct {
 	// BeforeCommit, when set, runs just before each COMMIT with the message ids of the
 	// transaction; tests use it to crash at that point. Defaults to nil.
 	BeforeCommit func(messageIDs []string)
+	// TracerProvider records a server span per request (continuing its traceparent) and
+	// the unit of work's spans. Defaults to OpenTelemetry's global provider; while that is
+	// a no-op one (tracing off), no span is made, and an incoming traceparent is passed on
+	// to the events as it came.
+	TracerProvider trace.TracerProvider
 }
 
 // Source is one inbound HTTP endpoint (a pipeline). It is also what a source of the

@@ -26,9 +26,11 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/sirupsen/logrus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemd/idemd/exactlyonce"
 	"github.com/idemd/idemd/internal/metrics"
+	"github.com/idemd/idemd/internal/tracing"
 	"github.com/idemd/idemd/migrations"
 	"github.com/idemd/idemd/processed"
 )
@@ -40,6 +42,7 @@ type Receiver struct {
 	unit      *exactlyonce.Unit
 	processed *processed.Store
 	log       *logrus.Entry
+	tracer    *tracing.Tracer
 
 	byPath map[string]*source
 	byName map[string]*source
@@ -107,6 +110,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Receiver, error) {
 		byName:    map[string]*source{},
 		queue:     make(chan *item),
 		sem:       make(chan struct{}, c.Workers),
+		tracer:    tracing.NewTracer(c.TracerProvider, tracerScope),
 	}
 	r.unverified.max = c.MaxUnverifiedBytes
 	ecfg := &exactlyonce.Config{
@@ -114,6 +118,8 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Receiver, error) {
 		Processed: store,
 		Logger:    r.log,
 		OnRetry:   func(error) { metrics.Retries.WithLabelValues("http").Inc() },
+		// The unit's spans continue each request's (its message's Trace).
+		TracerProvider: c.TracerProvider,
 	}
 	if hook := c.BeforeCommit; hook != nil {
 		ecfg.BeforeCommit = func(msgs []*exactlyonce.Message) {
@@ -162,6 +168,7 @@ var errClosed = errors.New("receiver is closed")
 // ServeHTTP routes a request to its source: POST {path}, and for API sources PUT {path}/{id}.
 func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	start := time.Now()
+	req, span := r.startRequest(req)
 	sw := &statusWriter{ResponseWriter: w}
 	src, key, ok := r.route(sw, req)
 	pipeline := "unknown"
@@ -172,6 +179,7 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		r.serve(sw, req, src, key)
 	}
 	metrics.RequestDuration.WithLabelValues(pipeline, strconv.Itoa(sw.code())).Observe(time.Since(start).Seconds())
+	endRequest(span, req, src, sw.code())
 }
 
 // route finds the source; it answers 404 or 405 itself (ok false).
@@ -245,7 +253,8 @@ func (r *Receiver) serve(w http.ResponseWriter, req *http.Request, src *source, 
 		Source: src.name, Tenant: tenant, Method: req.Method, Path: req.URL.Path,
 		Header: src.cleanHeaders(req.Header), Body: body, ReceivedAt: time.Now(),
 	}
-	c := &call{src: src, req: rq, body: &parsedBody{raw: body}, scope: processed.Scope(src.name, tenant)}
+	c := &call{src: src, req: rq, body: &parsedBody{raw: body}, scope: processed.Scope(src.name, tenant),
+		trace: requestTrace(req), span: trace.SpanFromContext(req.Context())}
 	c.eventType = src.eventType(req.Header, c.body)
 	if src.api {
 		r.serveAPI(w, req, c, urlKey, log)
@@ -267,6 +276,7 @@ func (r *Receiver) serveWebhook(w http.ResponseWriter, c *call, log *logrus.Entr
 
 	m := src.message(c)
 	err := r.submit(m)
+	noteMessage(c.span, m)
 	switch {
 	case err != nil:
 		log.WithError(err).Error("webhook transaction failed; answered 503, nothing stored")

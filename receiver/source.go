@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemd/idemd/deadletter"
 	"github.com/idemd/idemd/exactlyonce"
@@ -246,6 +247,10 @@ type call struct {
 	eventType string
 	// scope is the dedup scope (pipeline, tenant); it also keys the operation ids.
 	scope string
+	// trace is the message's trace context (the request's span, or its traceparent), and
+	// span the request's span (a no-op one with tracing off).
+	trace trace.SpanContext
+	span  trace.Span
 }
 
 // message is the unit-of-work message of a call: its key, fingerprint, bound effect,
@@ -257,6 +262,7 @@ func (s *source) message(c *call) *exactlyonce.Message {
 		Retention:   s.retention,
 		MaxAttempts: s.maxAttempts,
 		Effect:      s.effect(c),
+		Trace:       c.trace,
 	}
 	if s.publish != nil {
 		m.Events = []exactlyonce.Event{s.publishEvent(c)}
