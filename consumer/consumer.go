@@ -21,10 +21,12 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/sirupsen/logrus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemd/idemd/exactlyonce"
 	"github.com/idemd/idemd/internal/effectsql"
 	"github.com/idemd/idemd/internal/metrics"
+	"github.com/idemd/idemd/internal/tracing"
 	"github.com/idemd/idemd/migrations"
 	"github.com/idemd/idemd/pipeline"
 	"github.com/idemd/idemd/processed"
@@ -106,6 +108,11 @@ type Config struct {
 	// OnOffsetCommit, when set, runs after the offset of a batch was committed: next is the
 	// partition's new committed offset (tests wait on it). Defaults to nil.
 	OnOffsetCommit func(topic string, partition int, next int64) `yaml:"-"`
+	// TracerProvider records a span per record (continuing its traceparent) and the unit
+	// of work's spans. Defaults to OpenTelemetry's global provider; while that is a no-op
+	// one (tracing off), no span is made, and a record's traceparent is passed on to the
+	// events as it came.
+	TracerProvider trace.TracerProvider `yaml:"-"`
 }
 
 // Effect is a subscription's SQL effect.
@@ -124,7 +131,8 @@ type Consumer struct {
 	unit  *exactlyonce.Unit
 	log   *logrus.Entry
 	// stmt is the SQL effect, compiled once at New.
-	stmt *effectsql.Statement
+	stmt   *effectsql.Statement
+	tracer *tracing.Tracer
 }
 
 // New checks cfg, fills its defaults, and checks that the SQL effect prepares.
@@ -203,7 +211,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Consumer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("consumer %s: %w", c.Name, err)
 	}
-	con := &Consumer{cfg: c, pool: pool, log: log, stmt: stmt}
+	con := &Consumer{cfg: c, pool: pool, log: log, stmt: stmt, tracer: tracing.NewTracer(c.TracerProvider, tracerScope)}
 	con.unit, err = exactlyonce.New(pool, &exactlyonce.Config{
 		Schema:     c.Schema,
 		Processed:  store,
@@ -211,6 +219,8 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Consumer, error) {
 		BackoffMax: c.BackoffMax,
 		Logger:     log,
 		OnRetry:    func(error) { metrics.Retries.WithLabelValues("kafka").Inc() },
+		// The unit's spans continue each record's (its message's Trace).
+		TracerProvider: c.TracerProvider,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("consumer %s: %w", c.Name, err)
@@ -274,10 +284,13 @@ type partitionKey struct {
 }
 
 // process applies one partition's batch in one transaction and records the outcomes.
-func (c *Consumer) process(ctx context.Context, batch []*record) error {
+func (c *Consumer) process(ctx context.Context, batch []*record) (err error) {
 	msgs := make([]*exactlyonce.Message, len(batch))
 	for i, r := range batch {
 		msgs[i] = c.message(r)
+	}
+	if spans := c.startRecords(batch, msgs); spans != nil {
+		defer func() { endRecords(spans, msgs, err) }()
 	}
 	start := time.Now()
 	if err := c.unit.Apply(ctx, msgs); err != nil {

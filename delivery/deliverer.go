@@ -31,11 +31,13 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/sirupsen/logrus"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/idemd/idemd/deadletter"
 	"github.com/idemd/idemd/internal/retry"
 	"github.com/idemd/idemd/internal/testsignal"
+	"github.com/idemd/idemd/internal/tracing"
 	"github.com/idemd/idemd/migrations"
 	"github.com/idemd/idemd/outbox"
 )
@@ -137,6 +139,11 @@ type Config struct {
 	Logger *logrus.Entry
 	// AfterAttempt, when set, runs after each attempt's outcome is recorded. For tests.
 	AfterAttempt func(Attempt)
+	// TracerProvider records a client span per attempt, continuing the trace stored with
+	// the event; each request carries its traceparent (trace.go). Defaults to
+	// OpenTelemetry's global provider; while that is a no-op one (tracing off), no span is
+	// made and requests carry the stored traceparent.
+	TracerProvider trace.TracerProvider
 }
 
 // Deliverer delivers pending http_deliveries rows of its endpoints. Several deliverers,
@@ -153,6 +160,7 @@ type Deliverer struct {
 	deadletter *deadletter.Store
 	sql        statements
 	signals    delivererSignals
+	tracer     *tracing.Tracer
 }
 
 // delivererSignals are the deliverer's test signals (internal/testsignal): inert unless a
@@ -235,6 +243,7 @@ func NewDeliverer(pool *pgxpool.Pool, cfg *Config) (*Deliverer, error) {
 		channel:    outbox.DeliveryChannel(c.Schema),
 		deadletter: deadletter.New(c.Schema),
 		sql:        newStatements(c.Schema),
+		tracer:     tracing.NewTracer(c.TracerProvider, tracerScope),
 	}
 	seen := map[string]bool{}
 	for i, e := range c.Endpoints {
@@ -500,7 +509,9 @@ func (d *Deliverer) attempt(ctx context.Context, ep *endpoint, r *row) {
 	ctx = context.WithoutCancel(ctx)
 	log := d.log.WithFields(logrus.Fields{"endpoint": ep.Name, "operation_id": r.op.String(), "attempt": r.attempts})
 	start := time.Now()
-	status, retryAfter, detail, err := d.post(ctx, ep, r)
+	sctx, span := d.startAttempt(ctx, ep, r)
+	status, retryAfter, detail, err := d.post(sctx, ep, r)
+	endAttempt(span, status, err)
 	attemptDuration.WithLabelValues(ep.Name).Observe(time.Since(start).Seconds())
 
 	a := Attempt{DeliveryID: r.id, Endpoint: ep.Name, OperationID: r.op, Number: r.attempts, Status: status, Err: err}
@@ -580,6 +591,7 @@ func (d *Deliverer) post(ctx context.Context, ep *endpoint, r *row) (status int,
 	if et := r.headers[outbox.HeaderEventType]; et != "" {
 		h.Set(outbox.HeaderEventType, et)
 	}
+	tracing.SetHTTP(h, traceRequest(ctx, r))
 	for name, values := range h {
 		for _, v := range values {
 			if !httpguts.ValidHeaderFieldValue(v) {

@@ -51,13 +51,7 @@ func (b *bundle) tracedMessage(id string, n int, sc trace.SpanContext) *exactlyo
 // storedTraceparent reads the traceparent stored with the outbox row of message id.
 func (b *bundle) storedTraceparent(t *testing.T, id string) string {
 	t.Helper()
-	var tp *string
-	require.NoError(t, b.db.Pool.QueryRow(context.Background(),
-		b.db.Q(`SELECT headers->>'traceparent' FROM {schema}.outbox WHERE causation_id = $1`), id).Scan(&tp))
-	if tp == nil {
-		return ""
-	}
-	return *tp
+	return b.db.Text(t, `SELECT headers->>'traceparent' FROM {schema}.outbox WHERE causation_id = $1`, id)
 }
 
 func tracedUnit(t *testing.T, b *bundle) *tracetest.InMemoryExporter {
