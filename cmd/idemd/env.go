@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemd/idemd/admin"
+	"github.com/idemd/idemd/internal/tracing"
 )
 
 // Env is idemd's whole environment (prefix IDEMD_). It is the only place that reads it;
@@ -141,6 +142,9 @@ func loadEnvFor(cmd string, e environment) (*Env, error) {
 		if v.readBy(cmd) && problems[v.Name] != nil {
 			errs = append(errs, problems[v.Name])
 		}
+	}
+	if cmd == "" || slices.Contains(tracingCommands, cmd) {
+		errs = append(errs, tracing.Check(e.lookup)) // the OTEL_* variables
 	}
 	return cfg, errors.Join(errs...)
 }

@@ -17,11 +17,15 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/idemd/idemd/config"
+	"github.com/idemd/idemd/internal/tracing"
 	"github.com/idemd/idemd/migrations"
 )
 
 // version is set at build time: -ldflags "-X main.version=v1.2.3".
 var version = ""
+
+// tracingFlushTimeout bounds the export of the last spans at exit, after the drain.
+const tracingFlushTimeout = 5 * time.Second
 
 func (c *cli) serve(args []string) int {
 	fs := c.flags("serve", "", "Run the roles in IDEMD_ROLES until SIGTERM or SIGINT, then drain within IDEMD_SHUTDOWN_TIMEOUT.", true)
@@ -49,7 +53,26 @@ func (c *cli) serve(args []string) int {
 // runDaemon runs the daemon until SIGTERM/SIGINT.
 func (c *cli) runDaemon(cmd string, e *Env, f *config.File, onReady func(httpAddr, adminAddr string)) int {
 	log := newLogger(e, c.stderr)
-	d, err := newDaemon(daemonConfigFrom(e, f, log, onReady))
+	cfg := daemonConfigFrom(e, f, log, onReady)
+	tr, err := tracing.Setup(context.Background(), &tracing.Config{
+		Getenv: c.env.lookup, ServiceVersion: versionString(), Logger: log, Console: c.stderr,
+	})
+	if err != nil {
+		return c.fail(cmd, exitUsage, err)
+	}
+	// The spans still buffered are exported before exit, within a few seconds.
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), tracingFlushTimeout)
+		defer cancel()
+		if err := tr.Shutdown(ctx); err != nil {
+			log.WithField("component", "tracing").WithError(err).Warn("error flushing the last spans")
+		}
+	}()
+	if tr.Enabled() {
+		log.WithField("component", "tracing").Info("tracing is on: spans are exported as the OTEL_* variables say")
+	}
+	cfg.TracerProvider = tr.TracerProvider()
+	d, err := newDaemon(cfg)
 	if err != nil {
 		return c.fail(cmd, exitUsage, err)
 	}
