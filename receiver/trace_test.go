@@ -1,7 +1,6 @@
 package receiver
 
 import (
-	"context"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -47,13 +46,7 @@ func tracedServer(t *testing.T, b *bundle) (*httptest.Server, <-chan struct{}) {
 
 func (b *bundle) storedTraceparent(t *testing.T, topic string) string {
 	t.Helper()
-	var tp *string
-	require.NoError(t, b.db.Pool.QueryRow(context.Background(),
-		b.db.Q(`SELECT headers->>'traceparent' FROM {schema}.outbox WHERE topic = $1`), topic).Scan(&tp))
-	if tp == nil {
-		return ""
-	}
-	return *tp
+	return b.db.Text(t, `SELECT headers->>'traceparent' FROM {schema}.outbox WHERE topic = $1`, topic)
 }
 
 // TestTraceOfAWebhook: a signed webhook with a traceparent gets a server span continuing
