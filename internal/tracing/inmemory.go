@@ -53,7 +53,7 @@ func Named(spans tracetest.SpanStubs, name string) []tracetest.SpanStub {
 func Attr(s tracetest.SpanStub, key attribute.Key) (string, bool) {
 	for _, kv := range s.Attributes {
 		if kv.Key == key {
-			return kv.Value.Emit(), true
+			return kv.Value.String(), true
 		}
 	}
 	return "", false
@@ -65,12 +65,12 @@ func Attr(s tracetest.SpanStub, key attribute.Key) (string, bool) {
 func Texts(s tracetest.SpanStub) []string {
 	out := []string{s.Name, s.Status.Description}
 	for _, kv := range s.Attributes {
-		out = append(out, string(kv.Key)+"="+kv.Value.Emit())
+		out = append(out, string(kv.Key)+"="+kv.Value.String())
 	}
 	for _, e := range s.Events {
 		out = append(out, e.Name)
 		for _, kv := range e.Attributes {
-			out = append(out, string(kv.Key)+"="+kv.Value.Emit())
+			out = append(out, string(kv.Key)+"="+kv.Value.String())
 		}
 	}
 	return out
