@@ -147,11 +147,14 @@ func EnqueueTx(ctx context.Context, tx pgx.Tx, events ...Event) error {
 }
 
 // EnqueueTx writes events in tx, in one round trip, and notifies the relay at commit. The
-// rows become visible to the relay only if tx commits.
+// rows become visible to the relay only if tx commits. An event without a traceparent
+// header stores the trace context of ctx's span, if any, so that its record continues the
+// caller's trace.
 func (s *Store) EnqueueTx(ctx context.Context, tx pgx.Tx, events ...Event) error {
 	if len(events) == 0 {
 		return nil
 	}
+	events = withTrace(ctx, events)
 	batch := &pgx.Batch{}
 	if err := s.Queue(batch, events...); err != nil {
 		return err

@@ -84,7 +84,7 @@ type RelayConfig struct {
 	// are marked published; an error stops the relay there, as a crash would. For tests.
 	AfterPublish func(ids []int64) error
 	// TracerProvider records a span per write to Kafka, linked to the trace context stored
-	// with each row (relay_trace.go). Defaults to OpenTelemetry's global provider; while
+	// with each row (trace.go). Defaults to OpenTelemetry's global provider; while
 	// that is a no-op one (tracing off), no span is made. Records carry their row's
 	// traceparent either way.
 	TracerProvider trace.TracerProvider

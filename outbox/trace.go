@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"slices"
 
 	"github.com/segmentio/kafka-go"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
@@ -10,12 +11,13 @@ import (
 	"github.com/idemd/idemd/internal/tracing"
 )
 
-// The relay's span (OpenTelemetry): one "send {topic}" producer span per write to Kafka,
-// with the messaging semantic conventions' attributes. Each record carries, unchanged, the
-// trace context stored with its row (its traceparent header, set by whoever enqueued it:
-// the unit of work's enqueue span), so the consumer of the record continues the trace of
-// the transaction that wrote it. The send span links to those contexts; a send of one
-// traced record is a child of its context. With tracing off nothing here allocates.
+// The outbox's part of tracing (OpenTelemetry). Each row stores the trace context of what
+// enqueued it (its traceparent header: the unit of work's enqueue span, or for EnqueueTx
+// callers the span of their ctx), and the record the relay publishes carries it unchanged,
+// so the consumer of the record continues the trace of the transaction that wrote the row.
+// The relay's span: one "send {topic}" producer span per write to Kafka, with the messaging
+// semantic conventions' attributes, linked to the records' contexts (a send of one traced
+// record is its child). With tracing off nothing here allocates.
 
 const relayTracerScope = "github.com/idemd/idemd/outbox"
 
@@ -52,4 +54,20 @@ func (r *Relay) write(ctx context.Context, topic string, msgs []kafka.Message) e
 	err := r.writer.WriteMessages(ctx, msgs...)
 	tracing.End(span, err)
 	return err
+}
+
+// withTrace returns events with ctx's trace context as the traceparent of those that have
+// none (copies); events as they are when ctx has no span.
+func withTrace(ctx context.Context, events []Event) []Event {
+	sc := trace.SpanContextFromContext(ctx)
+	if !sc.IsValid() {
+		return events
+	}
+	out := slices.Clone(events)
+	for i := range out {
+		if out[i].Headers["traceparent"] == "" {
+			out[i].Headers = tracing.WithContext(out[i].Headers, sc)
+		}
+	}
+	return out
 }

@@ -73,3 +73,30 @@ func TestRelayTrace(t *testing.T) {
 	op, _ := tracing.Attr(sends[0], tracing.AttrOperationID)
 	require.Equal(t, outbox.OperationID("p", "single-0", 0).String(), op)
 }
+
+// TestEnqueueTxStoresTheCallersTrace: an event enqueued within a span stores that span's
+// context; an event with a traceparent of its own keeps it; without a span nothing is
+// added.
+func TestEnqueueTxStoresTheCallersTrace(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t, 1, pgtest.Options{})
+	provider, _ := tracing.InMemory()
+	ctx, span := provider.Tracer("test").Start(context.Background(), "handler")
+	defer span.End()
+	own := "00-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-a1a1a1a1a1a1a1a1-01"
+	events := b.events(2, "enq")
+	events[1].Headers = map[string]string{"traceparent": own}
+	tx, err := b.db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	require.NoError(t, b.store.EnqueueTx(ctx, tx, events...))
+	require.NoError(t, b.store.EnqueueTx(context.Background(), tx, b.events(1, "bare")...))
+	require.NoError(t, tx.Commit(ctx))
+	stored := func(id string) string {
+		return b.db.Text(t, `SELECT headers->>'traceparent' FROM {schema}.outbox WHERE causation_id = $1`, id)
+	}
+	sc := span.SpanContext()
+	require.Equal(t, "00-"+sc.TraceID().String()+"-"+sc.SpanID().String()+"-01", stored("enq-0"))
+	require.Equal(t, own, stored("enq-1"))
+	require.Empty(t, stored("bare-0"))
+	require.Nil(t, events[0].Headers, "the caller's events are not changed")
+}
