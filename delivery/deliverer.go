@@ -69,6 +69,16 @@ type Endpoint struct {
 	// Concurrency is how many requests this process has in flight to the endpoint at once.
 	// Defaults to 4.
 	Concurrency int
+	// Retry overrides the Config's retry policy for this endpoint, field by field. Defaults
+	// to the Config's.
+	Retry RetryPolicy
+	// Rate caps the requests per second to this endpoint, all deliverers together: the
+	// budget (a token bucket of Rate tokens, refilled at Rate per second, at least one)
+	// lives in PostgreSQL. Retries count. Defaults to 0: no cap.
+	Rate float64
+	// Breaker, when set, stops sending to the endpoint while it keeps failing (see
+	// Breaker). Defaults to nil: only a 410 stops deliveries.
+	Breaker *Breaker
 }
 
 // Outcome is what became of one attempt.
