@@ -99,7 +99,7 @@ func (r *Receiver) applyReserved(w http.ResponseWriter, req *http.Request, c *ca
 	default:
 		metrics.Processed.WithLabelValues(src.name).Inc()
 		if m.Response != nil && m.Response.Status/100 != 2 {
-			log.WithField("status", m.Response.Status).Info("API effect answered a business error; stored")
+			log.WithField("status", m.Response.Status).Info("API effect answered with a non-2xx status; stored")
 		}
 		writeStored(w, m.Response, "")
 	}
