@@ -51,6 +51,9 @@ func TestCheckAgreesWithServe(t *testing.T) {
 			vars: map[string]string{"IDEMD_KAFKA_BROKERS": "127.0.0.1:1"}, starts: true, warns: "do not answer"},
 		{name: "TLS key missing", file: sourcesOnly(topic()),
 			vars: map[string]string{"IDEMD_ROLES": "receiver", "IDEMD_TLS_CERT_FILE": "/nonexistent/cert.pem"}, starts: false},
+		{name: "retention shorter than the sender retries", file: strings.Replace(sourcesOnly(topic()), "    publish:", "    retention: 1d\n    publish:", 1),
+			vars: map[string]string{"IDEMD_ROLES": "receiver"}, starts: true,
+			warns: `sources[0] "stripe": retention: 1d is shorter than how long stripe retries a webhook (3d)`},
 		{name: "pool too small", file: sourcesOnly(topic()),
 			vars: map[string]string{"IDEMD_ROLES": "receiver", "IDEMD_DB_MAX_CONNS": "1"}, starts: false},
 	} {
