@@ -162,11 +162,15 @@ type Verify struct {
 type Effect struct {
 	// SQL runs with pgx named arguments @message_id @payload @headers @source @tenant @key
 	// @topic @partition @offset @received_at; its returned rows are the API response body
-	// and, with Publish.Body "effect", the event. It must prepare at New. Defaults to "".
+	// and, with Publish.Body "effect", the event. On an API source, a first row with an
+	// integer http_status column is a business error: that status, the row without the
+	// column as body, stored and replayed (exactlyonce.StatusColumn). It must prepare at
+	// New. Defaults to "".
 	SQL string `yaml:"sql"`
 	// Func runs in the transaction instead of SQL (library users); what it returns is
 	// marshalled to JSON like returned rows. Wrap errors with exactlyonce.Permanent to
-	// dead-letter rather than retry. Defaults to nil.
+	// dead-letter rather than retry; return an *exactlyonce.BusinessError to answer an API
+	// request with another status and body, stored like a success. Defaults to nil.
 	Func EffectFunc `yaml:"-"`
 	// Status is the HTTP status of a new API request whose effect committed. Defaults to 200.
 	Status int `yaml:"status"`
@@ -209,5 +213,8 @@ type Request struct {
 }
 
 // EffectFunc is a Go effect. It runs in the dedup transaction tx; what it returns (a value
-// marshalled to JSON, or json.RawMessage / []byte already JSON) is the API response body.
+// marshalled to JSON, or json.RawMessage / []byte already JSON) is the API response body. An
+// *exactlyonce.BusinessError it returns is the API answer instead (what it wrote commits);
+// any other error rolls back: permanent ones (exactlyonce.Permanent, SQLSTATE classes 22, 23,
+// 42) are stored as 422 or dead-lettered, the others are transient and never stored.
 type EffectFunc func(ctx context.Context, tx pgx.Tx, r *Request) (any, error)
