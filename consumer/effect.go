@@ -96,11 +96,15 @@ func (c *Consumer) bind(m *exactlyonce.Message, r *record) {
 		msg := r.msg
 		m.Effect.Func = func(ctx context.Context, tx pgx.Tx) (any, error) { return nil, h(ctx, tx, msg) }
 	}
-	if routed := c.cfg.Publish.Route(c.cfg.Name, c.cfg.Name, r.msg.ID, outbox.Event{Payload: r.msg.Value, Headers: passHeaders(r)}, r); len(routed) > 0 {
-		m.Events = make([]exactlyonce.Event, len(routed))
-		for i, e := range routed {
-			m.Events[i] = exactlyonce.Event{Event: e.Event}
-		}
+	if len(c.cfg.Publish) == 0 {
+		return
+	}
+	// Each target's event has its own operation id (pipeline.Targets), set explicitly: the
+	// events of a whole batch are enqueued in one call.
+	routed := c.cfg.Publish.Route(c.cfg.Name, c.cfg.Name, r.msg.ID, outbox.Event{Payload: r.msg.Value, Headers: passHeaders(r)}, r)
+	m.Events = make([]exactlyonce.Event, len(routed))
+	for i, e := range routed {
+		m.Events[i] = exactlyonce.Event{Event: e.Event}
 	}
 }
 

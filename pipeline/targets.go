@@ -103,7 +103,10 @@ func (ts Targets) Route(pipeline, scope, id string, base outbox.Event, msg Messa
 			continue
 		}
 		ev := base
-		ev.Headers = maps.Clone(base.Headers)
+		if len(out) > 0 {
+			// The first event keeps base's map (one target: no copy); the others get theirs.
+			ev.Headers = maps.Clone(base.Headers)
+		}
 		ev.Pipeline, ev.CausationID = pipeline, id
 		ev.Topic = t.Topic
 		ev.OperationID = ts.OperationID(scope, id, i)
