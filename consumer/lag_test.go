@@ -73,7 +73,7 @@ func TestLagFromCommittedOffsets(t *testing.T) {
 	cfg := b.config()
 	cfg.Name = name
 	stop := start(t, b.db, cfg)
-	eventually(t, 30*time.Second, "8 effects", func() bool { return b.db.Count(t, "{schema}.effects") == 8 })
+	b.until(t, 30*time.Second, "8 effects", func() bool { return b.db.Count(t, "{schema}.effects") == 8 })
 	stop() // commits the offsets of what it applied, then leaves the group
 
 	_, err = m.Poll(ctx)

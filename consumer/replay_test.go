@@ -21,8 +21,8 @@ func (b *bundle) deadLetter(t *testing.T, cfg *consumer.Config, n int, msgs ...k
 	t.Helper()
 	produce(t, b.brokers, b.topic, msgs...)
 	stop := start(t, b.db, cfg)
-	eventually(t, 30*time.Second, "offsets committed", func() bool {
-		return committed(t, b.brokers, b.group, b.topic, 1)[0] == int64(len(msgs))
+	b.waitCommitted(t, 30*time.Second, func(offs []int64) bool {
+		return offs[0] == int64(len(msgs))
 	})
 	stop()
 	letters, err := deadletter.New(b.db.Schema).List(context.Background(), b.db.Pool, deadletter.Filter{Pipeline: cfg.Name})

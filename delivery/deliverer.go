@@ -37,6 +37,7 @@ import (
 	"github.com/idemd/idemd/deadletter"
 	"github.com/idemd/idemd/internal/retry"
 	"github.com/idemd/idemd/internal/testsignal"
+	"github.com/idemd/idemd/migrations"
 	"github.com/idemd/idemd/outbox"
 )
 
@@ -207,7 +208,7 @@ func NewDeliverer(pool *pgxpool.Pool, cfg *Config) (*Deliverer, error) {
 	if cfg != nil {
 		c = *cfg
 	}
-	c.Schema = cmp.Or(c.Schema, outbox.SchemaDefault)
+	c.Schema = cmp.Or(c.Schema, migrations.SchemaDefault)
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, MaxAttemptsDefault)
 	c.MaxAge = cmp.Or(c.MaxAge, MaxAgeDefault)
 	c.BackoffMin = cmp.Or(c.BackoffMin, BackoffMinDefault)

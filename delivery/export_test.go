@@ -5,6 +5,7 @@ var EndpointDisabledGauge = endpointDisabled
 
 // BacklogGauge and OldestPendingGauge expose the backlog gauges to the external tests.
 var BacklogGauge, OldestPendingGauge = backlog, oldestPending
+
 // DelivererSignals are the deliverer's test signals, for the external tests.
 type DelivererSignals = delivererSignals
 

@@ -35,13 +35,13 @@ import (
 
 	"github.com/idemd/idemd/deadletter"
 	"github.com/idemd/idemd/internal/retry"
+	"github.com/idemd/idemd/migrations"
 	"github.com/idemd/idemd/outbox"
 	"github.com/idemd/idemd/processed"
 )
 
 // Defaults of Config.
 const (
-	SchemaDefault         = processed.SchemaDefault
 	BackoffMinDefault     = 50 * time.Millisecond
 	BackoffMaxDefault     = 5 * time.Second
 	ResolveTimeoutDefault = 10 * time.Second
@@ -86,7 +86,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Unit, error) {
 	if cfg != nil {
 		c = *cfg
 	}
-	c.Schema = cmp.Or(c.Schema, SchemaDefault)
+	c.Schema = cmp.Or(c.Schema, migrations.SchemaDefault)
 	c.BackoffMin = cmp.Or(c.BackoffMin, BackoffMinDefault)
 	c.BackoffMax = cmp.Or(c.BackoffMax, BackoffMaxDefault)
 	c.ResolveTimeout = cmp.Or(c.ResolveTimeout, ResolveTimeoutDefault)

@@ -26,10 +26,8 @@ import (
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/idemd/idemd/internal/pgtext"
+	"github.com/idemd/idemd/migrations"
 )
-
-// SchemaDefault is the schema of the outbox table unless configured otherwise.
-const SchemaDefault = "idemd"
 
 // Header names the relay sets on every record.
 const (
@@ -127,7 +125,7 @@ func New(cfg *Config) *Store {
 	if cfg == nil {
 		cfg = &Config{}
 	}
-	schema := cmp.Or(cfg.Schema, SchemaDefault)
+	schema := cmp.Or(cfg.Schema, migrations.SchemaDefault)
 	return &Store{
 		schema:          schema,
 		channel:         Channel(schema),

@@ -21,6 +21,7 @@ import (
 	"github.com/idemd/idemd/internal/metrics"
 	"github.com/idemd/idemd/internal/retry"
 	"github.com/idemd/idemd/internal/testsignal"
+	"github.com/idemd/idemd/migrations"
 )
 
 // Defaults of RelayConfig.
@@ -101,19 +102,19 @@ type Relay struct {
 	// before it even tried.
 	decided     chan struct{}
 	decidedOnce sync.Once
-	pool      *pgxpool.Pool
-	cfg       RelayConfig
-	writer    Writer
-	log       *logrus.Entry
-	lockKey   int64
-	channel   string
-	selectSQL string
-	markSQL   string
-	deleteSQL string
-	letters   *deadletter.Store
-	statsSQL  string
-	published atomic.Int64
-	leader    atomic.Bool
+	pool        *pgxpool.Pool
+	cfg         RelayConfig
+	writer      Writer
+	log         *logrus.Entry
+	lockKey     int64
+	channel     string
+	selectSQL   string
+	markSQL     string
+	deleteSQL   string
+	letters     *deadletter.Store
+	statsSQL    string
+	published   atomic.Int64
+	leader      atomic.Bool
 
 	// failing are the topics whose last publish failed. Only the leading goroutine uses it.
 	failing map[string]*topicFailure
@@ -146,7 +147,7 @@ func NewRelay(pool *pgxpool.Pool, cfg *RelayConfig) (*Relay, error) {
 	if cfg != nil {
 		c = *cfg
 	}
-	c.Schema = cmp.Or(c.Schema, SchemaDefault)
+	c.Schema = cmp.Or(c.Schema, migrations.SchemaDefault)
 	c.BatchSize = cmp.Or(c.BatchSize, RelayBatchSizeDefault)
 	c.BatchTimeout = cmp.Or(c.BatchTimeout, RelayBatchTimeoutDefault)
 	c.PollInterval = cmp.Or(c.PollInterval, RelayPollIntervalDefault)

@@ -150,7 +150,7 @@ func newDaemon(cfg *daemonConfig) (*daemon, error) {
 		errs = append(errs, errors.New("pipelines file is required"))
 	}
 	if c.DatabaseURL == "" {
-		errs = append(errs, errors.New("IDEMD_DATABASE_URL is required"))
+		errs = append(errs, errNoDatabaseURL)
 	}
 	needsKafka := (c.has(roleConsumer) && c.Pipelines != nil && len(c.Pipelines.Subscriptions) > 0) || c.has(roleRelay)
 	if needsKafka && len(c.Brokers) == 0 {

@@ -145,6 +145,10 @@ func loadEnvFor(cmd string, e environment) (*Env, error) {
 	return cfg, errors.Join(errs...)
 }
 
+// errNoDatabaseURL: every command but dev needs IDEMD_DATABASE_URL (dev defaults to the
+// local server).
+var errNoDatabaseURL = errors.New("IDEMD_DATABASE_URL is required")
+
 // envChecks are the checks beyond parsing, by variable.
 var envChecks = map[string]func(*Env) error{
 	"IDEMD_LOG_LEVEL": func(c *Env) error {

@@ -115,7 +115,7 @@ func (c *cli) migrate(args []string) int {
 		return c.fail("migrate", exitUsage, err)
 	}
 	if e.DatabaseURL == "" {
-		return c.fail("migrate", exitUsage, errors.New("IDEMD_DATABASE_URL is required"))
+		return c.fail("migrate", exitUsage, errNoDatabaseURL)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
