@@ -56,18 +56,21 @@ type Config struct {
 	Topics []string `yaml:"topics"`
 	// Group is the consumer group. Defaults to "idemd-" + Name.
 	Group string `yaml:"group"`
-	// MessageID says where a record's id is. Defaults to the first present of the headers
-	// operation-id, message-id and idempotency-key (DefaultIDHeaders).
+	// MessageID says where a record's id is: a header, a JSON pointer, the record key, or a
+	// composite of several (pipeline.Field.Parts, joined length-prefixed; a missing part is
+	// a missing id). Defaults to the first present of the headers operation-id, message-id
+	// and idempotency-key (DefaultIDHeaders).
 	MessageID *pipeline.Field `yaml:"message_id"`
 	// Effect is the SQL run for each new message. Defaults to none.
 	Effect Effect `yaml:"effect"`
 	// Handler is a Go effect run for each new message, after the SQL, in the same
 	// transaction. Defaults to none.
 	Handler Handler `yaml:"-"`
-	// Publish writes one outbox event per applied message: its value, on Publish.Topic,
-	// and with Publish.HTTP, to the endpoint named after the subscription. Defaults to
-	// none.
-	Publish *pipeline.Publish `yaml:"publish"`
+	// Publish lists the targets of the subscription's events: each applied message writes
+	// its value as one outbox event per target whose filter matches it (the event type of a
+	// filter is the record's event-type header); see pipeline.Targets for their names,
+	// operation ids and endpoints. Defaults to none.
+	Publish pipeline.Targets `yaml:"publish"`
 	// Order enables the stale-event guard. Defaults to none (every new id is applied).
 	Order *pipeline.Order `yaml:"order"`
 	// DeadLetter says what happens to a message that keeps failing. Defaults to 5 attempts
@@ -181,20 +184,17 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Consumer, error) {
 			return nil, fmt.Errorf("consumer %s: MessageID: %w", c.Name, err)
 		}
 	}
-	if c.Publish != nil {
-		if err := c.Publish.Validate(true); err != nil {
-			return nil, fmt.Errorf("consumer %s: Publish: %w", c.Name, err)
-		}
-		if c.Publish.Body == pipeline.BodyEffect {
-			return nil, fmt.Errorf("consumer %s: Publish.Body: subscriptions publish the consumed payload; body effect is for sources", c.Name)
+	if err := c.Publish.Validate(true); err != nil {
+		return nil, fmt.Errorf("consumer %s: Publish%w", c.Name, err)
+	}
+	for i, t := range c.Publish {
+		if t.Body == pipeline.BodyEffect {
+			return nil, fmt.Errorf("consumer %s: Publish[%d].Body: subscriptions publish the consumed payload; body effect is for sources", c.Name, i)
 		}
 	}
 	if c.Order != nil {
-		if err := c.Order.Entity.Validate(true); err != nil {
-			return nil, fmt.Errorf("consumer %s: Order.Entity: %w", c.Name, err)
-		}
-		if err := c.Order.Version.Validate(true); err != nil {
-			return nil, fmt.Errorf("consumer %s: Order.Version: %w", c.Name, err)
+		if err := c.Order.Validate(true); err != nil {
+			return nil, fmt.Errorf("consumer %s: Order: %w", c.Name, err)
 		}
 	}
 	log := c.Logger.WithField("component", "consumer").WithField("pipeline", c.Name)

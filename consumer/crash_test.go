@@ -159,7 +159,7 @@ func TestRestartsWithDuplicates(t *testing.T) {
 	t.Cleanup(func() { cancel(); <-relayDone })
 
 	cfg := b.config()
-	cfg.Publish = &pipeline.Publish{Topic: out, Key: &pipeline.Field{JSON: "/id"}}
+	cfg.Publish = pipeline.Targets{{Topic: out, Key: &pipeline.Field{JSON: "/id"}}}
 	produceAsync(t, b.brokers, b.topic, all...)
 	restarts := 0
 	for step := 1; step <= 4; step++ {

@@ -22,7 +22,7 @@ func TestPoisonMessageAmongGoodOnes(t *testing.T) {
 	b := setup(t, 1)
 	cfg := b.config()
 	cfg.DeadLetter = pipeline.DeadLetter{Topic: "ledger.dlq", MaxAttempts: 3}
-	cfg.Publish = &pipeline.Publish{Topic: "ledger.entries", Key: &pipeline.Field{JSON: "/id"}}
+	cfg.Publish = pipeline.Targets{{Topic: "ledger.entries", Key: &pipeline.Field{JSON: "/id"}}}
 	var msgs []kafka.Message
 	for i, id := range ids("good", 100) {
 		msgs = append(msgs, msg(id, 0, ""))
@@ -190,8 +190,8 @@ func TestNewChecksConfig(t *testing.T) {
 		}, "unknown parameter @nope"},
 		{"message id", func(c *consumer.Config) { c.MessageID = &pipeline.Field{Header: "a", Key: true} }, "MessageID"},
 		{"json pointer", func(c *consumer.Config) { c.MessageID = &pipeline.Field{JSON: "id"} }, "MessageID"},
-		{"publish", func(c *consumer.Config) { c.Publish = &pipeline.Publish{} }, "Publish: want topic"},
-		{"order", func(c *consumer.Config) { c.Order = &pipeline.Order{Entity: pipeline.Field{JSON: "/e"}} }, "Order.Version"},
+		{"publish", func(c *consumer.Config) { c.Publish = pipeline.Targets{{}} }, "Publish[0]: want topic"},
+		{"order", func(c *consumer.Config) { c.Order = &pipeline.Order{Entity: pipeline.Field{JSON: "/e"}} }, "Order: version"},
 		{"max attempts", func(c *consumer.Config) { c.DeadLetter.MaxAttempts = -1 }, "DeadLetter.MaxAttempts"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

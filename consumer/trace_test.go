@@ -52,7 +52,7 @@ func TestTraceOfRecords(t *testing.T) {
 	parents := tracedRecords(t, b)
 	provider, exporter := tracing.InMemory()
 	cfg := b.config()
-	cfg.Publish = &pipeline.Publish{Topic: "ledger.out"}
+	cfg.Publish = pipeline.Targets{{Topic: "ledger.out"}}
 	cfg.TracerProvider = provider
 	start(t, b.db, cfg)
 	b.waitCommitted(t, 60*time.Second, func(offs []int64) bool { return offs[0] == 3 })
@@ -109,7 +109,7 @@ func TestTraceOffPassesTheRecordsTraceOn(t *testing.T) {
 	b := setup(t, 1)
 	parents := tracedRecords(t, b)
 	cfg := b.config()
-	cfg.Publish = &pipeline.Publish{Topic: "ledger.out"}
+	cfg.Publish = pipeline.Targets{{Topic: "ledger.out"}}
 	cfg.TracerProvider = noop.NewTracerProvider()
 	start(t, b.db, cfg)
 	b.waitCommitted(t, 60*time.Second, func(offs []int64) bool { return offs[0] == 3 })

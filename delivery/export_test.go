@@ -14,3 +14,6 @@ type EndpointSignal = endpointState
 
 // TestSignals returns d's test signals; initialise the ones a test waits on before Run.
 func (d *Deliverer) TestSignals() *DelivererSignals { return &d.signals }
+
+// BreakerTransitions and BreakerOpenGauge expose the breaker's metrics to the external tests.
+var BreakerTransitions, BreakerOpenGauge = breakerTransitions, breakerOpen

@@ -50,8 +50,8 @@ func endRequest(span trace.Span, req *http.Request, src *source, status int) {
 	}
 	if src != nil {
 		route := src.path
-		if req.Method == http.MethodPut {
-			route += "/{key}"
+		if req.URL.Path != src.path {
+			route += "/{key}" // an API source's item: PUT, GET, PATCH, DELETE {path}/{key}
 		}
 		span.SetName(req.Method + " " + route)
 		span.SetAttributes(semconv.HTTPRoute(route), tracing.AttrPipeline.String(src.name))

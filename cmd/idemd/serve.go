@@ -194,7 +194,8 @@ func (c *cli) check(args []string) int {
 	fs := c.flags("check", "", "Validate the environment and the pipelines file as serve does, then reach the database (migration\n"+
 		"status, effect SQL prepared) and the Kafka brokers. Every problem is reported at once, and the exit\n"+
 		"code is 0 exactly when serve would start and become ready. Warnings (exit 0) are what serve starts\n"+
-		"with but you probably want to fix: Kafka unreachable, topics that do not exist.", true)
+		"with but you probably want to fix: Kafka unreachable, topics that do not exist, a source whose\n"+
+		"retention is shorter than its sender's retry horizon.", true)
 	pipelines := fs.String("pipelines", "", "pipelines file (overrides IDEMD_PIPELINES_FILE)")
 	if code, ok := c.parse(fs, args); !ok {
 		return code
@@ -209,6 +210,9 @@ func (c *cli) check(args []string) int {
 	problems.add(err)
 	if f == nil {
 		f = &config.File{} // its problems are reported; check the rest as if it were empty
+	}
+	for _, w := range f.Warnings() {
+		warnings.add(w)
 	}
 	// What serve refuses before connecting: roles, the brokers its roles need, the TLS
 	// pair, the database URL. The daemon is built and dropped: nothing connects.
