@@ -108,6 +108,10 @@ type Config struct {
 	// AfterCommit, when set, runs after a batch's transaction committed and before its
 	// offset is committed (tests crash there). Defaults to nil.
 	AfterCommit func(batch []Message) `yaml:"-"`
+	// OnAssign, when set, runs when the group hands this consumer its partitions for a new
+	// generation (after every rebalance), with the partitions of each topic it now holds.
+	// Defaults to nil.
+	OnAssign func(generation int32, partitions map[string][]int) `yaml:"-"`
 	// OnOffsetCommit, when set, runs after the offset of a batch was committed: next is the
 	// partition's new committed offset (tests wait on it). Defaults to nil.
 	OnOffsetCommit func(topic string, partition int, next int64) `yaml:"-"`
