@@ -129,11 +129,14 @@ func TestLagFollowsRebalance(t *testing.T) {
 		t.Cleanup(func() { cancel(); <-done })
 		return c
 	}
-	first := run(b.config())
+	// A name of its own: the lag series live in the process-wide registry.
+	name := kafkatest.Name(t, "lagrb")
+	cfg := b.config()
+	cfg.Name = name
+	first := run(cfg)
 	produce(t, b.brokers, b.topic, msg("a0", 0, ""), msg("b0", 1, ""))
 	b.waitCommitted(t, 30*time.Second, func(offs []int64) bool { return offs[0] == 1 && offs[1] == 1 })
 
-	name := first.Config().Name
 	m, err := consumer.NewLagMonitor(&consumer.LagConfig{
 		Name: name, Brokers: b.brokers, Topics: []string{b.topic}, Group: b.group, Owned: first.Owns,
 	})
@@ -146,6 +149,7 @@ func TestLagFollowsRebalance(t *testing.T) {
 	// partition is its own.
 	assigned, moved := make(chan int, 10), make(chan int, 10)
 	second := b.config()
+	second.Name = name
 	second.OnAssign = func(_ int32, held map[string][]int) {
 		for _, p := range held[b.topic] {
 			assigned <- p
