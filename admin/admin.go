@@ -25,6 +25,7 @@ import (
 
 	"github.com/idemd/idemd/deadletter"
 	"github.com/idemd/idemd/delivery"
+	"github.com/idemd/idemd/migrations"
 	"github.com/idemd/idemd/outbox"
 	"github.com/idemd/idemd/processed"
 	"github.com/idemd/idemd/receiver"
@@ -32,7 +33,6 @@ import (
 
 // Defaults of Config and of the HTTP server.
 const (
-	SchemaDefault       = "idemd"
 	ReadyCacheDefault   = time.Second
 	ReadHeaderTimeout   = 5 * time.Second
 	ReadTimeout         = 30 * time.Second
@@ -112,7 +112,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Server, error) {
 	if cfg != nil {
 		c = *cfg
 	}
-	c.Schema = cmp.Or(c.Schema, SchemaDefault)
+	c.Schema = cmp.Or(c.Schema, migrations.SchemaDefault)
 	c.ReadyCache = cmp.Or(c.ReadyCache, ReadyCacheDefault)
 	if c.Logger == nil {
 		c.Logger = logrus.NewEntry(logrus.StandardLogger())

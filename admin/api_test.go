@@ -306,7 +306,7 @@ func TestReadyzCachedAndDraining(t *testing.T) {
 	adm, err := admin.New(b.db.Pool, &admin.Config{Schema: b.db.Schema, ReadyCache: time.Hour})
 	require.NoError(t, err)
 	adm.Started()
-	b.db.Exec(t, b.db.Q(`UPDATE {schema}.schema_version SET version = (SELECT max(version) FROM {schema}.schema_version) + 3`))
+	b.db.Exec(t, b.db.Q(`UPDATE {schema}.schema_version SET version = 1000`)) // at or past every migration
 	require.Equal(t, http.StatusOK, get(t, adm, "/readyz"))
 	b.db.Exec(t, b.db.Q(`UPDATE {schema}.schema_version SET version = 1`))
 	require.Equal(t, http.StatusOK, get(t, adm, "/readyz"), "cached: the database is asked at most once per ReadyCache")

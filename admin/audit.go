@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/idemd/idemd/migrations"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -33,7 +34,7 @@ type Audit struct {
 
 // NewAudit returns the audit table of schema ("" means "idemd").
 func NewAudit(schema string) *Audit {
-	return &Audit{table: pgx.Identifier{cmp.Or(schema, SchemaDefault)}.Sanitize() + ".admin_audit"}
+	return &Audit{table: pgx.Identifier{cmp.Or(schema, migrations.SchemaDefault)}.Sanitize() + ".admin_audit"}
 }
 
 // Entry is one audited write.

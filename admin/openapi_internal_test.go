@@ -100,6 +100,8 @@ func TestReceiverDocumentMatchesRoutes(t *testing.T) {
 		{Name: "gh", Path: "/hooks/github", Verify: receiver.Verify{Scheme: receiver.SchemeGitHub, Secrets: []string{"github-secret-0123456789"}}},
 		{Name: "orders", Path: "/v1/orders", Verify: receiver.Verify{Scheme: receiver.SchemeBearer, Tokens: map[string]string{"tok-0123456789abcdef": "acme"}},
 			Idempotency: &receiver.Idempotency{Required: true}},
+		{Name: "payments", Path: "/v1/payments", Verify: receiver.Verify{Scheme: receiver.SchemeBearer, Tokens: map[string]string{"tok-0123456789abcdef": "acme"}},
+			Idempotency: &receiver.Idempotency{Lookup: true}, Delete: &receiver.Delete{SQL: "SELECT 1 WHERE @message_id::text IS NULL"}},
 	}
 	rcv, err := receiver.New(db.Pool, &receiver.Config{Schema: db.Schema, Sources: sources})
 	require.NoError(t, err)

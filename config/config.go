@@ -126,9 +126,11 @@ func (f *File) Pipelines() []string {
 // Topics returns every topic the file publishes to or consumes, sorted and unique.
 func (f *File) Topics() []string {
 	set := map[string]bool{}
-	add := func(p *pipeline.Publish) {
-		if p != nil && p.Topic != "" {
-			set[p.Topic] = true
+	add := func(ts pipeline.Targets) {
+		for _, t := range ts {
+			if t.Topic != "" {
+				set[t.Topic] = true
+			}
 		}
 	}
 	for _, s := range f.Sources {
@@ -179,15 +181,19 @@ func (f *File) Consumers() []*consumer.Config {
 }
 
 // DeliveryEndpoints returns the outbound HTTP endpoints of the file (publish.http), one per
-// pipeline, named after it: the receiver and the consumers name the same endpoint in the
-// events they enqueue.
+// HTTP target, named by pipeline.Targets.Endpoint: the receiver and the consumers name the
+// same endpoint in the events they enqueue.
 func (f *File) DeliveryEndpoints() []delivery.Endpoint {
 	var out []delivery.Endpoint
-	add := func(name string, p *pipeline.Publish) {
-		if p == nil || p.HTTP == nil {
-			return
+	add := func(name string, ts pipeline.Targets) {
+		for i, t := range ts {
+			if h := t.HTTP; h != nil {
+				out = append(out, delivery.Endpoint{
+					Name: ts.Endpoint(name, i), URL: h.URL, Secret: h.Secret, Timeout: h.Timeout,
+					Retry: h.Retry, Rate: h.Rate, Breaker: h.Breaker,
+				})
+			}
 		}
-		out = append(out, delivery.Endpoint{Name: name, URL: p.HTTP.URL, Secret: p.HTTP.Secret, Timeout: p.HTTP.Timeout})
 	}
 	for _, s := range f.Sources {
 		add(s.Name, s.Publish)

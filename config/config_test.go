@@ -82,13 +82,14 @@ func TestLoadValid(t *testing.T) {
 	require.Equal(t, []string{"whsec_test_secret"}, stripe.Verify.Secrets)
 	require.Equal(t, 30*24*time.Hour, stripe.Retention)
 	require.Equal(t, 5*time.Minute, stripe.Verify.Tolerance)
-	require.Equal(t, &pipeline.Field{JSON: "/data/object/id"}, stripe.Publish.Key)
+	require.Len(t, stripe.Publish, 1, "publish: {…} is a list of one target")
+	require.Equal(t, &pipeline.Field{JSON: "/data/object/id"}, stripe.Publish[0].Key)
 
 	orders := f.Sources[1]
 	require.Equal(t, map[string]string{"tok_a_0123456789ab": "acme", "tok_b_0123456789ab": "globex"}, orders.Verify.Tokens)
 	require.Equal(t, 24*time.Hour, orders.Idempotency.Retention)
 	require.Equal(t, 201, orders.Effect.Status)
-	require.Equal(t, pipeline.BodyEffect, orders.Publish.Body)
+	require.Equal(t, pipeline.BodyEffect, orders.Publish[0].Body)
 
 	ledger := f.Subscriptions[0]
 	require.Equal(t, "idemd-ledger", ledger.Group)

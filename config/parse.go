@@ -165,16 +165,29 @@ func (p *parser) decode(n *yaml.Node, v any, w *where) {
 var (
 	unmarshaler  = reflect.TypeFor[yaml.Unmarshaler]()
 	durationType = reflect.TypeFor[time.Duration]()
+	fieldType    = reflect.TypeFor[pipeline.Field]()
 )
 
 // normalize rewrites n, in place, into what the decoder takes for t: a duration with days
 // ("30d", pipeline.ParseDuration) into Go's syntax, reporting a bad one with its field; a
-// single string where a list of strings is wanted ("secrets_env: S") into a list of one.
+// single string where a list of strings is wanted ("secrets_env: S") into a list of one; a
+// single mapping where a list of them is wanted ("publish: {topic: t}") into a list of one;
+// a list where a field is wanted (a composite message_id: [{json: /a}, {json: /b}]) into
+// the field's parts.
 func (p *parser) normalize(n *yaml.Node, t reflect.Type, path string, w *where) {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
 	switch {
+	case t == fieldType && n.Kind == yaml.SequenceNode:
+		parts := *n
+		*n = yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Line: n.Line, Column: n.Column, Content: []*yaml.Node{
+			{Kind: yaml.ScalarNode, Tag: "!!str", Value: "parts", Line: n.Line, Column: n.Column}, &parts,
+		}}
+	case t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Struct && n.Kind == yaml.MappingNode:
+		one := *n
+		*n = yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq", Line: n.Line, Column: n.Column, Content: []*yaml.Node{&one}}
+		p.normalize(&one, t.Elem(), path, w)
 	case t == durationType:
 		if n.Kind != yaml.ScalarNode {
 			p.errf(w, path, "want a duration such as 30d or 24h")
@@ -223,6 +236,12 @@ func (p *parser) unknownKeys(n *yaml.Node, t reflect.Type, path string, w *where
 	}
 	switch t.Kind() {
 	case reflect.Struct:
+		if t == fieldType && n.Kind == yaml.SequenceNode {
+			for i, c := range n.Content { // a composite's parts (normalize)
+				p.unknownKeys(c, t, fmt.Sprintf("%s[%d]", path, i), w)
+			}
+			return
+		}
 		if n.Kind != yaml.MappingNode {
 			return // the decoder reports the type error
 		}
@@ -249,6 +268,10 @@ func (p *parser) unknownKeys(n *yaml.Node, t reflect.Type, path string, w *where
 			p.unknownKeys(v, ft, field, w)
 		}
 	case reflect.Slice:
+		if n.Kind == yaml.MappingNode {
+			p.unknownKeys(n, t.Elem(), path, w) // one where a list is wanted (normalize)
+			return
+		}
 		if n.Kind != yaml.SequenceNode {
 			return
 		}

@@ -12,7 +12,7 @@ import (
 	"github.com/idemd/idemd/internal/effectsql"
 )
 
-// PrepareSQL asks PostgreSQL to prepare every effect's SQL without running it, and returns
+// PrepareSQL asks PostgreSQL to prepare every effect's SQL (and every delete.sql) without running it, and returns
 // every statement that does not prepare (missing table, syntax, type mismatch), each naming
 // the file, pipeline and field. The statements are described on one connection with the
 // unnamed statement, so nothing stays behind on the server.
@@ -24,7 +24,7 @@ func (f *File) PrepareSQL(ctx context.Context, pool *pgxpool.Pool) error {
 	defer conn.Release()
 
 	var errs []error
-	check := func(w *where, sql string) {
+	check := func(w *where, field, sql string) {
 		if w == nil || strings.TrimSpace(sql) == "" {
 			return
 		}
@@ -34,17 +34,20 @@ func (f *File) PrepareSQL(ctx context.Context, pool *pgxpool.Pool) error {
 				return
 			}
 			msg := "does not prepare: " + err.Error()
-			if w.commented["effect.sql"] {
+			if w.commented[field] {
 				msg += ` (the unquoted value is followed by a YAML comment: " #" starts one, as in the jsonb operator #>>; quote the SQL)`
 			}
-			errs = append(errs, &Error{File: f.Path, Line: w.lineOf("effect.sql"), Pipeline: w.label, Field: "effect.sql", Msg: msg})
+			errs = append(errs, &Error{File: f.Path, Line: w.lineOf(field), Pipeline: w.label, Field: field, Msg: msg})
 		}
 	}
 	for _, s := range f.Sources {
-		check(f.locs[s], s.Effect.SQL)
+		check(f.locs[s], "effect.sql", s.Effect.SQL)
+		if s.Delete != nil {
+			check(f.locs[s], "delete.sql", s.Delete.SQL)
+		}
 	}
 	for _, s := range f.Subscriptions {
-		check(f.locs[s], s.Effect.SQL)
+		check(f.locs[s], "effect.sql", s.Effect.SQL)
 	}
 	return errors.Join(errs...)
 }

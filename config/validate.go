@@ -3,19 +3,16 @@ package config
 import (
 	"fmt"
 	"maps"
-	"net/url"
 	"regexp"
 	"slices"
 	"strings"
 
 	"github.com/idemd/idemd/consumer"
-	"github.com/idemd/idemd/delivery"
 	"github.com/idemd/idemd/pipeline"
 	"github.com/idemd/idemd/receiver"
 )
 
 var (
-	validName     = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9._-]{0,99}$`)
 	validHeader   = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 	namedArgument = regexp.MustCompile(`(^|[^a-zA-Z0-9_@])@([a-zA-Z_][a-zA-Z0-9_]*)`)
 	quoted        = regexp.MustCompile(`'(?:[^']|'')*'`)
@@ -31,7 +28,7 @@ func (p *parser) name(w *where, name string, names map[string]string) {
 	switch {
 	case name == "":
 		p.errf(w, "name", "required")
-	case !validName.MatchString(name):
+	case !pipeline.ValidName(name):
 		p.errf(w, "name", "%q is not a valid name: letters, digits, '.', '_' and '-', at most 100", name)
 	case names[name] != "":
 		p.errf(w, "name", "duplicate name %q: also %s (names scope message ids and must be unique)", name, names[name])
@@ -76,9 +73,8 @@ func (p *parser) source(w *where, s *receiver.Source, names, paths map[string]st
 	case s.Effect.Status < 200 || s.Effect.Status > 299:
 		p.errf(w, "effect.status", "%d is not a 2xx status", s.Effect.Status)
 	}
-	if s.Publish != nil {
-		p.publish(w, s.Publish, s.Effect.SQL, false)
-	}
+	p.targets(w, s.Publish, s.Effect.SQL, s.Verify.Scheme)
+	p.api(w, s)
 	if s.BodyLimit < 0 {
 		p.errf(w, "max_body_bytes", "must be positive")
 	}
@@ -170,7 +166,7 @@ func (p *parser) verify(w *where, s *receiver.Source) {
 	if (v.Scheme == "none" || v.Scheme == "hmac-sha256") && s.MessageID == nil && s.Idempotency == nil {
 		p.errf(w, "message_id", "required for scheme %s (no default message id)", v.Scheme)
 	}
-	headerID := v.Scheme == "hmac-sha256" && s.MessageID != nil && s.MessageID.Header != ""
+	headerID := v.Scheme == "hmac-sha256" && s.MessageID != nil && s.MessageID.UsesHeader()
 	switch {
 	case headerID && !s.AllowUnsignedMessageID:
 		p.errf(w, "message_id.header", "%v", receiver.ErrUnsignedMessageID)
@@ -194,8 +190,23 @@ func (p *parser) secret(w *where, field, name string) (string, bool) {
 	return v, true
 }
 
-// field checks a pipeline.Field, naming the sub-field at fault.
+// field checks a pipeline.Field, naming the sub-field at fault; the parts of a composite
+// are named as the file lists them (message_id[1].json).
 func (p *parser) field(w *where, name string, f *pipeline.Field, keyAllowed bool) {
+	if len(f.Parts) > 0 {
+		if f.JSON != "" || f.Header != "" || f.Key {
+			p.errf(w, name, "a composite lists its parts only: want a list of {json: …} or {header: …}")
+		}
+		for i := range f.Parts {
+			part := fmt.Sprintf("%s[%d]", name, i)
+			if len(f.Parts[i].Parts) > 0 {
+				p.errf(w, part, "a part is one json pointer or header, not a list")
+				continue
+			}
+			p.field(w, part, &f.Parts[i], keyAllowed)
+		}
+		return
+	}
 	if f.Header != "" && !validHeader.MatchString(f.Header) {
 		p.errf(w, name+".header", "%q is not a header name", f.Header)
 	}
@@ -209,13 +220,16 @@ func (p *parser) field(w *where, name string, f *pipeline.Field, keyAllowed bool
 	}
 }
 
-func (p *parser) effect(w *where, sql string) {
+func (p *parser) effect(w *where, sql string) { p.sql(w, "effect.sql", sql) }
+
+// sql checks the SQL of field (effect.sql, delete.sql): present, known parameters only.
+func (p *parser) sql(w *where, field, sql string) {
 	if strings.TrimSpace(sql) == "" {
-		p.errf(w, "effect.sql", "required")
+		p.errf(w, field, "required")
 	}
 	for _, name := range sqlParameters(sql) {
 		if !slices.Contains(SQLParameters, name) {
-			p.errf(w, "effect.sql", "unknown parameter @%s (known: @%s)", name, strings.Join(SQLParameters, ", @"))
+			p.errf(w, field, "unknown parameter @%s (known: @%s)", name, strings.Join(SQLParameters, ", @"))
 		}
 	}
 }
@@ -231,39 +245,6 @@ func sqlParameters(sql string) []string {
 	return out
 }
 
-func (p *parser) publish(w *where, pub *pipeline.Publish, effectSQL string, keyAllowed bool) {
-	if pub.Topic == "" && pub.HTTP == nil {
-		p.errf(w, "publish", "want topic, http or both")
-	}
-	if pub.Key != nil {
-		p.field(w, "publish.key", pub.Key, keyAllowed)
-	}
-	switch pub.Body {
-	case "", pipeline.BodyPayload:
-	case pipeline.BodyEffect:
-		if keyAllowed {
-			p.errf(w, "publish.body", "subscriptions publish the consumed payload; body effect is for sources")
-		} else if effectSQL == "" {
-			p.errf(w, "publish.body", "body effect publishes the rows effect.sql returns: set effect.sql")
-		}
-	default:
-		p.errf(w, "publish.body", "unknown body %q (known: payload, effect)", pub.Body)
-	}
-	if h := pub.HTTP; h != nil {
-		if u, err := url.Parse(h.URL); h.URL == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			p.errf(w, "publish.http.url", "want an http:// or https:// URL")
-		}
-		if h.SecretEnv == "" {
-			p.errf(w, "publish.http.secret_env", "required: name the environment variable holding the signing secret")
-		} else if secret, ok := p.secret(w, "publish.http.secret_env", h.SecretEnv); ok {
-			if _, err := delivery.ParseSecret(secret); err != nil {
-				p.errf(w, "publish.http.secret_env", "environment variable %s: %v", h.SecretEnv, err)
-			}
-			h.Secret = secret
-		}
-	}
-}
-
 func (p *parser) subscription(w *where, s *consumer.Config, names map[string]string) {
 	p.name(w, s.Name, names)
 	if len(s.Topics) == 0 {
@@ -277,16 +258,11 @@ func (p *parser) subscription(w *where, s *consumer.Config, names map[string]str
 	if s.MessageID != nil {
 		p.field(w, "message_id", s.MessageID, true)
 	}
-	if s.Order != nil {
-		p.field(w, "order.entity", &s.Order.Entity, true)
-		p.field(w, "order.version", &s.Order.Version, true)
-	}
+	p.order(w, s.Order, true)
 	if w.set("effect") {
 		p.effect(w, s.Effect.SQL)
 	}
-	if s.Publish != nil {
-		p.publish(w, s.Publish, s.Effect.SQL, true)
-	}
+	p.targets(w, s.Publish, s.Effect.SQL, "")
 	if s.DeadLetter.MaxAttempts < 0 || (w.set("dead_letter.max_attempts") && s.DeadLetter.MaxAttempts == 0) {
 		p.errf(w, "dead_letter.max_attempts", "must be at least 1")
 	}

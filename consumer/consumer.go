@@ -21,10 +21,12 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/sirupsen/logrus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemd/idemd/exactlyonce"
 	"github.com/idemd/idemd/internal/effectsql"
 	"github.com/idemd/idemd/internal/metrics"
+	"github.com/idemd/idemd/internal/tracing"
 	"github.com/idemd/idemd/migrations"
 	"github.com/idemd/idemd/pipeline"
 	"github.com/idemd/idemd/processed"
@@ -54,18 +56,21 @@ type Config struct {
 	Topics []string `yaml:"topics"`
 	// Group is the consumer group. Defaults to "idemd-" + Name.
 	Group string `yaml:"group"`
-	// MessageID says where a record's id is. Defaults to the first present of the headers
-	// operation-id, message-id and idempotency-key (DefaultIDHeaders).
+	// MessageID says where a record's id is: a header, a JSON pointer, the record key, or a
+	// composite of several (pipeline.Field.Parts, joined length-prefixed; a missing part is
+	// a missing id). Defaults to the first present of the headers operation-id, message-id
+	// and idempotency-key (DefaultIDHeaders).
 	MessageID *pipeline.Field `yaml:"message_id"`
 	// Effect is the SQL run for each new message. Defaults to none.
 	Effect Effect `yaml:"effect"`
 	// Handler is a Go effect run for each new message, after the SQL, in the same
 	// transaction. Defaults to none.
 	Handler Handler `yaml:"-"`
-	// Publish writes one outbox event per applied message: its value, on Publish.Topic,
-	// and with Publish.HTTP, to the endpoint named after the subscription. Defaults to
-	// none.
-	Publish *pipeline.Publish `yaml:"publish"`
+	// Publish lists the targets of the subscription's events: each applied message writes
+	// its value as one outbox event per target whose filter matches it (the event type of a
+	// filter is the record's event-type header); see pipeline.Targets for their names,
+	// operation ids and endpoints. Defaults to none.
+	Publish pipeline.Targets `yaml:"publish"`
 	// Order enables the stale-event guard. Defaults to none (every new id is applied).
 	Order *pipeline.Order `yaml:"order"`
 	// DeadLetter says what happens to a message that keeps failing. Defaults to 5 attempts
@@ -103,9 +108,18 @@ type Config struct {
 	// AfterCommit, when set, runs after a batch's transaction committed and before its
 	// offset is committed (tests crash there). Defaults to nil.
 	AfterCommit func(batch []Message) `yaml:"-"`
+	// OnAssign, when set, runs when the group hands this consumer its partitions for a new
+	// generation (after every rebalance), with the partitions of each topic it now holds.
+	// Defaults to nil.
+	OnAssign func(generation int32, partitions map[string][]int) `yaml:"-"`
 	// OnOffsetCommit, when set, runs after the offset of a batch was committed: next is the
 	// partition's new committed offset (tests wait on it). Defaults to nil.
 	OnOffsetCommit func(topic string, partition int, next int64) `yaml:"-"`
+	// TracerProvider records a span per record (continuing its traceparent) and the unit
+	// of work's spans. Defaults to OpenTelemetry's global provider; while that is a no-op
+	// one (tracing off), no span is made, and a record's traceparent is passed on to the
+	// events as it came.
+	TracerProvider trace.TracerProvider `yaml:"-"`
 }
 
 // Effect is a subscription's SQL effect.
@@ -124,7 +138,8 @@ type Consumer struct {
 	unit  *exactlyonce.Unit
 	log   *logrus.Entry
 	// stmt is the SQL effect, compiled once at New.
-	stmt *effectsql.Statement
+	stmt   *effectsql.Statement
+	tracer *tracing.Tracer
 }
 
 // New checks cfg, fills its defaults, and checks that the SQL effect prepares.
@@ -173,20 +188,17 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Consumer, error) {
 			return nil, fmt.Errorf("consumer %s: MessageID: %w", c.Name, err)
 		}
 	}
-	if c.Publish != nil {
-		if err := c.Publish.Validate(true); err != nil {
-			return nil, fmt.Errorf("consumer %s: Publish: %w", c.Name, err)
-		}
-		if c.Publish.Body == pipeline.BodyEffect {
-			return nil, fmt.Errorf("consumer %s: Publish.Body: subscriptions publish the consumed payload; body effect is for sources", c.Name)
+	if err := c.Publish.Validate(true); err != nil {
+		return nil, fmt.Errorf("consumer %s: Publish%w", c.Name, err)
+	}
+	for i, t := range c.Publish {
+		if t.Body == pipeline.BodyEffect {
+			return nil, fmt.Errorf("consumer %s: Publish[%d].Body: subscriptions publish the consumed payload; body effect is for sources", c.Name, i)
 		}
 	}
 	if c.Order != nil {
-		if err := c.Order.Entity.Validate(true); err != nil {
-			return nil, fmt.Errorf("consumer %s: Order.Entity: %w", c.Name, err)
-		}
-		if err := c.Order.Version.Validate(true); err != nil {
-			return nil, fmt.Errorf("consumer %s: Order.Version: %w", c.Name, err)
+		if err := c.Order.Validate(true); err != nil {
+			return nil, fmt.Errorf("consumer %s: Order: %w", c.Name, err)
 		}
 	}
 	log := c.Logger.WithField("component", "consumer").WithField("pipeline", c.Name)
@@ -203,7 +215,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Consumer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("consumer %s: %w", c.Name, err)
 	}
-	con := &Consumer{cfg: c, pool: pool, log: log, stmt: stmt}
+	con := &Consumer{cfg: c, pool: pool, log: log, stmt: stmt, tracer: tracing.NewTracer(c.TracerProvider, tracerScope)}
 	con.unit, err = exactlyonce.New(pool, &exactlyonce.Config{
 		Schema:     c.Schema,
 		Processed:  store,
@@ -211,6 +223,8 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Consumer, error) {
 		BackoffMax: c.BackoffMax,
 		Logger:     log,
 		OnRetry:    func(error) { metrics.Retries.WithLabelValues("kafka").Inc() },
+		// The unit's spans continue each record's (its message's Trace).
+		TracerProvider: c.TracerProvider,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("consumer %s: %w", c.Name, err)
@@ -274,10 +288,13 @@ type partitionKey struct {
 }
 
 // process applies one partition's batch in one transaction and records the outcomes.
-func (c *Consumer) process(ctx context.Context, batch []*record) error {
+func (c *Consumer) process(ctx context.Context, batch []*record) (err error) {
 	msgs := make([]*exactlyonce.Message, len(batch))
 	for i, r := range batch {
 		msgs[i] = c.message(r)
+	}
+	if spans := c.startRecords(batch, msgs); spans != nil {
+		defer func() { endRecords(spans, msgs, err) }()
 	}
 	start := time.Now()
 	if err := c.unit.Apply(ctx, msgs); err != nil {

@@ -70,7 +70,7 @@ func timeExactlyOnce(b *testing.B, bn *bundle, topic string, batch, want int) ti
 	done := make(chan error, 1)
 	begin := time.Now()
 	go func() { done <- c.Run(ctx) }()
-	eventually(b, 5*time.Minute, "every message applied", func() bool { return bn.effects(b) >= want })
+	bn.until(b, 5*time.Minute, "every message applied", func() bool { return bn.effects(b) >= want })
 	elapsed := time.Since(begin)
 	cancel()
 	require.NoError(b, <-done)

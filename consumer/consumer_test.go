@@ -20,10 +20,59 @@ import (
 
 // bundle is one test's world: a schema with an effects table, a topic and a group.
 type bundle struct {
-	db      *pgtest.DB
-	brokers []string
-	topic   string
-	group   string
+	db         *pgtest.DB
+	brokers    []string
+	topic      string
+	group      string
+	partitions int
+	commits    *commitLog
+	watchOnce  sync.Once
+	watch      *pgtest.Watcher
+}
+
+// commitLog records the offsets the test's consumers committed, from their OnOffsetCommit
+// hook, so that tests wait on the consumers' own signal rather than poll the broker.
+type commitLog struct {
+	mu      sync.Mutex
+	next    map[int]int64
+	changed chan struct{}
+}
+
+func (l *commitLog) record(_ string, partition int, next int64) {
+	l.mu.Lock()
+	l.next[partition] = max(l.next[partition], next)
+	l.mu.Unlock()
+	select {
+	case l.changed <- struct{}{}:
+	default:
+	}
+}
+
+// waitCommitted returns once cond holds for the committed offsets (one per partition, -1
+// when none). It checks after each commit; it fails the test when timeout passes first.
+func (b *bundle) waitCommitted(t testing.TB, timeout time.Duration, cond func(offs []int64) bool) {
+	t.Helper()
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		offs := make([]int64, b.partitions)
+		b.commits.mu.Lock()
+		for p := range offs {
+			offs[p] = -1
+			if n, ok := b.commits.next[p]; ok {
+				offs[p] = n
+			}
+		}
+		b.commits.mu.Unlock()
+		if cond(offs) {
+			return
+		}
+		select {
+		case <-b.commits.changed:
+		case <-deadline.C:
+			t.Fatalf("timed out waiting for the consumers to commit: offsets %v", offs)
+		}
+	}
 }
 
 // effectSQL records every run of the effect; the table has no unique key, so a repeated
@@ -38,6 +87,9 @@ func setup(t testing.TB, partitions int) *bundle {
 		brokers: kafkatest.Brokers(t),
 		topic:   kafkatest.Topic(t, partitions),
 		group:   kafkatest.Group(t),
+
+		partitions: partitions,
+		commits:    &commitLog{next: map[int]int64{}, changed: make(chan struct{}, 1)},
 	}
 	b.db.Exec(t, b.db.Q(`CREATE TABLE {schema}.effects (
     message_id text NOT NULL, payload jsonb, topic text, part int, off bigint)`))
@@ -67,6 +119,7 @@ func (b *bundle) config() *consumer.Config {
 		BackoffMin:        5 * time.Millisecond,
 		BackoffMax:        50 * time.Millisecond,
 		Logger:            testLogger(),
+		OnOffsetCommit:    b.commits.record,
 	}
 }
 
@@ -149,16 +202,12 @@ func write(brokers []string, topic string, msgs []kafka.Message) error {
 	return nil
 }
 
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+// until returns once cond holds, checking it again after each commit that changed the
+// test's effects or outbox tables (pgtest.Watch), not on a timer.
+func (b *bundle) until(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	b.watchOnce.Do(func() { b.watch = pgtest.Watch(t, b.db.Q("{schema}.effects"), b.db.Q("{schema}.outbox")) })
+	b.watch.Until(t, timeout, what, cond)
 }
 
 func (b *bundle) effects(t testing.TB) int { return b.db.Count(t, "{schema}.effects") }
@@ -213,8 +262,8 @@ func TestDuplicatesInOneBatch(t *testing.T) {
 	produce(t, b.brokers, b.topic, msgs...)
 	start(t, b.db, b.config())
 
-	eventually(t, 30*time.Second, "offsets committed", func() bool {
-		return committed(t, b.brokers, b.group, b.topic, 1)[0] == 60
+	b.waitCommitted(t, 30*time.Second, func(offs []int64) bool {
+		return offs[0] == 60
 	})
 	require.Equal(t, 20, b.effects(t))
 	require.Equal(t, 20, b.distinctEffects(t))
@@ -235,8 +284,8 @@ func TestDuplicatesAcrossBatches(t *testing.T) {
 	produce(t, b.brokers, b.topic, msgs...)
 	start(t, b.db, cfg)
 
-	eventually(t, 30*time.Second, "offsets committed", func() bool {
-		return committed(t, b.brokers, b.group, b.topic, 1)[0] == 90
+	b.waitCommitted(t, 30*time.Second, func(offs []int64) bool {
+		return offs[0] == 90
 	})
 	require.Equal(t, 30, b.effects(t))
 	require.Equal(t, 30, b.distinctEffects(t))
@@ -253,8 +302,8 @@ func TestDuplicatesAcrossPartitions(t *testing.T) {
 	produce(t, b.brokers, b.topic, msgs...)
 	start(t, b.db, b.config())
 
-	eventually(t, 30*time.Second, "offsets committed", func() bool {
-		c := committed(t, b.brokers, b.group, b.topic, 2)
+	b.waitCommitted(t, 30*time.Second, func(offs []int64) bool {
+		c := offs
 		return c[0] == 200 && c[1] == 200
 	})
 	require.Equal(t, 200, b.effects(t))

@@ -87,12 +87,12 @@ func TestCrashAfterCommitBeforeOffsetCommit(t *testing.T) {
 	applied := b.effects(t)
 	require.Positive(t, applied)
 	require.Less(t, applied, 50)
-	require.Equal(t, int64(-1), committed(t, b.brokers, b.group, b.topic, 1)[0])
+	require.Equal(t, int64(-1), committed(t, b.brokers, b.group, b.topic, 1)[0], "the child never committed an offset")
 
 	// After a restart the batch is redelivered and recognised: no effect is repeated.
 	start(t, b.db, b.config())
-	eventually(t, 60*time.Second, "offsets committed", func() bool {
-		return committed(t, b.brokers, b.group, b.topic, 1)[0] == 50
+	b.waitCommitted(t, 60*time.Second, func(offs []int64) bool {
+		return offs[0] == 50
 	})
 	require.Equal(t, 50, b.effects(t))
 	require.Equal(t, 50, b.distinctEffects(t))
@@ -119,20 +119,20 @@ func TestRebalanceBetweenTwoInstances(t *testing.T) {
 	}
 	stop1 := start(t, b.db, instance("one"))
 	produceAsync(t, b.brokers, b.topic, all...)
-	eventually(t, 30*time.Second, "first instance applying", func() bool { return b.effects(t) > 0 })
+	b.until(t, 30*time.Second, "first instance applying", func() bool { return b.effects(t) > 0 })
 
 	// A second instance joins mid-stream: partitions move while batches are in flight.
 	start(t, b.db, instance("two"))
-	eventually(t, 60*time.Second, "second instance applying", func() bool {
+	b.until(t, 60*time.Second, "second instance applying", func() bool {
 		return b.db.Count(t, "{schema}.effects WHERE instance = 'two'") > 0
 	})
 	// The first leaves mid-stream: its partitions move back to the second.
 	stop1()
 
-	eventually(t, 90*time.Second, "every id applied", func() bool { return b.distinctEffects(t) == unique })
-	eventually(t, 30*time.Second, "offsets committed", func() bool {
+	b.until(t, 90*time.Second, "every id applied", func() bool { return b.distinctEffects(t) == unique })
+	b.waitCommitted(t, 30*time.Second, func(offs []int64) bool {
 		sum := int64(0)
-		for _, o := range committed(t, b.brokers, b.group, b.topic, 4) {
+		for _, o := range offs {
 			sum += o
 		}
 		return sum == int64(len(all))
@@ -160,7 +160,7 @@ func TestRestartsWithDuplicates(t *testing.T) {
 	t.Cleanup(func() { cancel(); <-relayDone })
 
 	cfg := b.config()
-	cfg.Publish = &pipeline.Publish{Topic: out, Key: &pipeline.Field{JSON: "/id"}}
+	cfg.Publish = pipeline.Targets{{Topic: out, Key: &pipeline.Field{JSON: "/id"}}}
 	produceAsync(t, b.brokers, b.topic, all...)
 	restarts := 0
 	for step := 1; step <= 4; step++ {
@@ -168,16 +168,16 @@ func TestRestartsWithDuplicates(t *testing.T) {
 		if step == 4 {
 			break
 		}
-		eventually(t, 60*time.Second, "progress", func() bool { return b.effects(t) >= step*unique/5 })
+		b.until(t, 60*time.Second, "progress", func() bool { return b.effects(t) >= step*unique/5 })
 		stop()
 		restarts++
 	}
-	eventually(t, 90*time.Second, "every id applied", func() bool { return b.distinctEffects(t) == unique })
+	b.until(t, 90*time.Second, "every id applied", func() bool { return b.distinctEffects(t) == unique })
 	require.GreaterOrEqual(t, restarts, 3)
 	require.Equal(t, unique, b.effects(t))
 	require.Equal(t, unique, b.db.Count(t, "{schema}.outbox"))
 	require.Equal(t, unique, b.db.Count(t, "(SELECT DISTINCT operation_id FROM {schema}.outbox) o"))
-	eventually(t, 60*time.Second, "every outbox row published", func() bool {
+	b.until(t, 60*time.Second, "every outbox row published", func() bool {
 		return b.db.Count(t, "{schema}.outbox WHERE published_at IS NULL") == 0
 	})
 }

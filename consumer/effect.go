@@ -76,7 +76,7 @@ func (c *Consumer) messageWithID(r *record, id string, ok bool) *exactlyonce.Mes
 
 // bind gives m the record's stale guard, effect and event.
 func (c *Consumer) bind(m *exactlyonce.Message, r *record) {
-	if o := c.cfg.Order; o != nil {
+	if c.cfg.Order != nil {
 		g, err := c.guard(r)
 		if err != nil {
 			m.Invalid = err
@@ -96,48 +96,25 @@ func (c *Consumer) bind(m *exactlyonce.Message, r *record) {
 		msg := r.msg
 		m.Effect.Func = func(ctx context.Context, tx pgx.Tx) (any, error) { return nil, h(ctx, tx, msg) }
 	}
-	if c.cfg.Publish != nil {
-		m.Events = []exactlyonce.Event{{Event: c.publishEvent(r)}}
+	if len(c.cfg.Publish) == 0 {
+		return
+	}
+	// Each target's event has its own operation id (pipeline.Targets), set explicitly: the
+	// events of a whole batch are enqueued in one call.
+	routed := c.cfg.Publish.Route(c.cfg.Name, c.cfg.Name, r.msg.ID, outbox.Event{Payload: r.msg.Value, Headers: passHeaders(r)}, r)
+	m.Events = make([]exactlyonce.Event, len(routed))
+	for i, e := range routed {
+		m.Events[i] = exactlyonce.Event{Event: e.Event}
 	}
 }
 
 // guard reads the record's entity and version for the stale-event guard.
 func (c *Consumer) guard(r *record) (*exactlyonce.Guard, error) {
-	o := c.cfg.Order
-	entity, ok := r.lookup(&o.Entity)
-	if !ok {
-		return nil, fmt.Errorf("order: entity (%s) is missing", o.Entity.String())
-	}
-	raw, ok := r.lookup(&o.Version)
-	if !ok {
-		return nil, fmt.Errorf("order: version (%s) is missing", o.Version.String())
-	}
-	version, err := parseVersion(raw)
+	entity, version, err := c.cfg.Order.Read(r.Field)
 	if err != nil {
-		return nil, fmt.Errorf("order: %w", err)
+		return nil, err
 	}
 	return &exactlyonce.Guard{Scope: c.cfg.Name, Entity: entity, Version: version}, nil
-}
-
-func (c *Consumer) publishEvent(r *record) outbox.Event {
-	ev := outbox.Event{
-		Topic:       c.cfg.Publish.Topic,
-		Payload:     r.msg.Value,
-		Pipeline:    c.cfg.Name,
-		CausationID: r.msg.ID,
-		// Set explicitly: the events of a whole batch are enqueued in one call.
-		OperationID: outbox.OperationID(c.cfg.Name, r.msg.ID, 0),
-		Headers:     passHeaders(r),
-	}
-	if c.cfg.Publish.HTTP != nil {
-		ev.Endpoint = c.cfg.Name // the endpoint is named after its pipeline
-	}
-	if c.cfg.Publish.Key != nil {
-		if k, ok := r.lookup(c.cfg.Publish.Key); ok {
-			ev.Key = []byte(k)
-		}
-	}
-	return ev
 }
 
 // passHeaders are the inbound headers an outbound record keeps.

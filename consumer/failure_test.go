@@ -22,7 +22,7 @@ func TestPoisonMessageAmongGoodOnes(t *testing.T) {
 	b := setup(t, 1)
 	cfg := b.config()
 	cfg.DeadLetter = pipeline.DeadLetter{Topic: "ledger.dlq", MaxAttempts: 3}
-	cfg.Publish = &pipeline.Publish{Topic: "ledger.entries", Key: &pipeline.Field{JSON: "/id"}}
+	cfg.Publish = pipeline.Targets{{Topic: "ledger.entries", Key: &pipeline.Field{JSON: "/id"}}}
 	var msgs []kafka.Message
 	for i, id := range ids("good", 100) {
 		msgs = append(msgs, msg(id, 0, ""))
@@ -34,8 +34,8 @@ func TestPoisonMessageAmongGoodOnes(t *testing.T) {
 	produce(t, b.brokers, b.topic, msgs...)
 	start(t, b.db, cfg)
 
-	eventually(t, 30*time.Second, "offsets committed", func() bool {
-		return committed(t, b.brokers, b.group, b.topic, 1)[0] == 101
+	b.waitCommitted(t, 30*time.Second, func(offs []int64) bool {
+		return offs[0] == 101
 	})
 	require.Equal(t, 100, b.effects(t))
 	require.Equal(t, 100, b.distinctEffects(t))
@@ -54,7 +54,7 @@ func TestPoisonMessageAmongGoodOnes(t *testing.T) {
 
 	// The partition keeps going.
 	produce(t, b.brokers, b.topic, msg("after", 0, ""))
-	eventually(t, 30*time.Second, "the next message", func() bool {
+	b.until(t, 30*time.Second, "the next message", func() bool {
 		return b.db.Count(t, "{schema}.effects WHERE message_id = 'after'") == 1
 	})
 }
@@ -70,8 +70,8 @@ func TestMessageWithoutIDIsDeadLettered(t *testing.T) {
 		msg("b", 0, ""))
 	start(t, b.db, cfg)
 
-	eventually(t, 30*time.Second, "offsets committed", func() bool {
-		return committed(t, b.brokers, b.group, b.topic, 1)[0] == 3
+	b.waitCommitted(t, 30*time.Second, func(offs []int64) bool {
+		return offs[0] == 3
 	})
 	require.Equal(t, 2, b.effects(t))
 	var reason string
@@ -104,7 +104,7 @@ func TestMessageIDSources(t *testing.T) {
 			cfg.MessageID = tc.spec
 			produce(t, b.brokers, b.topic, tc.m)
 			start(t, b.db, cfg)
-			eventually(t, 30*time.Second, "the effect", func() bool { return b.effects(t) == 1 })
+			b.until(t, 30*time.Second, "the effect", func() bool { return b.effects(t) == 1 })
 			require.Equal(t, 1, b.db.Count(t, "{schema}.effects WHERE message_id = $1", tc.want))
 		})
 	}
@@ -130,8 +130,8 @@ func TestStaleEventGuard(t *testing.T) {
 	)
 	start(t, b.db, cfg)
 
-	eventually(t, 30*time.Second, "offsets committed", func() bool {
-		c := committed(t, b.brokers, b.group, b.topic, 2)
+	b.waitCommitted(t, 30*time.Second, func(offs []int64) bool {
+		c := offs
 		return c[0] == 5 && c[1] == 3
 	})
 	rows, err := b.db.Pool.Query(context.Background(), b.db.Q(`SELECT message_id FROM {schema}.effects ORDER BY message_id`))
@@ -165,8 +165,8 @@ func TestHandlerPermanentAndTransientErrors(t *testing.T) {
 	produce(t, b.brokers, b.topic, msg("ok1", 0, ""), msg("bad", 0, ""), msg("flaky", 0, ""), msg("ok2", 0, ""))
 	start(t, b.db, cfg)
 
-	eventually(t, 30*time.Second, "offsets committed", func() bool {
-		return committed(t, b.brokers, b.group, b.topic, 1)[0] == 4
+	b.waitCommitted(t, 30*time.Second, func(offs []int64) bool {
+		return offs[0] == 4
 	})
 	require.Equal(t, 3, b.effects(t))
 	require.Equal(t, 3, b.distinctEffects(t))
@@ -190,8 +190,8 @@ func TestNewChecksConfig(t *testing.T) {
 		}, "unknown parameter @nope"},
 		{"message id", func(c *consumer.Config) { c.MessageID = &pipeline.Field{Header: "a", Key: true} }, "MessageID"},
 		{"json pointer", func(c *consumer.Config) { c.MessageID = &pipeline.Field{JSON: "id"} }, "MessageID"},
-		{"publish", func(c *consumer.Config) { c.Publish = &pipeline.Publish{} }, "Publish: want topic"},
-		{"order", func(c *consumer.Config) { c.Order = &pipeline.Order{Entity: pipeline.Field{JSON: "/e"}} }, "Order.Version"},
+		{"publish", func(c *consumer.Config) { c.Publish = pipeline.Targets{{}} }, "Publish[0]: want topic"},
+		{"order", func(c *consumer.Config) { c.Order = &pipeline.Order{Entity: pipeline.Field{JSON: "/e"}} }, "Order: version"},
 		{"max attempts", func(c *consumer.Config) { c.DeadLetter.MaxAttempts = -1 }, "DeadLetter.MaxAttempts"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

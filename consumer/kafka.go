@@ -92,14 +92,19 @@ func (c *Consumer) Run(ctx context.Context) error {
 // batch it holds.
 func (c *Consumer) startGeneration(ctx, workCtx context.Context, gen *kafka.Generation, fail func(error)) {
 	owned := map[partitionKey]bool{}
+	held := map[string][]int{}
 	for topic, parts := range gen.Assignments {
 		for _, p := range parts {
 			owned[partitionKey{topic, p.ID}] = true
+			held[topic] = append(held[topic], p.ID)
 		}
 	}
 	c.mu.Lock()
 	c.owned = owned
 	c.mu.Unlock()
+	if c.cfg.OnAssign != nil {
+		c.cfg.OnAssign(gen.ID, held)
+	}
 	gen.Start(func(genCtx context.Context) {
 		// The partitions are this member's until the generation ends.
 		<-genCtx.Done()

@@ -73,7 +73,7 @@ func TestLagFromCommittedOffsets(t *testing.T) {
 	cfg := b.config()
 	cfg.Name = name
 	stop := start(t, b.db, cfg)
-	eventually(t, 30*time.Second, "8 effects", func() bool { return b.db.Count(t, "{schema}.effects") == 8 })
+	b.until(t, 30*time.Second, "8 effects", func() bool { return b.db.Count(t, "{schema}.effects") == 8 })
 	stop() // commits the offsets of what it applied, then leaves the group
 
 	_, err = m.Poll(ctx)
@@ -111,4 +111,71 @@ func TestLagUnknownTopic(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, lag)
 	require.Empty(t, lagSeries(t, name))
+}
+
+// TestLagFollowsRebalance: the lag monitor of a running consumer exports the partitions that
+// consumer holds in the group's current generation (Consumer.Owns): when a second member
+// joins and takes a partition, the first one's series for it is deleted, so a sum over
+// replicas counts each partition once.
+func TestLagFollowsRebalance(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 2)
+	run := func(cfg *consumer.Config) *consumer.Consumer {
+		c, err := consumer.New(b.db.Pool, cfg)
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); _ = c.Run(ctx) }()
+		t.Cleanup(func() { cancel(); <-done })
+		return c
+	}
+	// A name of its own: the lag series live in the process-wide registry.
+	name := kafkatest.Name(t, "lagrb")
+	cfg := b.config()
+	cfg.Name = name
+	first := run(cfg)
+	produce(t, b.brokers, b.topic, msg("a0", 0, ""), msg("b0", 1, ""))
+	b.waitCommitted(t, 30*time.Second, func(offs []int64) bool { return offs[0] == 1 && offs[1] == 1 })
+
+	m, err := consumer.NewLagMonitor(&consumer.LagConfig{
+		Name: name, Brokers: b.brokers, Topics: []string{b.topic}, Group: b.group, Owned: first.Owns,
+	})
+	require.NoError(t, err)
+	_, err = m.Poll(t.Context())
+	require.NoError(t, err)
+	require.Len(t, lagSeries(t, name), 2, "the only member holds both partitions")
+
+	// A second member joins and is given a partition; once it committed there, the
+	// partition is its own.
+	assigned, moved := make(chan int, 10), make(chan int, 10)
+	second := b.config()
+	second.Name = name
+	second.OnAssign = func(_ int32, held map[string][]int) {
+		for _, p := range held[b.topic] {
+			assigned <- p
+		}
+	}
+	second.OnOffsetCommit = func(topic string, p int, next int64) {
+		b.commits.record(topic, p, next)
+		moved <- p
+	}
+	run(second)
+	select {
+	case <-assigned:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the second member was never given a partition")
+	}
+	produce(t, b.brokers, b.topic, msg("a1", 0, ""), msg("b1", 1, ""))
+	var p int
+	select {
+	case p = <-moved:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the second member never committed")
+	}
+	require.False(t, first.Owns(b.topic, p), "the partition moved to the second member")
+	_, err = m.Poll(t.Context())
+	require.NoError(t, err)
+	series := lagSeries(t, name)
+	require.Len(t, series, 1, "only the partition the first member still holds: %v", series)
+	require.NotContains(t, series, fmt.Sprintf("%s/%d", b.topic, p))
 }

@@ -1,15 +1,12 @@
 package consumer
 
 import (
-	"fmt"
-	"regexp"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/segmentio/kafka-go"
 
 	"github.com/idemd/idemd/internal/jsonpointer"
+	"github.com/idemd/idemd/outbox"
 	"github.com/idemd/idemd/pipeline"
 )
 
@@ -58,8 +55,12 @@ func (r *record) json() (any, bool) {
 	return r.doc, r.isJSON
 }
 
-// lookup reads f from the record; ok is false when it is absent (or not a scalar).
-func (r *record) lookup(f *pipeline.Field) (string, bool) {
+// lookup reads f, a plain or composite field, from the record; ok is false when it is
+// absent (or not a scalar).
+func (r *record) lookup(f *pipeline.Field) (string, bool) { return f.Read(r.Field) }
+
+// Field reads a plain field of the record (pipeline.Message).
+func (r *record) Field(f *pipeline.Field) (string, bool) {
 	switch {
 	case f.Header != "":
 		v, ok := r.msg.Headers[f.Header]
@@ -80,6 +81,9 @@ func (r *record) lookup(f *pipeline.Field) (string, bool) {
 	}
 }
 
+// EventType is the record's event-type header (pipeline.Message).
+func (r *record) EventType() string { return r.msg.Headers[outbox.HeaderEventType] }
+
 // id returns the message id by spec, or by the default header chain when spec is nil.
 func (r *record) id(spec *pipeline.Field) (string, bool) {
 	if spec != nil {
@@ -91,22 +95,6 @@ func (r *record) id(spec *pipeline.Field) (string, bool) {
 		}
 	}
 	return "", false
-}
-
-var number = regexp.MustCompile(`^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$`)
-
-// parseVersion turns a version read from a record into a decimal number: a JSON number or
-// numeric string as written, or an RFC 3339 timestamp as microseconds since the Unix epoch.
-func parseVersion(s string) (string, error) {
-	s = strings.TrimSpace(s)
-	if number.MatchString(s) {
-		return s, nil
-	}
-	t, err := time.Parse(time.RFC3339Nano, s)
-	if err != nil {
-		return "", fmt.Errorf("version %q is neither a number nor an RFC 3339 timestamp", s)
-	}
-	return strconv.FormatInt(t.UnixMicro(), 10), nil
 }
 
 func newRecord(pipeline string, m kafka.Message, now time.Time) *record {

@@ -21,9 +21,9 @@ var ErrUnknownPipeline = errors.New("dead letter does not belong to this subscri
 // RegisterReplay tells rp how this subscription's letters (deadletter.DoorKafka) are
 // replayed, once the cause was fixed: the record is rebuilt from the letter and applied
 // through the unit of work again — the stale guard (when Order is set), the SQL effect, the
-// Handler and the publish event, whose operation id is the one the original would have had
-// (outbox.OperationID(pipeline, message id, 0)), so a downstream consumer deduplicates it
-// against an earlier copy. Nothing is read from Kafka, so replays need no broker and work on
+// Handler and the publish events, whose operation ids are the ones the originals would have
+// had (outbox.TargetOperationID(pipeline, message id, target)), so a downstream consumer
+// deduplicates them against earlier copies. Nothing is read from Kafka, so replays need no broker and work on
 // a Consumer that never ran.
 //
 // A record that was dead-lettered for having no message id is replayed only when the

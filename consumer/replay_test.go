@@ -21,8 +21,8 @@ func (b *bundle) deadLetter(t *testing.T, cfg *consumer.Config, n int, msgs ...k
 	t.Helper()
 	produce(t, b.brokers, b.topic, msgs...)
 	stop := start(t, b.db, cfg)
-	eventually(t, 30*time.Second, "offsets committed", func() bool {
-		return committed(t, b.brokers, b.group, b.topic, 1)[0] == int64(len(msgs))
+	b.waitCommitted(t, 30*time.Second, func(offs []int64) bool {
+		return offs[0] == int64(len(msgs))
 	})
 	stop()
 	letters, err := deadletter.New(b.db.Schema).List(context.Background(), b.db.Pool, deadletter.Filter{Pipeline: cfg.Name})
@@ -56,7 +56,7 @@ func TestReplayAppliesOnceAfterTheCauseIsFixed(t *testing.T) {
 	b.db.Exec(t, b.db.Q(`ALTER TABLE {schema}.effects ADD CONSTRAINT no_poison CHECK (message_id <> 'poison')`))
 	cfg := b.config()
 	cfg.DeadLetter.MaxAttempts = 1
-	cfg.Publish = &pipeline.Publish{Topic: "ledger.entries", Key: &pipeline.Field{JSON: "/id"}}
+	cfg.Publish = pipeline.Targets{{Topic: "ledger.entries", Key: &pipeline.Field{JSON: "/id"}}}
 	m := msg("poison", 0, "")
 	m.Key = []byte("k1")
 	m.Headers = append(m.Headers, kafka.Header{Key: "event-type", Value: []byte("entry.created")})
@@ -98,7 +98,7 @@ func TestReplayThatFailsAgainCommitsNothing(t *testing.T) {
 
 	// The publish event is queued after the SQL effect: it must roll back with it.
 	cfg2 := b.config()
-	cfg2.Publish = &pipeline.Publish{Topic: "ledger.entries"}
+	cfg2.Publish = pipeline.Targets{{Topic: "ledger.entries"}}
 	c := b.replayer(t, cfg2)
 	err := c.Replay(context.Background(), l.ID)
 	require.Error(t, err)

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemd/idemd/internal/pgtext"
+	"github.com/idemd/idemd/migrations"
 )
 
 // ErrNotFound: no dead letter has that id.
@@ -80,7 +81,7 @@ type Store struct {
 
 // New returns a Store on schema ("" means "idemd").
 func New(schema string) *Store {
-	return &Store{table: pgx.Identifier{cmp.Or(schema, "idemd")}.Sanitize() + ".dead_letters"}
+	return &Store{table: pgx.Identifier{cmp.Or(schema, migrations.SchemaDefault)}.Sanitize() + ".dead_letters"}
 }
 
 // WriteTx records l in tx and returns its id.

@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -31,11 +32,14 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/sirupsen/logrus"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/idemd/idemd/deadletter"
 	"github.com/idemd/idemd/internal/retry"
 	"github.com/idemd/idemd/internal/testsignal"
+	"github.com/idemd/idemd/internal/tracing"
+	"github.com/idemd/idemd/migrations"
 	"github.com/idemd/idemd/outbox"
 )
 
@@ -69,6 +73,16 @@ type Endpoint struct {
 	// Concurrency is how many requests this process has in flight to the endpoint at once.
 	// Defaults to 4.
 	Concurrency int
+	// Retry overrides the Config's retry policy for this endpoint, field by field. Defaults
+	// to the Config's.
+	Retry RetryPolicy
+	// Rate caps the requests per second to this endpoint, all deliverers together: the
+	// budget (a token bucket of Rate tokens, refilled at Rate per second, at least one)
+	// lives in PostgreSQL. Retries count. Defaults to 0: no cap.
+	Rate float64
+	// Breaker, when set, stops sending to the endpoint while it keeps failing (see
+	// Breaker). Defaults to nil: only a 410 stops deliveries.
+	Breaker *Breaker
 }
 
 // Outcome is what became of one attempt.
@@ -136,6 +150,11 @@ type Config struct {
 	Logger *logrus.Entry
 	// AfterAttempt, when set, runs after each attempt's outcome is recorded. For tests.
 	AfterAttempt func(Attempt)
+	// TracerProvider records a client span per attempt, continuing the trace stored with
+	// the event; each request carries its traceparent (trace.go). Defaults to
+	// OpenTelemetry's global provider; while that is a no-op one (tracing off), no span is
+	// made and requests carry the stored traceparent.
+	TracerProvider trace.TracerProvider
 }
 
 // Deliverer delivers pending http_deliveries rows of its endpoints. Several deliverers,
@@ -152,6 +171,7 @@ type Deliverer struct {
 	deadletter *deadletter.Store
 	sql        statements
 	signals    delivererSignals
+	tracer     *tracing.Tracer
 }
 
 // delivererSignals are the deliverer's test signals (internal/testsignal): inert unless a
@@ -183,6 +203,8 @@ func redactURL(u *url.URL) string { return u.Scheme + "://" + u.Host }
 type statements struct {
 	upsertEndpoint, status, claim, nextDue, backlog string
 	delivered, retry, dead, release, disable        string
+	// The gate of endpoints with a Rate or a Breaker (gate.go).
+	gate, gateUpdate, breakerFail, breakerClose, breakerRelease string
 }
 
 // NewDeliverer returns a deliverer on pool; call Run.
@@ -194,7 +216,7 @@ func NewDeliverer(pool *pgxpool.Pool, cfg *Config) (*Deliverer, error) {
 	if cfg != nil {
 		c = *cfg
 	}
-	c.Schema = cmp.Or(c.Schema, outbox.SchemaDefault)
+	c.Schema = cmp.Or(c.Schema, migrations.SchemaDefault)
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, MaxAttemptsDefault)
 	c.MaxAge = cmp.Or(c.MaxAge, MaxAgeDefault)
 	c.BackoffMin = cmp.Or(c.BackoffMin, BackoffMinDefault)
@@ -234,6 +256,7 @@ func NewDeliverer(pool *pgxpool.Pool, cfg *Config) (*Deliverer, error) {
 		channel:    outbox.DeliveryChannel(c.Schema),
 		deadletter: deadletter.New(c.Schema),
 		sql:        newStatements(c.Schema),
+		tracer:     tracing.NewTracer(c.TracerProvider, tracerScope),
 	}
 	seen := map[string]bool{}
 	for i, e := range c.Endpoints {
@@ -260,6 +283,19 @@ func NewDeliverer(pool *pgxpool.Pool, cfg *Config) (*Deliverer, error) {
 		if e.Timeout < 0 || e.Concurrency < 0 {
 			return nil, fmt.Errorf("%s: Timeout and Concurrency must be positive", field)
 		}
+		if e.Retry, err = e.Retry.withDefaults(&c); err != nil {
+			return nil, fmt.Errorf("%s: %w", field, err)
+		}
+		if e.Rate < 0 || math.IsNaN(e.Rate) || math.IsInf(e.Rate, 0) {
+			return nil, fmt.Errorf("%s: Rate must be a positive number of requests per second, or 0 for no cap", field)
+		}
+		if e.Breaker != nil {
+			b, err := e.Breaker.withDefaults()
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", field, err)
+			}
+			e.Breaker = &b
+		}
 		d.endpoints = append(d.endpoints, &endpoint{Endpoint: e, key: key, redacted: redactURL(u), wake: make(chan struct{}, 1)})
 	}
 	return d, nil
@@ -268,7 +304,10 @@ func NewDeliverer(pool *pgxpool.Pool, cfg *Config) (*Deliverer, error) {
 func newStatements(schema string) statements {
 	q := pgx.Identifier{schema}.Sanitize()
 	t, e := q+".http_deliveries", q+".http_endpoints"
+	gate, gateUpdate, breakerFail, breakerClose, breakerRelease := gateStatements(e)
 	return statements{
+		gate: gate, gateUpdate: gateUpdate,
+		breakerFail: breakerFail, breakerClose: breakerClose, breakerRelease: breakerRelease,
 		upsertEndpoint: `INSERT INTO ` + e + ` (name, url) VALUES ($1, $2)
 ON CONFLICT (name) DO UPDATE SET url = excluded.url, updated_at = now() WHERE ` + e + `.url <> excluded.url`,
 		status: `SELECT disabled_at IS NOT NULL, coalesce(disabled_reason, '') FROM ` + e + ` WHERE name = $1`,
@@ -430,7 +469,17 @@ func (d *Deliverer) runEndpoint(ctx context.Context, ep *endpoint) {
 				return nil
 			}
 			if free := ep.Concurrency - inflight; free > 0 {
-				rows, err := d.claim(ctx, ep, free)
+				var rows []*row
+				var err error
+				if ep.Rate > 0 || ep.Breaker != nil {
+					var gateWait time.Duration
+					rows, gateWait, err = d.claimGated(ctx, ep, free)
+					if gateWait > 0 {
+						wait = min(wait, gateWait+time.Millisecond)
+					}
+				} else {
+					rows, err = d.claim(ctx, ep, free)
+				}
 				if err != nil {
 					return err
 				}
@@ -482,6 +531,11 @@ func (d *Deliverer) claim(ctx context.Context, ep *endpoint, limit int) ([]*row,
 	if err != nil {
 		return nil, fmt.Errorf("error claiming deliveries: %w", err)
 	}
+	return collectClaimed(rows, token, lease)
+}
+
+// collectClaimed reads the rows a claim statement returned.
+func collectClaimed(rows pgx.Rows, token uuid.UUID, lease time.Duration) ([]*row, error) {
 	out, err := pgx.CollectRows(rows, func(cr pgx.CollectableRow) (*row, error) {
 		r := &row{leaseToken: token, leaseExpiry: time.Now().Add(lease)}
 		err := cr.Scan(&r.id, &r.op, &r.pipeline, &r.causation, &r.key, &r.payload, &r.headers, &r.attempts, &r.createdAt)
@@ -499,7 +553,9 @@ func (d *Deliverer) attempt(ctx context.Context, ep *endpoint, r *row) {
 	ctx = context.WithoutCancel(ctx)
 	log := d.log.WithFields(logrus.Fields{"endpoint": ep.Name, "operation_id": r.op.String(), "attempt": r.attempts})
 	start := time.Now()
-	status, retryAfter, detail, err := d.post(ctx, ep, r)
+	sctx, span := d.startAttempt(ctx, ep, r)
+	status, retryAfter, detail, err := d.post(sctx, ep, r)
+	endAttempt(span, status, err)
 	attemptDuration.WithLabelValues(ep.Name).Observe(time.Since(start).Seconds())
 
 	a := Attempt{DeliveryID: r.id, Endpoint: ep.Name, OperationID: r.op, Number: r.attempts, Status: status, Err: err}
@@ -518,15 +574,16 @@ func (d *Deliverer) attempt(ctx context.Context, ep *endpoint, r *row) {
 		a.Outcome = DeadLettered
 		lastErr = "refused before sending: " + lastErr
 	case err != nil || retry.Retryable(status):
+		policy := ep.Retry
 		a.Outcome = Retry
-		a.RetryIn = max(retry.Backoff(d.cfg.BackoffMin, d.cfg.BackoffMax, r.attempts), retryAfter)
+		a.RetryIn = max(retry.Backoff(policy.MinBackoff, policy.MaxBackoff, r.attempts), retryAfter)
 		switch {
-		case r.attempts >= d.cfg.MaxAttempts:
+		case r.attempts >= policy.MaxAttempts:
 			a.Outcome = DeadLettered
 			lastErr = fmt.Sprintf("retries exhausted after %d attempts; last: %s", r.attempts, lastErr)
-		case time.Since(r.createdAt)+a.RetryIn > d.cfg.MaxAge:
+		case time.Since(r.createdAt)+a.RetryIn > policy.MaxAge:
 			a.Outcome = DeadLettered
-			lastErr = fmt.Sprintf("retries exhausted: next attempt would start more than %s after the event; last: %s", d.cfg.MaxAge, lastErr)
+			lastErr = fmt.Sprintf("retries exhausted: next attempt would start more than %s after the event; last: %s", policy.MaxAge, lastErr)
 		}
 	default:
 		a.Outcome = DeadLettered
@@ -534,6 +591,14 @@ func (d *Deliverer) attempt(ctx context.Context, ep *endpoint, r *row) {
 	}
 	lastErr = cleanText(lastErr, 1000)
 
+	verdict := verdictAnswered
+	switch {
+	case errors.As(err, new(*buildError)):
+		verdict = verdictNone
+	case err != nil || retry.Retryable(status):
+		verdict = verdictFailed
+	}
+	d.recordBreaker(ctx, ep, verdict, log)
 	if recErr := d.record(ctx, ep, r, a, lastErr); recErr != nil {
 		// The lease runs out and another attempt follows, with the same key.
 		log.WithError(recErr).Warn("error recording a delivery attempt; it will be retried after its lease")
@@ -579,6 +644,7 @@ func (d *Deliverer) post(ctx context.Context, ep *endpoint, r *row) (status int,
 	if et := r.headers[outbox.HeaderEventType]; et != "" {
 		h.Set(outbox.HeaderEventType, et)
 	}
+	tracing.SetHTTP(h, traceRequest(ctx, r))
 	for name, values := range h {
 		for _, v := range values {
 			if !httpguts.ValidHeaderFieldValue(v) {

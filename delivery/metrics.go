@@ -28,6 +28,16 @@ var (
 		Name: "idemd_http_delivery_backlog",
 		Help: "Pending outbound HTTP deliveries per endpoint.",
 	}, []string{"endpoint"})
+	// breakerOpen is 1 while an endpoint's circuit breaker is open or half-open.
+	breakerOpen = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "idemd_http_endpoint_breaker_open",
+		Help: "1 while an outbound HTTP endpoint's circuit breaker is open (or half-open, probing); its events wait.",
+	}, []string{"endpoint"})
+	// breakerTransitions counts the breaker's state changes.
+	breakerTransitions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "idemd_http_endpoint_breaker_transitions_total",
+		Help: "Circuit breaker state changes of outbound HTTP endpoints, by the state entered (open, half_open, closed).",
+	}, []string{"endpoint", "state"})
 	// oldestPending is the age of the oldest pending delivery per endpoint.
 	oldestPending = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "idemd_http_delivery_oldest_pending_age_seconds",
@@ -36,5 +46,5 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(attemptsTotal, attemptDuration, endpointDisabled, backlog, oldestPending)
+	metrics.Registry.MustRegister(attemptsTotal, attemptDuration, endpointDisabled, backlog, oldestPending, breakerOpen, breakerTransitions)
 }

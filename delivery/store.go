@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemd/idemd/migrations"
 	"github.com/idemd/idemd/outbox"
 )
 
@@ -28,7 +29,7 @@ type Store struct {
 
 // NewStore returns a Store on schema ("" means "idemd").
 func NewStore(schema string) *Store {
-	schema = cmp.Or(schema, outbox.SchemaDefault)
+	schema = cmp.Or(schema, migrations.SchemaDefault)
 	q := pgx.Identifier{schema}.Sanitize()
 	return &Store{schema: schema, deliveries: q + ".http_deliveries", endpoints: q + ".http_endpoints"}
 }

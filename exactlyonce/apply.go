@@ -2,16 +2,15 @@ package exactlyonce
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemd/idemd/deadletter"
 	"github.com/idemd/idemd/outbox"
-	"github.com/idemd/idemd/processed"
 )
 
 // queue collects the statements and events of one try of a batch whose results nobody
@@ -30,6 +29,8 @@ type queue struct {
 	// wake are the outbox listeners to wake once the transaction committed (the NOTIFY is
 	// not sent inside it: see outbox.Store.QueueQuiet).
 	wake outbox.Wake
+	// spans of the queued statements, ended when they are sent (trace.go)
+	spans []trace.Span
 }
 
 // manyRun collects the effects of consecutive messages that share one multi-message
@@ -99,6 +100,7 @@ func (u *Unit) send(ctx context.Context, tx pgx.Tx, q *queue) error {
 	}
 	err := tx.SendBatch(ctx, &q.batch).Close()
 	q.batch = pgx.Batch{}
+	q.endSpans(err)
 	if err != nil {
 		return fmt.Errorf("error running the batch's effects: %w", err)
 	}
@@ -166,31 +168,34 @@ func (u *Unit) apply(ctx context.Context, tx pgx.Tx, m *Message, q *queue) error
 			return nil
 		}
 	}
-	result, err := u.effect(ctx, tx, m, q)
+	span := u.startEffect(ctx, m)
+	res, err := u.effect(ctx, tx, m, q)
+	finish(q, span, err)
 	if err != nil {
 		return err
 	}
-	if len(m.Events) > 0 {
+	if m.Answer != nil {
+		m.Response = m.answer(res)
+	}
+	// A business answer (not 2xx) is the request's answer, not its success: what the
+	// effect wrote commits, but nothing is published.
+	if len(m.Events) > 0 && (res.reply == nil || res.reply.Status/100 == 2) {
 		events := make([]outbox.Event, len(m.Events))
 		for i, e := range m.Events {
 			events[i] = e.Event
 			if e.FromResult {
-				events[i].Payload = result
-				if result == nil {
+				events[i].Payload = res.body
+				if res.body == nil {
 					events[i].Payload = []byte("null")
 				}
 			}
 		}
-		if err := u.enqueue(ctx, tx, q, events); err != nil {
+		span, events := u.startEnqueue(ctx, m, events)
+		err := u.enqueue(ctx, tx, q, events)
+		finish(q, span, err)
+		if err != nil {
 			return err
 		}
-	}
-	if a := m.Answer; a != nil {
-		body := result
-		if body == nil {
-			body = a.Empty
-		}
-		m.Response = &processed.Response{Status: a.Status, Headers: map[string]string{"Content-Type": "application/json"}, Body: body}
 	}
 	m.Outcome = Applied
 	return nil
@@ -236,10 +241,10 @@ func (m *Message) needsResult() bool {
 	return false
 }
 
-// effect runs m's effect and returns its result as JSON (nil when there is none).
-func (u *Unit) effect(ctx context.Context, tx pgx.Tx, m *Message, q *queue) ([]byte, error) {
+// effect runs m's effect and returns its result.
+func (u *Unit) effect(ctx context.Context, tx pgx.Tx, m *Message, q *queue) (*result, error) {
 	e := &m.Effect
-	var result []byte
+	res := &result{affected: -1}
 	if e.SQL != "" {
 		switch {
 		case !m.needsResult() && !q.direct:
@@ -252,9 +257,19 @@ func (u *Unit) effect(ctx context.Context, tx pgx.Tx, m *Message, q *queue) ([]b
 			if err := u.sendIf(ctx, tx, q); err != nil {
 				return nil, err
 			}
-			var err error
-			if result, err = queryJSON(ctx, tx, e.SQL, e.Args); err != nil {
+			rows, err := tx.Query(ctx, e.SQL, e.Args...)
+			if err != nil {
+				return nil, fmt.Errorf("error running the SQL effect: %w", err)
+			}
+			maps, affected, err := collect(rows)
+			if err != nil {
+				return nil, fmt.Errorf("error running the SQL effect: %w", err)
+			}
+			if res, err = rowsResult(maps, affected, m.Answer != nil); err != nil {
 				return nil, err
+			}
+			if res.reply != nil {
+				return res, nil // the answer is given: the Go effect does not run
 			}
 		}
 	}
@@ -263,49 +278,24 @@ func (u *Unit) effect(ctx context.Context, tx pgx.Tx, m *Message, q *queue) ([]b
 			return nil, err
 		}
 		v, err := e.Func(ctx, tx)
+		if be, ok := asBusinessError(err); ok {
+			if m.Answer == nil {
+				return nil, Permanent(err) // no answer to give: the message cannot be applied
+			}
+			if res.reply, err = businessReply(be); err != nil {
+				return nil, err
+			}
+			res.body = res.reply.Body
+			return res, nil
+		}
 		if err != nil {
 			return nil, err
 		}
-		switch x := v.(type) {
-		case nil:
-		case json.RawMessage:
-			result = x
-		case []byte:
-			result = x
-		default:
-			if result, err = json.Marshal(v); err != nil {
-				return nil, Permanent(fmt.Errorf("error encoding the effect's result: %w", err))
-			}
+		if res.body, err = resultJSON(v); err != nil {
+			return nil, err
 		}
 	}
-	return result, nil
-}
-
-// queryJSON runs sql and returns the rows it returned as JSON: nil for none, an object for
-// one, an array for more.
-func queryJSON(ctx context.Context, tx pgx.Tx, sql string, args []any) ([]byte, error) {
-	rows, err := tx.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, fmt.Errorf("error running the SQL effect: %w", err)
-	}
-	maps, err := pgx.CollectRows(rows, pgx.RowToMap)
-	if err != nil {
-		return nil, fmt.Errorf("error running the SQL effect: %w", err)
-	}
-	var v any
-	switch len(maps) {
-	case 0:
-		return nil, nil
-	case 1:
-		v = maps[0]
-	default:
-		v = maps
-	}
-	out, err := json.Marshal(v)
-	if err != nil {
-		return nil, Permanent(fmt.Errorf("error encoding the rows the SQL effect returned: %w", err))
-	}
-	return out, nil
+	return res, nil
 }
 
 // deadLetter writes m's letter and letter events for m.Cause, and builds its failure
@@ -334,7 +324,10 @@ func (u *Unit) deadLetter(ctx context.Context, tx pgx.Tx, m *Message, q *queue) 
 			e.Headers[deadletter.HeaderReason] = reason
 			events[i] = e
 		}
-		if err := u.enqueue(ctx, tx, q, events); err != nil {
+		span, events := u.startEnqueue(ctx, m, events)
+		err := u.enqueue(ctx, tx, q, events)
+		finish(q, span, err)
+		if err != nil {
 			return err
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemd/idemd/deadletter"
 	"github.com/idemd/idemd/outbox"
@@ -55,6 +56,10 @@ type Message struct {
 	// result and store it in the processed record, so that a retry is answered the same,
 	// byte for byte (API requests).
 	Answer *Answer
+	// Trace is the message's trace context: its door's span (the HTTP request, the
+	// consumed record), or the one it arrived with. The unit's spans continue it, and its
+	// events and letter events carry it on (their traceparent header). Defaults to none.
+	Trace trace.SpanContext
 
 	// Result is filled in by the unit.
 	Result
@@ -109,12 +114,19 @@ type Guard struct {
 	Version string
 }
 
-// Answer says how a message's answer is built and stored (API requests).
+// Answer says how a message's answer is built and stored (API requests). The answer of an
+// effect that committed is, in this order: the business answer it gave (a BusinessError, or
+// a StatusColumn in its first row; answer.go), NoRows when set and its SQL affected no rows,
+// or Status with the effect's result as JSON (Empty when there is none).
 type Answer struct {
-	// Status is the status of a new message whose effect committed.
+	// Status is the status of a new message whose effect committed. 204 answers without a
+	// body.
 	Status int
 	// Empty is the body when the effect returns nothing.
 	Empty []byte
+	// NoRows, when set, is the answer when the effect's SQL affected no rows (a delete of
+	// an id that does not exist). Defaults to nil: Status.
+	NoRows *processed.Response
 	// Failed builds the answer stored for a message whose effect failed permanently.
 	// Defaults to nil: nothing is stored.
 	Failed func(cause error) *processed.Response

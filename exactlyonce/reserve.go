@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/idemd/idemd/internal/tracing"
 	"github.com/idemd/idemd/processed"
 )
 
@@ -90,8 +91,12 @@ func (u *Unit) reserve(ctx context.Context, m *Message) (uuid.UUID, error) {
 // transient failure it releases the reservation and returns the error, for the caller to
 // answer "retry later". processed.ErrLeaseLost means the lease ended and another claimer
 // took the id over.
-func (u *Unit) ApplyReserved(ctx context.Context, m *Message, token uuid.UUID) error {
-	err := u.applyReserved(ctx, m, token)
+func (u *Unit) ApplyReserved(ctx context.Context, m *Message, token uuid.UUID) (err error) {
+	ctx, span := u.startTx(ctx, []*Message{m})
+	if span != nil {
+		defer func() { tracing.End(span, err) }()
+	}
+	err = u.applyReserved(ctx, m, token)
 	if err == nil || errors.Is(err, processed.ErrLeaseLost) {
 		return err
 	}

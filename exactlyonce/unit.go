@@ -32,16 +32,19 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/sirupsen/logrus"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemd/idemd/deadletter"
 	"github.com/idemd/idemd/internal/retry"
+	"github.com/idemd/idemd/internal/tracing"
+	"github.com/idemd/idemd/migrations"
 	"github.com/idemd/idemd/outbox"
 	"github.com/idemd/idemd/processed"
 )
 
 // Defaults of Config.
 const (
-	SchemaDefault         = processed.SchemaDefault
 	BackoffMinDefault     = 50 * time.Millisecond
 	BackoffMaxDefault     = 5 * time.Second
 	ResolveTimeoutDefault = 10 * time.Second
@@ -66,6 +69,10 @@ type Config struct {
 	OnRetry func(err error)
 	// BeforeCommit, when set, runs just before COMMIT; tests crash there. Defaults to nil.
 	BeforeCommit func(msgs []*Message)
+	// TracerProvider records the unit's spans: the transaction, each run of an effect, each
+	// outbox enqueue. Defaults to OpenTelemetry's global provider; while that is a no-op
+	// one (tracing off), no span is made.
+	TracerProvider trace.TracerProvider
 }
 
 // Unit applies batches of messages exactly once.
@@ -75,6 +82,7 @@ type Unit struct {
 	outbox   *outbox.Store
 	letters  *deadletter.Store
 	guardSQL string
+	tracer   *tracing.Tracer
 }
 
 // New returns a Unit on pool.
@@ -86,7 +94,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Unit, error) {
 	if cfg != nil {
 		c = *cfg
 	}
-	c.Schema = cmp.Or(c.Schema, SchemaDefault)
+	c.Schema = cmp.Or(c.Schema, migrations.SchemaDefault)
 	c.BackoffMin = cmp.Or(c.BackoffMin, BackoffMinDefault)
 	c.BackoffMax = cmp.Or(c.BackoffMax, BackoffMaxDefault)
 	c.ResolveTimeout = cmp.Or(c.ResolveTimeout, ResolveTimeoutDefault)
@@ -112,6 +120,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Unit, error) {
 		outbox:   outbox.New(&outbox.Config{Schema: c.Schema}),
 		letters:  deadletter.New(c.Schema),
 		guardSQL: guardSQL(c.Schema),
+		tracer:   tracing.NewTracer(c.TracerProvider, tracerScope),
 	}, nil
 }
 
@@ -130,7 +139,11 @@ var errCareful = errors.New("a permanent failure needs savepoints")
 // Result set. It retries transient failures, and messages held in flight by another
 // claimer, until ctx ends; it returns an error only when ctx ends or a failure is neither
 // transient nor attributable to one message (a missing table, say).
-func (u *Unit) Apply(ctx context.Context, msgs []*Message) error {
+func (u *Unit) Apply(ctx context.Context, msgs []*Message) (err error) {
+	ctx, span := u.startTx(ctx, msgs)
+	if span != nil {
+		defer func() { tracing.End(span, err) }()
+	}
 	todo := msgs
 	for attempt := 1; ; attempt++ {
 		if err := u.applyOnce(ctx, todo); err != nil {
@@ -163,6 +176,9 @@ func (u *Unit) applyOnce(ctx context.Context, msgs []*Message) error {
 		}
 		if errors.Is(err, errCareful) {
 			careful = true
+			if span := trace.SpanFromContext(ctx); span.IsRecording() {
+				span.AddEvent("savepoints") // a permanent failure: again, one savepoint per effect
+			}
 			continue
 		}
 		if ctx.Err() != nil {
@@ -173,6 +189,9 @@ func (u *Unit) applyOnce(ctx context.Context, msgs []*Message) error {
 		}
 		if u.cfg.OnRetry != nil {
 			u.cfg.OnRetry(err)
+		}
+		if span := trace.SpanFromContext(ctx); span.IsRecording() {
+			span.AddEvent("retry", trace.WithAttributes(semconv.ErrorTypeKey.String(tracing.ErrorType(err))))
 		}
 		u.cfg.Logger.WithError(err).WithField("attempt", attempt).WithField("messages", len(msgs)).
 			Warn("transient failure applying a batch; retrying it")
@@ -297,6 +316,7 @@ func (u *Unit) try(ctx context.Context, msgs []*Message, careful bool) (err erro
 		return err
 	}
 	q := &queue{direct: careful, size: len(msgs)}
+	defer func() { q.endSpans(err) }()
 	var (
 		done   []processed.Completion
 		forget []processed.Claim
@@ -308,9 +328,9 @@ func (u *Unit) try(ctx context.Context, msgs []*Message, careful bool) (err erro
 			continue
 		}
 		if careful {
-			err = u.runCareful(ctx, tx, m, q)
+			err = u.runCareful(messageContext(ctx, m), tx, m, q)
 		} else {
-			err = u.run(ctx, tx, m, q)
+			err = u.run(messageContext(ctx, m), tx, m, q)
 		}
 		if err != nil {
 			return err

@@ -2,6 +2,7 @@ package outbox
 
 // RelayLockKey is the advisory lock key of the relay of schema (tests take it away).
 var RelayLockKey = relayLockKey
+
 // RelaySignals are the relay's test signals, for the package's external tests.
 type RelaySignals = relaySignals
 

@@ -31,3 +31,20 @@ func BenchmarkOperationID(b *testing.B) {
 		_ = OperationID("stripe", "evt_1NG8Du2eZvKYlo2CUI79vXWy", 0)
 	}
 }
+
+// A target's operation id is uuid.NewSHA1 of "len:pipeline/id/target"; the target named by
+// position n has the id of ordinal n, so a pipeline's first unnamed target keeps the ids its
+// one event had before fan-out. Different targets of one message never share an id.
+func TestTargetOperationID(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, OperationID("stripe", "evt_1", 0), TargetOperationID("stripe", "evt_1", "0"))
+	require.Equal(t, OperationID("stripe", "evt_1", 7), TargetOperationID("stripe", "evt_1", "7"))
+	require.Equal(t, uuid.NewSHA1(namespace, []byte("6:stripe/evt_1/erp")), TargetOperationID("stripe", "evt_1", "erp"))
+	seen := map[uuid.UUID]string{}
+	for _, target := range []string{"0", "1", "erp", "all", "00", "erp.v2"} {
+		id := TargetOperationID("stripe", "evt_1", target)
+		require.NotContains(t, seen, id, "targets %s and %s", target, seen[id])
+		seen[id] = target
+	}
+	require.NotEqual(t, TargetOperationID("stripe", "evt_1", "erp"), TargetOperationID("stripe", "evt_2", "erp"))
+}

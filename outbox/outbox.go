@@ -26,10 +26,8 @@ import (
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/idemd/idemd/internal/pgtext"
+	"github.com/idemd/idemd/migrations"
 )
-
-// SchemaDefault is the schema of the outbox table unless configured otherwise.
-const SchemaDefault = "idemd"
 
 // Header names the relay sets on every record.
 const (
@@ -45,12 +43,27 @@ const (
 var namespace = uuid.MustParse("6f1c2a8e-3b1d-5c7e-9a40-2d5e8b7c1f03")
 
 // OperationID is the deterministic id of the ordinal-th event caused by message messageID of
-// pipeline: the same inputs give the same UUIDv5 on every machine and every replay.
+// pipeline: the same inputs give the same UUIDv5 on every machine and every replay. It is
+// TargetOperationID with the ordinal's decimal digits as the target.
 func OperationID(pipeline, messageID string, ordinal int) uuid.UUID {
-	// The pipeline is length-prefixed and the ordinal is all digits after the last '/', so
-	// no two different triples share a name. The name is uuid.NewSHA1's, built on the stack
-	// (the SHA-1 of namespace and name, version 5, RFC 4122 variant): the same ids without
-	// an allocation per event.
+	var digits [20]byte
+	return operationID(pipeline, messageID, strconv.AppendInt(digits[:0], int64(ordinal), 10))
+}
+
+// TargetOperationID is the deterministic id of the event that message messageID of pipeline
+// (a dedup scope) sends to the publish target named target. A target named by its position
+// n ("0", "1"…) gets OperationID(pipeline, messageID, n): the ids of a pipeline's first,
+// unnamed target are those of its one event before targets could be several.
+func TargetOperationID(pipeline, messageID, target string) uuid.UUID {
+	return operationID(pipeline, messageID, []byte(target))
+}
+
+func operationID(pipeline, messageID string, target []byte) uuid.UUID {
+	// The pipeline is length-prefixed and the target, after the last '/', holds no '/' (a
+	// position's digits, or a name of letters, digits, '.', '_' and '-'), so no two
+	// different triples share a name. The name is uuid.NewSHA1's, built on the stack (the
+	// SHA-1 of namespace and name, version 5, RFC 4122 variant): the same ids without an
+	// allocation per event.
 	var buf [160]byte
 	b := append(buf[:0], namespace[:]...)
 	b = strconv.AppendInt(b, int64(len(pipeline)), 10)
@@ -59,7 +72,7 @@ func OperationID(pipeline, messageID string, ordinal int) uuid.UUID {
 	b = append(b, '/')
 	b = append(b, messageID...)
 	b = append(b, '/')
-	b = strconv.AppendInt(b, int64(ordinal), 10)
+	b = append(b, target...)
 	sum := sha1.Sum(b)
 	var id uuid.UUID
 	copy(id[:], sum[:])
@@ -114,7 +127,7 @@ func New(cfg *Config) *Store {
 	if cfg == nil {
 		cfg = &Config{}
 	}
-	schema := cmp.Or(cfg.Schema, SchemaDefault)
+	schema := cmp.Or(cfg.Schema, migrations.SchemaDefault)
 	return &Store{
 		schema:          schema,
 		channel:         Channel(schema),
@@ -153,11 +166,14 @@ func EnqueueTx(ctx context.Context, tx pgx.Tx, events ...Event) error {
 }
 
 // EnqueueTx writes events in tx, in one round trip, and notifies the relay at commit. The
-// rows become visible to the relay only if tx commits.
+// rows become visible to the relay only if tx commits. An event without a traceparent
+// header stores the trace context of ctx's span, if any, so that its record continues the
+// caller's trace.
 func (s *Store) EnqueueTx(ctx context.Context, tx pgx.Tx, events ...Event) error {
 	if len(events) == 0 {
 		return nil
 	}
+	events = withTrace(ctx, events)
 	batch := &pgx.Batch{}
 	if err := s.Queue(batch, events...); err != nil {
 		return err

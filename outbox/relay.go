@@ -16,11 +16,14 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/segmentio/kafka-go"
 	"github.com/sirupsen/logrus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemd/idemd/deadletter"
 	"github.com/idemd/idemd/internal/metrics"
 	"github.com/idemd/idemd/internal/retry"
 	"github.com/idemd/idemd/internal/testsignal"
+	"github.com/idemd/idemd/internal/tracing"
+	"github.com/idemd/idemd/migrations"
 )
 
 // Defaults of RelayConfig.
@@ -87,6 +90,11 @@ type RelayConfig struct {
 	// AfterPublish, when set, runs after a round's records reached Kafka and before they
 	// are marked published; an error stops the relay there, as a crash would. For tests.
 	AfterPublish func(ids []int64) error
+	// TracerProvider records a span per write to Kafka, linked to the trace context stored
+	// with each row (trace.go). Defaults to OpenTelemetry's global provider; while
+	// that is a no-op one (tracing off), no span is made. Records carry their row's
+	// traceparent either way.
+	TracerProvider trace.TracerProvider
 }
 
 // Relay publishes committed outbox rows to Kafka. Exactly one relay per database is
@@ -108,19 +116,20 @@ type Relay struct {
 	// before it even tried.
 	decided     chan struct{}
 	decidedOnce sync.Once
-	pool      *pgxpool.Pool
-	cfg       RelayConfig
-	writer    Writer
-	log       *logrus.Entry
-	lockKey   int64
-	channel   string
-	selectSQL string
-	markSQL   string
-	deleteSQL string
-	letters   *deadletter.Store
-	statsSQL  string
-	published atomic.Int64
-	leader    atomic.Bool
+	pool        *pgxpool.Pool
+	cfg         RelayConfig
+	writer      Writer
+	log         *logrus.Entry
+	lockKey     int64
+	channel     string
+	selectSQL   string
+	markSQL     string
+	deleteSQL   string
+	letters     *deadletter.Store
+	statsSQL    string
+	published   atomic.Int64
+	leader      atomic.Bool
+	tracer      *tracing.Tracer
 
 	// failing are the topics whose last publish failed. Only the leading goroutine uses it.
 	failing map[string]*topicFailure
@@ -153,7 +162,7 @@ func NewRelay(pool *pgxpool.Pool, cfg *RelayConfig) (*Relay, error) {
 	if cfg != nil {
 		c = *cfg
 	}
-	c.Schema = cmp.Or(c.Schema, SchemaDefault)
+	c.Schema = cmp.Or(c.Schema, migrations.SchemaDefault)
 	c.BatchSize = cmp.Or(c.BatchSize, RelayBatchSizeDefault)
 	c.BatchTimeout = cmp.Or(c.BatchTimeout, RelayBatchTimeoutDefault)
 	c.PollInterval = cmp.Or(c.PollInterval, RelayPollIntervalDefault)
@@ -203,6 +212,7 @@ FROM ` + table + ` WHERE published_at IS NULL AND topic <> ALL($2::text[]) ORDER
 		markSQL:   markSQL(table, c.KeepPublished),
 		deleteSQL: `DELETE FROM ` + table + ` WHERE id = ANY($1) AND published_at IS NULL`,
 		letters:   deadletter.New(c.Schema),
+		tracer:    tracing.NewTracer(c.TracerProvider, relayTracerScope),
 		statsSQL:  `SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0) FROM ` + table + ` WHERE published_at IS NULL`,
 	}, nil
 }

@@ -73,7 +73,7 @@ func (r *Relay) publishRound(ctx context.Context) (*round, error) {
 
 	var wg sync.WaitGroup
 	for _, b := range batches {
-		wg.Go(func() { b.err = r.writer.WriteMessages(ctx, b.msgs...) })
+		wg.Go(func() { b.err = r.write(ctx, b.topic, b.msgs) })
 	}
 	wg.Wait()
 
@@ -243,7 +243,7 @@ func tooLarge(err error) bool {
 // same operation id. Another error makes the rest of the rows wait behind the topic's retry.
 func (r *Relay) publishOneByOne(ctx context.Context, b *topicBatch, rd *round) error {
 	for i := range b.msgs {
-		err := r.writer.WriteMessages(ctx, b.msgs[i])
+		err := r.write(ctx, b.topic, b.msgs[i:i+1])
 		switch {
 		case err != nil && tooLarge(err):
 			reason := fmt.Sprintf("the broker refuses the record as too large (%d bytes of value): %v", len(b.msgs[i].Value), err)

@@ -1,7 +1,7 @@
 // Package pipeline is the vocabulary that idemd's doors and its pipelines file share: where
-// a value is read from a message (Field), what a pipeline publishes (Publish), the
-// stale-event guard (Order), dead-lettering (DeadLetter), durations with days, and the
-// defaults. The pipelines file decodes straight into the doors' configs
+// a value is read from a message (Field, composite ids), what a pipeline publishes (Targets
+// of Publish, with their filters and operation ids), the stale-event guard (Order),
+// dead-lettering (DeadLetter), durations with days, and the defaults. The pipelines file decodes straight into the doors' configs
 // (receiver.Source, consumer.Config), which are built from these types: each fact is
 // defined once, here or in the door that owns it.
 package pipeline
@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemd/idemd/delivery"
 	"github.com/idemd/idemd/internal/jsonpointer"
 )
 
@@ -26,12 +27,12 @@ const (
 	// MaxAttemptsDefault is how many times a permanently failing effect runs (each in a
 	// savepoint) before its message is dead-lettered.
 	MaxAttemptsDefault = 5
-	// HTTPTimeoutDefault bounds one delivery of the outbound HTTP sink.
-	HTTPTimeoutDefault = 10 * time.Second
 )
 
 // Field says where a value is read from a message: exactly one of a JSON pointer into the
-// body, a header (HTTP header, Kafka record header), or the record key (subscriptions).
+// body, a header (HTTP header, Kafka record header), the record key (subscriptions), or
+// Parts, a composite of several of those (composite.go). In the pipelines file a composite
+// is written as a list: message_id: [{json: /a}, {json: /b}].
 type Field struct {
 	// JSON is an RFC 6901 pointer into the JSON body, such as /data/object/id. Strings are
 	// taken as they are, numbers as written.
@@ -40,11 +41,18 @@ type Field struct {
 	Header string `yaml:"header,omitempty"`
 	// Key takes the Kafka record key.
 	Key bool `yaml:"key,omitempty"`
+	// Parts makes the field a composite: each part is read, and the values are joined
+	// length-prefixed (JoinParts). A missing part makes the whole value missing. Parts are
+	// plain fields (json, header or key), never composites themselves.
+	Parts []Field `yaml:"parts,omitempty"`
 }
 
 // Validate checks that exactly one source is set and that a pointer is a pointer. keyAllowed
 // says whether the door has a record key.
 func (f *Field) Validate(keyAllowed bool) error {
+	if len(f.Parts) > 0 {
+		return f.validateParts(keyAllowed)
+	}
 	n := 0
 	if f.JSON != "" {
 		n++
@@ -79,6 +87,12 @@ func (f *Field) String() string {
 		return "json " + f.JSON
 	case f.Key:
 		return "the record key"
+	case len(f.Parts) > 0:
+		names := make([]string, len(f.Parts))
+		for i := range f.Parts {
+			names[i] = f.Parts[i].String()
+		}
+		return "[" + strings.Join(names, ", ") + "]"
 	default:
 		return "nothing"
 	}
@@ -92,8 +106,14 @@ const (
 	BodyEffect = "effect"
 )
 
-// Publish writes one outbox event per applied message, in the effect's transaction.
+// Publish is one publish target of a pipeline: each applied message whose Filter matches
+// writes one outbox event for it, in the effect's transaction. A pipeline's targets are
+// Targets (targets.go).
 type Publish struct {
+	// Name names the target: it derives the operation id of its events and the name of its
+	// HTTP endpoint (Targets.OperationID, Targets.Endpoint). Letters, digits, '.', '_' and
+	// '-'. Defaults to the target's position in the list: "0", "1"…
+	Name string `yaml:"name"`
 	// Topic is the Kafka topic. Required unless HTTP is set.
 	Topic string `yaml:"topic"`
 	// Key is where the event key comes from. Defaults to no key.
@@ -101,11 +121,15 @@ type Publish struct {
 	// Body is BodyPayload or BodyEffect (API sources). Defaults to BodyPayload.
 	Body string `yaml:"body"`
 	// HTTP delivers the event by POST to an endpoint, beside or instead of Topic. The
-	// endpoint is named after the pipeline. Defaults to none.
+	// endpoint is named after the pipeline and the target (Targets.Endpoint). Defaults to
+	// none.
 	HTTP *HTTP `yaml:"http"`
+	// Filter, when set, sends the event only for the messages it matches. Defaults to
+	// none: every applied message.
+	Filter *Filter `yaml:"filter"`
 }
 
-// HTTP is the outbound HTTP delivery of a pipeline's events (SPEC 2.6b).
+// HTTP is the outbound HTTP delivery of a target's events (SPEC 2.6b, 2.3b).
 type HTTP struct {
 	// URL receives the POST. Required.
 	URL string `yaml:"url"`
@@ -114,14 +138,26 @@ type HTTP struct {
 	SecretEnv string `yaml:"secret_env"`
 	// Secret is the signing secret (the value of SecretEnv). Never logged.
 	Secret string `yaml:"-"`
-	// Timeout bounds one delivery. Defaults to 10 s.
+	// Timeout bounds one delivery. Defaults to 10 s (delivery.TimeoutDefault).
 	Timeout time.Duration `yaml:"timeout"`
+	// Rate caps the requests per second to the endpoint, all idemd processes together.
+	// Defaults to 0: no cap.
+	Rate float64 `yaml:"rate"`
+	// Breaker, when set, stops sending to an endpoint that keeps failing (delivery.Breaker).
+	// Defaults to none: only a 410 stops deliveries.
+	Breaker *delivery.Breaker `yaml:"breaker"`
+	// Retry overrides the deliverer's retry policy for this endpoint. Defaults to the
+	// deliverer's (20 attempts within 24 h, backoff 5 s to 2 h).
+	Retry delivery.RetryPolicy `yaml:"retry"`
 }
 
 // Validate checks p for a door; keyAllowed says whether the door has a record key.
 func (p *Publish) Validate(keyAllowed bool) error {
 	if p.Topic == "" && p.HTTP == nil {
 		return errors.New("want topic, http or both")
+	}
+	if p.Name != "" && !ValidName(p.Name) {
+		return fmt.Errorf("name: %q is not a valid name: letters, digits, '.', '_' and '-', at most 100", p.Name)
 	}
 	if p.Key != nil {
 		if err := p.Key.Validate(keyAllowed); err != nil {
@@ -132,6 +168,11 @@ func (p *Publish) Validate(keyAllowed bool) error {
 	case "", BodyPayload, BodyEffect:
 	default:
 		return fmt.Errorf("body: unknown body %q (known: payload, effect)", p.Body)
+	}
+	if p.Filter != nil {
+		if err := p.Filter.Validate(keyAllowed); err != nil {
+			return fmt.Errorf("filter: %w", err)
+		}
 	}
 	return nil
 }

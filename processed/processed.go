@@ -26,11 +26,11 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemd/idemd/internal/fingerprint"
+	"github.com/idemd/idemd/migrations"
 )
 
 // Defaults of Config.
 const (
-	SchemaDefault    = "idemd"
 	RetentionDefault = 7 * 24 * time.Hour
 	LeaseDefault     = 30 * time.Second
 )
@@ -75,7 +75,7 @@ func New(cfg *Config) (*Store, error) {
 		cfg = &Config{}
 	}
 	s := &Store{
-		schema:    cmp.Or(cfg.Schema, SchemaDefault),
+		schema:    cmp.Or(cfg.Schema, migrations.SchemaDefault),
 		retention: cmp.Or(cfg.Retention, RetentionDefault),
 		lease:     cmp.Or(cfg.Lease, LeaseDefault),
 	}

@@ -49,12 +49,20 @@ func (r *Receiver) serveAPI(w http.ResponseWriter, req *http.Request, c *call, u
 	}
 	log.WithField("payload", string(c.req.Body)).Debug("API request authenticated")
 
-	m := c.src.message(c)
+	r.applyReserved(w, req, c, c.src.message(c), key, log)
+}
+
+// applyReserved applies m, an API request's message, under the Idempotency-Key contract and
+// answers: a stored answer for a retry, 409 while the key is in flight, 422 for a conflict,
+// otherwise the answer the unit built and stored with the effect.
+func (r *Receiver) applyReserved(w http.ResponseWriter, req *http.Request, c *call, m *exactlyonce.Message, key string, log *logrus.Entry) {
+	src := c.src
 	wait := preferWait(req.Header.Values("Prefer"), r.cfg.MaxWait)
 	// The reservation and the effect run on their own contexts: a client that hangs up
 	// mid-way must not leave half a state behind.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(req.Context()), r.cfg.ApplyTimeout+wait)
 	defer cancel()
+	defer noteMessage(c.span, m)
 	token, err := r.unit.Reserve(ctx, m, wait)
 	if err != nil {
 		log.WithError(err).Error("reserving an idempotency key failed; answered 503")
@@ -91,6 +99,9 @@ func (r *Receiver) serveAPI(w http.ResponseWriter, req *http.Request, c *call, u
 		writeStored(w, m.Response, "")
 	default:
 		metrics.Processed.WithLabelValues(src.name).Inc()
+		if m.Response != nil && m.Response.Status/100 != 2 {
+			log.WithField("status", m.Response.Status).Info("API effect answered with a non-2xx status; stored")
+		}
 		writeStored(w, m.Response, "")
 	}
 }

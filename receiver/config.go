@@ -7,6 +7,7 @@ import (
 	"github.com/idemd/idemd/pipeline"
 	"github.com/jackc/pgx/v5"
 	"github.com/sirupsen/logrus"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Defaults of Config and Source; the retentions and MaxAttempts are the pipeline
@@ -63,6 +64,11 @@ type Config struct {
 	// BeforeCommit, when set, runs just before each COMMIT with the message ids of the
 	// transaction; tests use it to crash at that point. Defaults to nil.
 	BeforeCommit func(messageIDs []string)
+	// TracerProvider records a server span per request (continuing its traceparent) and
+	// the unit of work's spans. Defaults to OpenTelemetry's global provider; while that is
+	// a no-op one (tracing off), no span is made, and an incoming traceparent is passed on
+	// to the events as it came.
+	TracerProvider trace.TracerProvider
 }
 
 // Source is one inbound HTTP endpoint (a pipeline). It is also what a source of the
@@ -83,19 +89,28 @@ type Source struct {
 	// it is. Prefer MessageID.JSON, an id inside the signed body. Defaults to false (a
 	// header id on hmac-sha256 is refused at New).
 	AllowUnsignedMessageID bool `yaml:"allow_unsigned_message_id"`
-	// MessageID says where a webhook's id is. Defaults to the scheme's (SPEC 3.1): stripe
-	// JSON /id, standard-webhooks header webhook-id, github X-GitHub-Delivery, shopify
-	// X-Shopify-Event-Id, slack JSON /event_id; required for hmac-sha256 and none. Ignored by
-	// API sources, whose id is the Idempotency-Key.
+	// MessageID says where a webhook's id is: a JSON pointer, a header, or a composite of
+	// several (Field.Parts, joined length-prefixed; a missing part is a missing id).
+	// Defaults to the scheme's (SPEC 3.1): stripe JSON /id, standard-webhooks header
+	// webhook-id, github X-GitHub-Delivery, shopify X-Shopify-Event-Id, slack JSON
+	// /event_id; required for hmac-sha256 and none. Ignored by API sources, whose id is the
+	// Idempotency-Key.
 	MessageID *pipeline.Field `yaml:"message_id"`
+	// Order enables the stale-event guard on a webhook source: a webhook whose version of
+	// its entity is not newer than the last one applied is recorded, not applied, and
+	// answered 200 {"status":"stale"}. Defaults to none (every new id is applied).
+	Order *pipeline.Order `yaml:"order"`
 	// Effect runs in the dedup transaction. Defaults to none (the claim is the effect).
 	Effect Effect `yaml:"effect"`
-	// Publish, when set, writes an outbox event in the same transaction; with HTTP set, the
-	// event goes to the endpoint named after the source. Defaults to nil.
-	Publish *pipeline.Publish `yaml:"publish"`
+	// Publish lists the targets of the source's events: each applied request writes one
+	// outbox event per target whose filter matches it, in the same transaction (see
+	// pipeline.Targets for their names, operation ids and endpoints). Defaults to none.
+	Publish pipeline.Targets `yaml:"publish"`
 	// Idempotency, when set, makes this an API source with the Idempotency-Key contract.
 	// Defaults to nil (a webhook source).
 	Idempotency *Idempotency `yaml:"idempotency"`
+	// Delete, when set, serves DELETE {path}/{id} on an API source. Defaults to nil.
+	Delete *Delete `yaml:"delete"`
 	// Retention is how long webhook dedup records are kept. Defaults to 7 days
 	// (pipeline.RetentionDefault).
 	Retention time.Duration `yaml:"retention"`
@@ -153,11 +168,15 @@ type Verify struct {
 type Effect struct {
 	// SQL runs with pgx named arguments @message_id @payload @headers @source @tenant @key
 	// @topic @partition @offset @received_at; its returned rows are the API response body
-	// and, with Publish.Body "effect", the event. It must prepare at New. Defaults to "".
+	// and, with Publish.Body "effect", the event. On an API source, a first row with an
+	// integer http_status column is a business error: that status, the row without the
+	// column as body, stored and replayed (exactlyonce.StatusColumn). It must prepare at
+	// New. Defaults to "".
 	SQL string `yaml:"sql"`
 	// Func runs in the transaction instead of SQL (library users); what it returns is
 	// marshalled to JSON like returned rows. Wrap errors with exactlyonce.Permanent to
-	// dead-letter rather than retry. Defaults to nil.
+	// dead-letter rather than retry; return an *exactlyonce.BusinessError to answer an API
+	// request with another status and body, stored like a success. Defaults to nil.
 	Func EffectFunc `yaml:"-"`
 	// Status is the HTTP status of a new API request whose effect committed. Defaults to 200.
 	Status int `yaml:"status"`
@@ -170,6 +189,18 @@ type Idempotency struct {
 	// Retention is how long a key is remembered; after it the key is new. Defaults to 24 h
 	// (pipeline.IdempotencyRetentionDefault).
 	Retention time.Duration `yaml:"retention"`
+	// Lookup serves GET {path}/{key}: the stored answer of a key, for its tenant, with
+	// Idempotent-Replayed: true, or 404. It never runs an effect. Defaults to false.
+	Lookup bool `yaml:"lookup"`
+}
+
+// Delete serves DELETE {path}/{id} on an API source: SQL runs once per (tenant, id), with
+// the id as @message_id and @key, and its answer is stored and replayed to every retry
+// within the idempotency retention: 204 when the statement affected rows, 404 when it
+// affected none.
+type Delete struct {
+	// SQL is the delete effect, with the named parameters of Effect.SQL. Required.
+	SQL string `yaml:"sql"`
 }
 
 // Request is what an EffectFunc sees of one request.
@@ -188,5 +219,8 @@ type Request struct {
 }
 
 // EffectFunc is a Go effect. It runs in the dedup transaction tx; what it returns (a value
-// marshalled to JSON, or json.RawMessage / []byte already JSON) is the API response body.
+// marshalled to JSON, or json.RawMessage / []byte already JSON) is the API response body. An
+// *exactlyonce.BusinessError it returns is the API answer instead (what it wrote commits);
+// any other error rolls back: permanent ones (exactlyonce.Permanent, SQLSTATE classes 22, 23,
+// 42) are stored as 422 or dead-lettered, the others are transient and never stored.
 type EffectFunc func(ctx context.Context, tx pgx.Tx, r *Request) (any, error)

@@ -36,6 +36,8 @@ var (
 	probInFlight     = problem{Type: "in-flight", Title: "A request with this key is in progress", Status: 409, Retryable: true}
 	probEffectFailed = problem{Type: "effect-failed", Title: "The request's effect failed permanently", Status: 422}
 	probUnavailable  = problem{Type: "unavailable", Title: "Temporarily unavailable; nothing was stored", Status: 503, Retryable: true}
+	probUnknownKey   = problem{Type: "unknown-key", Title: "No stored answer for this key", Status: 404}
+	probNothingToDel = problem{Type: "nothing-to-delete", Title: "Nothing to delete with this id", Status: 404}
 )
 
 // problemBody renders p with detail and id.

@@ -26,9 +26,11 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/sirupsen/logrus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemd/idemd/exactlyonce"
 	"github.com/idemd/idemd/internal/metrics"
+	"github.com/idemd/idemd/internal/tracing"
 	"github.com/idemd/idemd/migrations"
 	"github.com/idemd/idemd/processed"
 )
@@ -40,6 +42,7 @@ type Receiver struct {
 	unit      *exactlyonce.Unit
 	processed *processed.Store
 	log       *logrus.Entry
+	tracer    *tracing.Tracer
 
 	byPath map[string]*source
 	byName map[string]*source
@@ -111,6 +114,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Receiver, error) {
 		logs:      map[*source]*logrus.Entry{},
 		queue:     make(chan *item),
 		sem:       make(chan struct{}, c.Workers),
+		tracer:    tracing.NewTracer(c.TracerProvider, tracerScope),
 	}
 	r.unverified.max = c.MaxUnverifiedBytes
 	ecfg := &exactlyonce.Config{
@@ -118,6 +122,8 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Receiver, error) {
 		Processed: store,
 		Logger:    r.log,
 		OnRetry:   func(error) { metrics.Retries.WithLabelValues("http").Inc() },
+		// The unit's spans continue each request's (its message's Trace).
+		TracerProvider: c.TracerProvider,
 	}
 	if hook := c.BeforeCommit; hook != nil {
 		ecfg.BeforeCommit = func(msgs []*exactlyonce.Message) {
@@ -164,45 +170,50 @@ func (r *Receiver) Close() {
 
 var errClosed = errors.New("receiver is closed")
 
-// ServeHTTP routes a request to its source: POST {path}, and for API sources PUT {path}/{id}.
+// ServeHTTP routes a request to its source: POST {path}, and for API sources PUT
+// {path}/{key}, GET {path}/{key} (Idempotency.Lookup) and DELETE {path}/{id} (Delete).
 func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	start := time.Now()
+	req, span := r.startRequest(req)
 	sw := &statusWriter{ResponseWriter: w}
-	src, key, ok := r.route(sw, req)
+	src, act, key, ok := r.route(sw, req)
 	pipeline := "unknown"
 	if src != nil {
 		pipeline = src.name
 	}
 	if ok {
-		r.serve(sw, req, src, key)
+		r.serve(sw, req, src, act, key)
 	}
 	metrics.RequestDuration.WithLabelValues(pipeline, strconv.Itoa(sw.code())).Observe(time.Since(start).Seconds())
+	endRequest(span, req, src, sw.code())
 }
 
-// route finds the source; it answers 404 or 405 itself (ok false).
-func (r *Receiver) route(w http.ResponseWriter, req *http.Request) (*source, string, bool) {
+// route finds the source and the action; it answers 404 or 405 itself (ok false).
+func (r *Receiver) route(w http.ResponseWriter, req *http.Request) (*source, action, string, bool) {
 	p := req.URL.Path
 	if src := r.byPath[p]; src != nil {
 		if req.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
 			r.reject(w, src, probMethod, "use POST", "method")
-			return src, "", false
+			return src, 0, "", false
 		}
-		return src, "", true
+		return src, actApply, "", true
 	}
 	if i := strings.LastIndexByte(p, '/'); i > 0 {
 		if src := r.byPath[p[:i]]; src != nil && src.api && p[i+1:] != "" {
-			if req.Method != http.MethodPut {
-				w.Header().Set("Allow", http.MethodPut)
-				r.reject(w, src, probMethod, "use PUT", "method")
-				return src, "", false
+			act, ok := src.itemAction(req.Method)
+			if !ok {
+				allow := src.itemMethods()
+				w.Header().Set("Allow", allow)
+				r.reject(w, src, probMethod, "use "+allow, "method")
+				return src, 0, "", false
 			}
-			return src, p[i+1:], true
+			return src, act, p[i+1:], true
 		}
 	}
 	metrics.Rejected.WithLabelValues("unknown", "not_found").Inc()
 	writeProblem(w, probNotFound, "", "", 0)
-	return nil, "", false
+	return nil, 0, "", false
 }
 
 func (r *Receiver) reject(w http.ResponseWriter, src *source, p problem, detail, reason string) {
@@ -210,8 +221,10 @@ func (r *Receiver) reject(w http.ResponseWriter, src *source, p problem, detail,
 	writeProblem(w, p, detail, "", 0)
 }
 
-func (r *Receiver) serve(w http.ResponseWriter, req *http.Request, src *source, urlKey string) {
-	metrics.Received.WithLabelValues(src.name, "http").Inc()
+func (r *Receiver) serve(w http.ResponseWriter, req *http.Request, src *source, act action, urlKey string) {
+	if act != actLookup {
+		metrics.Received.WithLabelValues(src.name, "http").Inc()
+	}
 	log := r.logs[src]
 	if req.ContentLength > src.bodyLimit {
 		r.reject(w, src, probTooLarge, fmt.Sprintf("the limit is %d bytes", src.bodyLimit), "too_large")
@@ -250,13 +263,19 @@ func (r *Receiver) serve(w http.ResponseWriter, req *http.Request, src *source, 
 		Source: src.name, Tenant: tenant, Method: req.Method, Path: req.URL.Path,
 		Header: src.cleanHeaders(req.Header), Body: body, ReceivedAt: time.Now(),
 	}
-	c := &call{src: src, req: rq, body: &parsedBody{raw: body}, scope: processed.Scope(src.name, tenant)}
+	c := &call{src: src, req: rq, body: &parsedBody{raw: body}, scope: processed.Scope(src.name, tenant),
+		trace: requestTrace(req), span: trace.SpanFromContext(req.Context())}
 	c.eventType = src.eventType(req.Header, c.body)
-	if src.api {
+	switch {
+	case act == actLookup:
+		r.serveLookup(w, req, c, urlKey, log)
+	case act == actDelete:
+		r.serveDelete(w, req, c, urlKey, log)
+	case src.api:
 		r.serveAPI(w, req, c, urlKey, log)
-		return
+	default:
+		r.serveWebhook(w, c, log)
 	}
-	r.serveWebhook(w, c, log)
 }
 
 func (r *Receiver) serveWebhook(w http.ResponseWriter, c *call, log *logrus.Entry) {
@@ -273,6 +292,7 @@ func (r *Receiver) serveWebhook(w http.ResponseWriter, c *call, log *logrus.Entr
 
 	m := src.message(c)
 	err := r.submit(m)
+	noteMessage(c.span, m)
 	if err != nil || (m.Outcome != exactlyonce.Applied && m.Outcome != exactlyonce.Duplicate) {
 		log = log.WithField("message_id", id) // only what is logged pays for the field
 	}

@@ -56,7 +56,7 @@ func stripeSource(db *pgtest.DB) Source {
 		Verify: Verify{Scheme: SchemeStripe, Secrets: []string{"whsec_old_rotated_secret", testSecret}},
 		Effect: Effect{SQL: db.Q(`INSERT INTO {schema}.effects (message_id, amount, body)
 			VALUES (@message_id, (@payload::jsonb #>> '{data,object,amount}')::bigint, @headers::jsonb)`)},
-		Publish: &pipeline.Publish{Topic: "webhooks.stripe", Key: &pipeline.Field{JSON: "/data/object/id"}},
+		Publish: pipeline.Targets{{Topic: "webhooks.stripe", Key: &pipeline.Field{JSON: "/data/object/id"}}},
 	}
 }
 
@@ -68,7 +68,7 @@ func ordersSource(db *pgtest.DB) Source {
 		Idempotency: &Idempotency{Required: true},
 		Effect: Effect{SQL: db.Q(`INSERT INTO {schema}.effects (tenant, message_id, body, amount)
 			VALUES (@tenant, @key, @payload, (@payload::jsonb ->> 'amount')::bigint) RETURNING id, tenant`), Status: 201},
-		Publish: &pipeline.Publish{Topic: "orders.created", Body: "effect"},
+		Publish: pipeline.Targets{{Topic: "orders.created", Body: "effect"}},
 	}
 }
 

@@ -4,8 +4,8 @@ package receiver
 // document of the receiver's public contract).
 type Route struct {
 	Method string
-	// Path is an OpenAPI path template: a source's path, or "{path}/{key}" for the PUT of
-	// an API source.
+	// Path is an OpenAPI path template: a source's path, or "{path}/{key}" for the PUT, GET
+	// and DELETE of an API source.
 	Path string
 	// Source is the source's name; Scheme its verification scheme.
 	Source, Scheme string
@@ -16,7 +16,8 @@ type Route struct {
 }
 
 // Routes lists what a Receiver built from sources answers: POST on each source's path, and
-// PUT {path}/{key} on API sources (the key in the URL).
+// on API sources PUT {path}/{key} (the key in the URL), GET {path}/{key} with
+// Idempotency.Lookup and DELETE {path}/{key} with Delete.
 func Routes(sources []Source) []Route {
 	var out []Route
 	for _, s := range sources {
@@ -25,10 +26,21 @@ func Routes(sources []Source) []Route {
 			r.KeyRequired = s.Idempotency.Required
 		}
 		out = append(out, r)
-		if r.API {
-			put := r
-			put.Method, put.Path = "PUT", r.Path+"/{key}"
-			out = append(out, put)
+		if !r.API {
+			continue
+		}
+		item := r
+		item.Path = r.Path + "/{key}"
+		methods := []string{"PUT"}
+		if s.Idempotency.Lookup {
+			methods = append(methods, "GET")
+		}
+		if s.Delete != nil {
+			methods = append(methods, "DELETE")
+		}
+		for _, m := range methods {
+			item.Method = m
+			out = append(out, item)
 		}
 	}
 	return out

@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemd/idemd/deadletter"
 	"github.com/idemd/idemd/exactlyonce"
@@ -22,7 +23,6 @@ import (
 	"github.com/idemd/idemd/internal/jsonpointer"
 	"github.com/idemd/idemd/outbox"
 	"github.com/idemd/idemd/pipeline"
-	"github.com/idemd/idemd/processed"
 )
 
 // source is a compiled Source.
@@ -42,9 +42,13 @@ type source struct {
 	stmt        *effectsql.Statement
 	fn          EffectFunc
 	status      int
-	publish     *pipeline.Publish
+	targets     pipeline.Targets
+	order       *pipeline.Order
 	maxAttempts int
 	secretHdrs  map[string]bool
+	// lookup serves GET {path}/{key}; del is the compiled DELETE {path}/{id} effect.
+	lookup bool
+	del    *effectsql.Statement
 }
 
 func compileSource(ctx context.Context, pool *pgxpool.Pool, s Source) (*source, error) {
@@ -62,7 +66,8 @@ func compileSource(ctx context.Context, pool *pgxpool.Pool, s Source) (*source, 
 		sql:         s.Effect.SQL,
 		fn:          s.Effect.Func,
 		status:      cmp.Or(s.Effect.Status, StatusDefault),
-		publish:     s.Publish,
+		targets:     s.Publish,
+		order:       s.Order,
 		maxAttempts: cmp.Or(s.MaxAttempts, pipeline.MaxAttemptsDefault),
 	}
 	if !strings.HasPrefix(c.path, "/") {
@@ -141,12 +146,23 @@ func compileSource(ctx context.Context, pool *pgxpool.Pool, s Source) (*source, 
 			return nil, fmt.Errorf("effect.sql does not prepare: %w", err)
 		}
 	}
-	if p := c.publish; p != nil {
-		if err := p.Validate(false); err != nil {
-			return nil, fmt.Errorf("publish: %w", err)
+	if err := c.targets.Validate(false); err != nil {
+		return nil, fmt.Errorf("publish%w", err)
+	}
+	for i, t := range c.targets {
+		if t.Body == pipeline.BodyEffect && c.sql == "" && c.fn == nil {
+			return nil, fmt.Errorf("publish[%d].body effect needs an effect", i)
 		}
-		if p.Body == pipeline.BodyEffect && c.sql == "" && c.fn == nil {
-			return nil, errors.New("publish.body effect needs an effect")
+	}
+	if err := c.compileAPI(ctx, pool, s); err != nil {
+		return nil, err
+	}
+	if c.order != nil {
+		if c.api {
+			return nil, errors.New("order: the stale-event guard is for webhook sources")
+		}
+		if err := c.order.Validate(false); err != nil {
+			return nil, fmt.Errorf("order: %w", err)
 		}
 	}
 	return c, nil
@@ -189,8 +205,18 @@ func (p *parsedBody) pointer(ptr string) ([]byte, bool) {
 	return jsonpointer.Find(p.raw, ptr)
 }
 
-// lookup finds the id spec's value in the request.
+// lookup finds the value of spec, a plain or composite field, in the request; "" when it
+// is missing.
 func lookup(spec *pipeline.Field, h http.Header, body *parsedBody) string {
+	v, _ := spec.Read(func(f *pipeline.Field) (string, bool) {
+		v := lookupOne(f, h, body)
+		return v, v != ""
+	})
+	return v
+}
+
+// lookupOne finds the value of a plain field in the request.
+func lookupOne(spec *pipeline.Field, h http.Header, body *parsedBody) string {
 	if spec.Header != "" {
 		v := h.Get(spec.Header)
 		if v == "" && strings.EqualFold(spec.Header, "Webhook-Id") {
@@ -245,7 +271,20 @@ type call struct {
 	eventType string
 	// scope is the dedup scope (pipeline, tenant); it also keys the operation ids.
 	scope string
+	// trace is the message's trace context (the request's span, or its traceparent), and
+	// span the request's span (a no-op one with tracing off).
+	trace trace.SpanContext
+	span  trace.Span
 }
+
+// Field reads a plain field of the request (pipeline.Message).
+func (c *call) Field(f *pipeline.Field) (string, bool) {
+	v := lookupOne(f, http.Header(c.req.Header), c.body)
+	return v, v != ""
+}
+
+// EventType is the provider's event type (pipeline.Message).
+func (c *call) EventType() string { return c.eventType }
 
 // message is the unit-of-work message of a call: its key, fingerprint, bound effect,
 // event, and — for a webhook — its dead letter, or — for an API request — its answer.
@@ -256,26 +295,26 @@ func (s *source) message(c *call) *exactlyonce.Message {
 		Retention:   s.retention,
 		MaxAttempts: s.maxAttempts,
 		Effect:      s.effect(c),
-	}
-	if s.publish != nil {
-		m.Events = []exactlyonce.Event{s.publishEvent(c)}
+		Events:      s.events(c),
+		Trace:       c.trace,
 	}
 	if s.api {
 		m.Fingerprint = fingerprint.Request(c.req.Method, c.req.Path, c.req.Body)
 		m.Answer = &exactlyonce.Answer{
 			Status: s.status,
 			Empty:  statusBody("processed", c.req.Key),
-			Failed: func(cause error) *processed.Response {
-				return &processed.Response{
-					Status:  probEffectFailed.Status,
-					Headers: map[string]string{"Content-Type": "application/problem+json"},
-					Body:    problemBody(probEffectFailed, effectFailure(cause), c.req.Key),
-				}
-			},
+			Failed: s.failedAnswer(c.req.Key),
 		}
 		return m
 	}
 	m.Fingerprint = fingerprint.Body(c.req.Body, s.ignore...)
+	if s.order != nil {
+		if entity, version, err := s.order.Read(c.Field); err != nil {
+			m.Invalid = err // dead-lettered, replayable once the sender's data or the order is fixed
+		} else {
+			m.Guard = &exactlyonce.Guard{Scope: s.name, Entity: entity, Version: version}
+		}
+	}
 	if s.unsignedID() {
 		// The id comes from a header the signature does not cover: claim the signed bytes
 		// too, so that resending them under a fresh id is a duplicate, not a second effect.
@@ -298,7 +337,7 @@ const bodyScopeSuffix = "\x1fbody"
 func (s *source) unsignedID() bool {
 	switch s.scheme {
 	case SchemeGitHub, SchemeShopify, SchemeHMACSHA256:
-		return s.msgID.Header != ""
+		return s.msgID.UsesHeader()
 	}
 	return false
 }
@@ -308,14 +347,8 @@ func (s *source) unsignedID() bool {
 func (s *source) effect(c *call) exactlyonce.Effect {
 	var e exactlyonce.Effect
 	if s.stmt != nil {
-		hdrs := make(map[string]string, len(c.req.Header))
-		for k, v := range c.req.Header {
-			if len(v) > 0 {
-				hdrs[k] = v[0]
-			}
-		}
 		v := &effectsql.Values{
-			MessageID: c.req.MessageID, Payload: c.req.Body, Headers: hdrs, Source: s.name,
+			MessageID: c.req.MessageID, Payload: c.req.Body, Headers: firstValues(c.req.Header), Source: s.name,
 			Tenant: c.req.Tenant, ReceivedAt: c.req.ReceivedAt,
 		}
 		if c.req.Key != "" {
@@ -330,34 +363,33 @@ func (s *source) effect(c *call) exactlyonce.Effect {
 	return e
 }
 
-// publishEvent is the call's outbox event; with Body "effect" its payload is the effect's
-// result.
-func (s *source) publishEvent(c *call) exactlyonce.Event {
-	p := s.publish
+// events are the call's outbox events, one per target its filter lets through; a target
+// with Body "effect" publishes the effect's result.
+func (s *source) events(c *call) []exactlyonce.Event {
+	if len(s.targets) == 0 {
+		return nil
+	}
 	ctype := "application/json"
-	if !c.body.valid() && p.Body != pipeline.BodyEffect {
+	if !c.body.valid() {
 		ctype = "application/octet-stream"
 	}
-	ev := outbox.Event{
-		Topic: p.Topic, Payload: c.req.Body, Pipeline: s.name, CausationID: c.req.MessageID,
-		Headers: map[string]string{outbox.HeaderContentType: ctype},
-		// Tenants share key spaces, so the id includes the scope (pipeline and tenant), or a
-		// downstream consumer would drop tenant B's event as tenant A's duplicate; for
-		// webhooks the scope is the pipeline.
-		OperationID: outbox.OperationID(c.scope, c.req.MessageID, 0),
-	}
+	base := outbox.Event{Payload: c.req.Body, Headers: map[string]string{outbox.HeaderContentType: ctype}}
 	if c.eventType != "" {
-		ev.Headers[outbox.HeaderEventType] = c.eventType
+		base.Headers[outbox.HeaderEventType] = c.eventType
 	}
-	if p.HTTP != nil {
-		ev.Endpoint = s.name // the endpoint is named after its pipeline
-	}
-	if p.Key != nil {
-		if k := lookup(p.Key, c.req.Header, c.body); k != "" {
-			ev.Key = []byte(k)
+	// Tenants share key spaces, so the operation ids derive from the scope (pipeline and
+	// tenant), or a downstream consumer would drop tenant B's event as tenant A's
+	// duplicate; for webhooks the scope is the pipeline.
+	routed := s.targets.Route(s.name, c.scope, c.req.MessageID, base, c)
+	out := make([]exactlyonce.Event, len(routed))
+	for i, r := range routed {
+		fromResult := r.Target.Body == pipeline.BodyEffect
+		if fromResult {
+			r.Event.Headers[outbox.HeaderContentType] = "application/json"
 		}
+		out[i] = exactlyonce.Event{Event: r.Event, FromResult: fromResult}
 	}
-	return exactlyonce.Event{Event: ev, FromResult: p.Body == pipeline.BodyEffect}
+	return out
 }
 
 // autoKey names an API request sent without an Idempotency-Key where none is required: it

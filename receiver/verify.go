@@ -458,7 +458,7 @@ var ErrUnsignedMessageIDUnused = errors.New("only for verify.scheme hmac-sha256 
 // checkMessageID enforces AllowUnsignedMessageID: a header id on an hmac-sha256 source is
 // an explicit opt-in, and the opt-in means nothing elsewhere.
 func checkMessageID(s Source) error {
-	headerID := s.Verify.Scheme == SchemeHMACSHA256 && s.MessageID != nil && s.MessageID.Header != ""
+	headerID := s.Verify.Scheme == SchemeHMACSHA256 && s.MessageID != nil && s.MessageID.UsesHeader()
 	switch {
 	case headerID && !s.AllowUnsignedMessageID:
 		return fmt.Errorf("message_id.header: %w", ErrUnsignedMessageID)

@@ -130,7 +130,7 @@ func serveChild(ctx context.Context, kind, raw string, stdout io.Writer) error {
 			Group:     c.Group,
 			Schema:    c.Schema,
 			Effect:    consumer.Effect{SQL: fmt.Sprintf(effectSQL, q)},
-			Publish:   &pipeline.Publish{Topic: c.OutboxTopic},
+			Publish:   pipeline.Targets{{Topic: c.OutboxTopic}},
 			BatchSize: c.Batch,
 			// Short group timings: the run starts with a join.
 			HeartbeatInterval: 250 * time.Millisecond,
@@ -149,7 +149,7 @@ func serveChild(ctx context.Context, kind, raw string, stdout io.Writer) error {
 				Name:    "stripe",
 				Verify:  receiver.Verify{Scheme: receiver.SchemeStripe, Secrets: []string{c.Secret}},
 				Effect:  receiver.Effect{SQL: fmt.Sprintf(effectSQL, q)},
-				Publish: &pipeline.Publish{Topic: c.OutboxTopic, Key: &pipeline.Field{JSON: "/data/object/id"}},
+				Publish: pipeline.Targets{{Topic: c.OutboxTopic, Key: &pipeline.Field{JSON: "/data/object/id"}}},
 			}},
 		})
 		if err != nil {

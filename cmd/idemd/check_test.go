@@ -51,8 +51,15 @@ func TestCheckAgreesWithServe(t *testing.T) {
 			vars: map[string]string{"IDEMD_KAFKA_BROKERS": "127.0.0.1:1"}, starts: true, warns: "do not answer"},
 		{name: "TLS key missing", file: sourcesOnly(topic()),
 			vars: map[string]string{"IDEMD_ROLES": "receiver", "IDEMD_TLS_CERT_FILE": "/nonexistent/cert.pem"}, starts: false},
+		{name: "retention shorter than the sender retries", file: strings.Replace(sourcesOnly(topic()), "    publish:", "    retention: 1d\n    publish:", 1),
+			vars: map[string]string{"IDEMD_ROLES": "receiver"}, starts: true,
+			warns: `sources[0] "stripe": retention: 1d is shorter than how long stripe retries a webhook (3d)`},
 		{name: "pool too small", file: sourcesOnly(topic()),
 			vars: map[string]string{"IDEMD_ROLES": "receiver", "IDEMD_DB_MAX_CONNS": "1"}, starts: false},
+		{name: "tracing on", file: sourcesOnly(topic()),
+			vars: map[string]string{"IDEMD_ROLES": "receiver", "OTEL_TRACES_EXPORTER": "console", "OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.5"}, starts: true},
+		{name: "tracing with an unknown sampler", file: sourcesOnly(topic()),
+			vars: map[string]string{"IDEMD_ROLES": "receiver", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318", "OTEL_TRACES_SAMPLER": "sometimes"}, starts: false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -99,12 +106,15 @@ func TestCheckPlainWords(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "idemd.yaml")
 	require.NoError(t, os.WriteFile(file, []byte("sources:\n  - name: a\n    verify: {scheme: none\n    allow_unverified: true\n"), 0o600))
 	code, _, errOut := runIdemd(t, map[string]string{
-		"IDEMD_PIPELINES_FILE":   file,
-		"IDEMD_SHUTDOWN_TIMEOUT": "soon",
-		"IDEMD_DB_MAX_CONNS":     "many",
-		"IDEMD_MIGRATE":          "maybe",
-		"IDEMD_LOG_LEVEL":        "loud",
-		"IDEMD_ROLES":            "receiver,janitor",
+		"IDEMD_PIPELINES_FILE":    file,
+		"IDEMD_SHUTDOWN_TIMEOUT":  "soon",
+		"IDEMD_DB_MAX_CONNS":      "many",
+		"IDEMD_MIGRATE":           "maybe",
+		"IDEMD_LOG_LEVEL":         "loud",
+		"IDEMD_ROLES":             "receiver,janitor",
+		"OTEL_TRACES_EXPORTER":    "zipkin",
+		"OTEL_TRACES_SAMPLER":     "traceidratio",
+		"OTEL_TRACES_SAMPLER_ARG": "half",
 	}, "check")
 	require.Equal(t, 2, code)
 	for _, want := range []string{
@@ -114,6 +124,8 @@ func TestCheckPlainWords(t *testing.T) {
 		`IDEMD_LOG_LEVEL: "loud" is not a level (trace, debug, info, warning, error)`,
 		`IDEMD_ROLES: unknown role "janitor"`,
 		`IDEMD_DATABASE_URL is required`,
+		`OTEL_TRACES_EXPORTER: "zipkin" is not supported (otlp, console or none)`,
+		`OTEL_TRACES_SAMPLER_ARG: "half" is not a ratio between 0 and 1`,
 		file + `:4: not valid YAML: did not find expected ',' or '}' (in a flow mapping that starts on line 3)`,
 	} {
 		require.Contains(t, errOut, want)
@@ -124,7 +136,7 @@ func TestCheckPlainWords(t *testing.T) {
 	require.Len(t, linesWith(errOut, "janitor"), 1, "each problem once:\n%s", errOut)
 
 	// migrate reads none of the broken variables but the database's: it is not stopped by them.
-	code, _, errOut = runIdemd(t, map[string]string{"IDEMD_SHUTDOWN_TIMEOUT": "soon", "IDEMD_DB_MAX_CONNS": "many"}, "migrate")
+	code, _, errOut = runIdemd(t, map[string]string{"IDEMD_SHUTDOWN_TIMEOUT": "soon", "IDEMD_DB_MAX_CONNS": "many", "OTEL_TRACES_EXPORTER": "zipkin"}, "migrate")
 	require.Equal(t, 2, code)
 	require.Equal(t, "idemd migrate: IDEMD_DATABASE_URL is required\n", errOut)
 }

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/idemd/idemd/internal/printable"
+	"github.com/idemd/idemd/internal/tracing"
 )
 
 // Exit codes: 2 for a bad command line or configuration (fix it and run again), 1 for a
@@ -88,6 +90,28 @@ func (c *cli) usage(w io.Writer) {
 	fmt.Fprintln(w, "\nRun 'idemd <command> --help' for a command's flags and environment.")
 	fmt.Fprintln(w, "Configuration comes from IDEMD_* environment variables and the pipelines file:")
 	envHelp(w, "")
+	tracingHelp(w, "")
+}
+
+// tracingCommands are the commands that read the OTEL_* variables: those that run the
+// daemon, and check.
+var tracingCommands = []string{"serve", "dev", "check"}
+
+// tracingHelp lists the OTEL_* variables when command cmd reads them ("" for every
+// command).
+func tracingHelp(w io.Writer, cmd string) {
+	if cmd != "" && !slices.Contains(tracingCommands, cmd) {
+		return
+	}
+	fmt.Fprintln(w, "\nTracing (OpenTelemetry; off unless OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_TRACES_EXPORTER is set):")
+	for _, v := range tracing.Variables {
+		line := v.Help
+		if v.Default != "" {
+			line += " (default " + v.Default + ")"
+		}
+		fmt.Fprintf(w, "  %-28s %s\n", v.Name, line)
+	}
+	fmt.Fprintf(w, "  %s\n", tracing.VariablesNote)
 }
 
 // envHelp lists the environment variables command cmd reads ("" for all of them), with
@@ -123,6 +147,7 @@ func (c *cli) flags(name, args, summary string, withEnv bool) *flag.FlagSet {
 			// "dlq list" reads what "dlq" reads.
 			fmt.Fprintln(w, "\nEnvironment:")
 			envHelp(w, strings.Fields(name)[0])
+			tracingHelp(w, strings.Fields(name)[0])
 		}
 	}
 	return fs

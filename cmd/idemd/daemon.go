@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/sirupsen/logrus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemd/idemd/admin"
 	"github.com/idemd/idemd/config"
@@ -105,6 +106,9 @@ type daemonConfig struct {
 	// OnReady, when set, is called once every role runs, with the addresses actually
 	// bound (dev prints its examples there).
 	OnReady func(httpAddr, adminAddr string)
+	// TracerProvider records the roles' spans (serve and dev pass the one tracing.Setup
+	// made from the OTEL_* variables). Defaults to OpenTelemetry's global provider.
+	TracerProvider trace.TracerProvider
 }
 
 // daemon runs idemd's roles in one process — the HTTP receiver, the Kafka consumers, the
@@ -155,7 +159,7 @@ func newDaemon(cfg *daemonConfig) (*daemon, error) {
 		errs = append(errs, errors.New("pipelines file is required"))
 	}
 	if c.DatabaseURL == "" {
-		errs = append(errs, errors.New("IDEMD_DATABASE_URL is required"))
+		errs = append(errs, errNoDatabaseURL)
 	}
 	needsKafka := (c.has(roleConsumer) && c.Pipelines != nil && len(c.Pipelines.Subscriptions) > 0) || c.has(roleRelay)
 	if needsKafka && len(c.Brokers) == 0 {
@@ -370,6 +374,7 @@ func (d *daemon) startReceiver(start starter) (*part, string, error) {
 	cfg.Schema = d.cfg.Schema
 	cfg.Logger = d.cfg.Logger
 	cfg.MaxUnverifiedBytes = d.cfg.HTTPMaxUnverified
+	cfg.TracerProvider = d.cfg.TracerProvider
 	rcv, err := receiver.New(d.pool, cfg)
 	if err != nil {
 		return nil, "", fmt.Errorf("error starting the receiver: %w", err)
@@ -411,6 +416,7 @@ func (d *daemon) startConsumers(start starter) error {
 		cfg.SessionTimeout, cfg.RebalanceTimeout = d.cfg.KafkaSessionTimeout, d.cfg.KafkaSessionTimeout
 		// The consumer drains inside the daemon's bound, leaving time for the relay.
 		cfg.ShutdownTimeout = max(d.cfg.ShutdownTimeout/3, time.Second)
+		cfg.TracerProvider = d.cfg.TracerProvider
 		c, err := consumer.New(d.pool, cfg)
 		if err != nil {
 			return fmt.Errorf("error starting subscription %q: %w", cfg.Name, err)
@@ -428,11 +434,12 @@ func (d *daemon) startConsumers(start starter) error {
 
 func (d *daemon) startRelay(start starter) error {
 	relay, err := outbox.NewRelay(d.pool, &outbox.RelayConfig{
-		Schema:        d.cfg.Schema,
-		Brokers:       d.cfg.Brokers,
-		MaxFailingFor: d.cfg.RelayMaxFailingFor,
-		KeepPublished: d.cfg.OutboxKeepPublished,
-		Logger:        d.cfg.Logger.WithField("component", "relay"),
+		Schema:         d.cfg.Schema,
+		Brokers:        d.cfg.Brokers,
+		MaxFailingFor:  d.cfg.RelayMaxFailingFor,
+		KeepPublished:  d.cfg.OutboxKeepPublished,
+		Logger:         d.cfg.Logger.WithField("component", "relay"),
+		TracerProvider: d.cfg.TracerProvider,
 	})
 	if err != nil {
 		return fmt.Errorf("error starting the relay: %w", err)

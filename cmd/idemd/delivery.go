@@ -16,9 +16,10 @@ func (d *daemon) startDeliverer(start starter) error {
 		return nil
 	}
 	dl, err := delivery.NewDeliverer(d.pool, &delivery.Config{
-		Schema:    d.cfg.Schema,
-		Endpoints: endpoints,
-		Logger:    d.cfg.Logger.WithField("component", "delivery"),
+		Schema:         d.cfg.Schema,
+		Endpoints:      endpoints,
+		Logger:         d.cfg.Logger.WithField("component", "delivery"),
+		TracerProvider: d.cfg.TracerProvider,
 	})
 	if err != nil {
 		return fmt.Errorf("error starting the HTTP deliverer: %w", err)

@@ -112,7 +112,7 @@ func (c *cli) dbCommand(name string, ctx context.Context) (*Env, *pgxpool.Pool, 
 		return nil, nil, c.fail(name, exitUsage, err)
 	}
 	if e.DatabaseURL == "" {
-		return nil, nil, c.fail(name, exitUsage, errors.New("IDEMD_DATABASE_URL is required"))
+		return nil, nil, c.fail(name, exitUsage, errNoDatabaseURL)
 	}
 	pool, err := connect(ctx, e)
 	if err != nil {
@@ -324,7 +324,7 @@ func (c *cli) dlqReplay(args []string) int {
 		e.PipelinesFile = *pipelines
 	}
 	if e.DatabaseURL == "" {
-		return c.fail("dlq replay", exitUsage, errors.New("IDEMD_DATABASE_URL is required"))
+		return c.fail("dlq replay", exitUsage, errNoDatabaseURL)
 	}
 	var f *config.File
 	if !*dryRun {

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemd/idemd/admin"
+	"github.com/idemd/idemd/internal/tracing"
 )
 
 // Env is idemd's whole environment (prefix IDEMD_). It is the only place that reads it;
@@ -143,8 +144,15 @@ func loadEnvFor(cmd string, e environment) (*Env, error) {
 			errs = append(errs, problems[v.Name])
 		}
 	}
+	if cmd == "" || slices.Contains(tracingCommands, cmd) {
+		errs = append(errs, tracing.Check(e.lookup)) // the OTEL_* variables
+	}
 	return cfg, errors.Join(errs...)
 }
+
+// errNoDatabaseURL: every command but dev needs IDEMD_DATABASE_URL (dev defaults to the
+// local server).
+var errNoDatabaseURL = errors.New("IDEMD_DATABASE_URL is required")
 
 // envChecks are the checks beyond parsing, by variable.
 var envChecks = map[string]func(*Env) error{

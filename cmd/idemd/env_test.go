@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemd/idemd/internal/tracing"
 	"github.com/idemd/idemd/receiver"
 )
 
@@ -95,4 +96,32 @@ func TestReceiverLimitDefaults(t *testing.T) {
 	_, err = loadEnv(newEnvironment([]string{"IDEMD_HTTP_MAX_CONNS=0", "IDEMD_HTTP_MAX_UNVERIFIED_BYTES=-1"}))
 	require.ErrorContains(t, err, "IDEMD_HTTP_MAX_CONNS: 0 is too small")
 	require.ErrorContains(t, err, "IDEMD_HTTP_MAX_UNVERIFIED_BYTES: -1 is too small")
+}
+
+// TestHelpCoversTracing: the commands that read the OTEL_* variables (serve, dev, check)
+// list every one in their --help, the others none; `idemd help` lists them; the README's
+// tracing table has a row for each.
+func TestHelpCoversTracing(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	_, out, _ := runIdemd(t, nil, "help")
+	for _, v := range tracing.Variables {
+		require.Regexp(t, `(?m)^  `+v.Name+` `, out, "idemd help")
+		require.Regexp(t, "(?m)^\\| `"+v.Name+"`", string(readme), "README's tracing table")
+	}
+	for _, cmd := range commandsWithEnv {
+		args := []string{cmd, "--help"}
+		if cmd == "dlq" {
+			args = []string{"dlq", "list", "--help"}
+		}
+		_, out, _ := runIdemd(t, nil, args...)
+		for _, v := range tracing.Variables {
+			if slices.Contains(tracingCommands, cmd) {
+				require.Regexp(t, `(?m)^  `+v.Name+` `, out, "idemd %s --help", cmd)
+			} else {
+				require.NotContains(t, out, v.Name, "idemd %s --help", cmd)
+			}
+		}
+	}
 }

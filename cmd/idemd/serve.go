@@ -17,11 +17,15 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/idemd/idemd/config"
+	"github.com/idemd/idemd/internal/tracing"
 	"github.com/idemd/idemd/migrations"
 )
 
 // version is set at build time: -ldflags "-X main.version=v1.2.3".
 var version = ""
+
+// tracingFlushTimeout bounds the export of the last spans at exit, after the drain.
+const tracingFlushTimeout = 5 * time.Second
 
 func (c *cli) serve(args []string) int {
 	fs := c.flags("serve", "", "Run the roles in IDEMD_ROLES until SIGTERM or SIGINT, then drain within IDEMD_SHUTDOWN_TIMEOUT.", true)
@@ -49,7 +53,26 @@ func (c *cli) serve(args []string) int {
 // runDaemon runs the daemon until SIGTERM/SIGINT.
 func (c *cli) runDaemon(cmd string, e *Env, f *config.File, onReady func(httpAddr, adminAddr string)) int {
 	log := newLogger(e, c.stderr)
-	d, err := newDaemon(daemonConfigFrom(e, f, log, onReady))
+	cfg := daemonConfigFrom(e, f, log, onReady)
+	tr, err := tracing.Setup(context.Background(), &tracing.Config{
+		Getenv: c.env.lookup, ServiceVersion: versionString(), Logger: log, Console: c.stderr,
+	})
+	if err != nil {
+		return c.fail(cmd, exitUsage, err)
+	}
+	// The spans still buffered are exported before exit, within a few seconds.
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), tracingFlushTimeout)
+		defer cancel()
+		if err := tr.Shutdown(ctx); err != nil {
+			log.WithField("component", "tracing").WithError(err).Warn("error flushing the last spans")
+		}
+	}()
+	if tr.Enabled() {
+		log.WithField("component", "tracing").Info("tracing is on: spans are exported as the OTEL_* variables say")
+	}
+	cfg.TracerProvider = tr.TracerProvider()
+	d, err := newDaemon(cfg)
 	if err != nil {
 		return c.fail(cmd, exitUsage, err)
 	}
@@ -116,7 +139,7 @@ func (c *cli) migrate(args []string) int {
 		return c.fail("migrate", exitUsage, err)
 	}
 	if e.DatabaseURL == "" {
-		return c.fail("migrate", exitUsage, errors.New("IDEMD_DATABASE_URL is required"))
+		return c.fail("migrate", exitUsage, errNoDatabaseURL)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -172,7 +195,8 @@ func (c *cli) check(args []string) int {
 	fs := c.flags("check", "", "Validate the environment and the pipelines file as serve does, then reach the database (migration\n"+
 		"status, effect SQL prepared) and the Kafka brokers. Every problem is reported at once, and the exit\n"+
 		"code is 0 exactly when serve would start and become ready. Warnings (exit 0) are what serve starts\n"+
-		"with but you probably want to fix: Kafka unreachable, topics that do not exist.", true)
+		"with but you probably want to fix: Kafka unreachable, topics that do not exist, a source whose\n"+
+		"retention is shorter than its sender's retry horizon.", true)
 	pipelines := fs.String("pipelines", "", "pipelines file (overrides IDEMD_PIPELINES_FILE)")
 	if code, ok := c.parse(fs, args); !ok {
 		return code
@@ -187,6 +211,9 @@ func (c *cli) check(args []string) int {
 	problems.add(err)
 	if f == nil {
 		f = &config.File{} // its problems are reported; check the rest as if it were empty
+	}
+	for _, w := range f.Warnings() {
+		warnings.add(w)
 	}
 	// What serve refuses before connecting: roles, the brokers its roles need, the TLS
 	// pair, the database URL. The daemon is built and dropped: nothing connects.

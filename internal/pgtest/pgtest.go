@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -171,6 +172,21 @@ func (db *DB) Count(tb testing.TB, from string, args ...any) int {
 		tb.Fatalf("pgtest: %s: %v", q, err)
 	}
 	return n
+}
+
+// Text returns the one text value sql selects ({schema} qualified as in Count), "" for
+// NULL or no row.
+func (db *DB) Text(tb testing.TB, sql string, args ...any) string {
+	tb.Helper()
+	var v *string
+	err := db.Pool.QueryRow(context.Background(), db.Q(sql), args...).Scan(&v)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		tb.Fatalf("pgtest: %s: %v", sql, err)
+	}
+	if v == nil {
+		return ""
+	}
+	return *v
 }
 
 // Q replaces {schema} in sql with the quoted test schema.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Propagator carries W3C Trace Context: the traceparent and tracestate headers (or
@@ -83,4 +84,15 @@ func (c *KafkaCarrier) Keys() []string {
 		keys[i] = h.Key
 	}
 	return keys
+}
+
+// FromKafka returns the span context of a record's traceparent header; the zero one when
+// it has none. A record without traceparent costs nothing.
+func FromKafka(headers []kafka.Header) trace.SpanContext {
+	for _, h := range headers {
+		if strings.EqualFold(h.Key, "traceparent") {
+			return trace.SpanContextFromContext(ExtractKafka(context.Background(), headers))
+		}
+	}
+	return trace.SpanContext{}
 }

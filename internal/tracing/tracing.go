@@ -105,15 +105,14 @@ func Setup(ctx context.Context, cfg *Config) (*Tracing, error) {
 		otel.SetTracerProvider(noop.NewTracerProvider())
 		return &Tracing{}, nil
 	}
-	var errs []error
-	sampler, err := samplerFrom(get)
-	errs = append(errs, err)
-	res, err := resourceFrom(get, cfg.ServiceVersion)
-	errs = append(errs, err)
-	exporter, err := exporterFrom(ctx, get, cmp.Or[io.Writer](cfg.Console, os.Stderr))
-	errs = append(errs, err)
-	if err := errors.Join(errs...); err != nil {
+	if err := check(get); err != nil {
 		return nil, err
+	}
+	sampler, _ := samplerFrom(get)
+	res, _ := resourceFrom(get, cfg.ServiceVersion)
+	exporter, err := exporterFrom(ctx, get, cmp.Or[io.Writer](cfg.Console, os.Stderr))
+	if err != nil {
+		return nil, fmt.Errorf("error creating the trace exporter: %w", err)
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -129,6 +128,25 @@ func Setup(ctx context.Context, cfg *Config) (*Tracing, error) {
 	return &Tracing{provider: provider}, nil
 }
 
+// Check reports every OTEL_* variable that Setup would refuse, by name, without installing
+// anything (idemd check, and every command that runs the daemon, before it starts).
+// Nothing is checked while tracing is off.
+func Check(getenv func(name string) (string, bool)) error {
+	return check(func(name string) string {
+		v, _ := getenv(name)
+		return strings.TrimSpace(v)
+	})
+}
+
+func check(get func(string) string) error {
+	if !enabled(get) {
+		return nil
+	}
+	_, errSampler := samplerFrom(get)
+	_, errResource := resourceFrom(get, "")
+	return errors.Join(checkExporter(get), errSampler, errResource)
+}
+
 // enabled: on when an exporter or an OTLP endpoint is named, unless the SDK is disabled or
 // the exporter is "none".
 func enabled(get func(string) string) bool {
@@ -141,21 +159,42 @@ func enabled(get func(string) string) bool {
 	return get("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != ""
 }
 
+// exporterFrom builds the exporter of a configuration check accepted.
 func exporterFrom(ctx context.Context, get func(string) string, console io.Writer) (sdktrace.SpanExporter, error) {
-	switch exp := cmp.Or(get("OTEL_TRACES_EXPORTER"), "otlp"); exp {
-	case "otlp":
-		switch protocol := cmp.Or(get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"), get("OTEL_EXPORTER_OTLP_PROTOCOL"), "http/protobuf"); protocol {
-		case "http/protobuf":
-			return otlptracehttp.New(ctx)
-		case "grpc":
-			return otlptracegrpc.New(ctx)
-		default:
-			return nil, fmt.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL: %q is not supported (http/protobuf or grpc)", protocol)
-		}
-	case "console":
+	switch {
+	case exporterName(get) == "console":
 		return stdouttrace.New(stdouttrace.WithWriter(console))
+	case protocolName(get) == "grpc":
+		return otlptracegrpc.New(ctx)
 	default:
-		return nil, fmt.Errorf("OTEL_TRACES_EXPORTER: %q is not supported (otlp, console or none)", exp)
+		return otlptracehttp.New(ctx)
+	}
+}
+
+func exporterName(get func(string) string) string { return cmp.Or(get("OTEL_TRACES_EXPORTER"), "otlp") }
+
+func protocolName(get func(string) string) string {
+	return cmp.Or(get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"), get("OTEL_EXPORTER_OTLP_PROTOCOL"), "http/protobuf")
+}
+
+// checkExporter refuses an exporter or OTLP protocol idemd does not have.
+func checkExporter(get func(string) string) error {
+	switch exp := exporterName(get); exp {
+	case "console":
+		return nil
+	case "otlp":
+		switch p := protocolName(get); p {
+		case "http/protobuf", "grpc":
+			return nil
+		default:
+			name := "OTEL_EXPORTER_OTLP_PROTOCOL"
+			if get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") != "" {
+				name = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
+			}
+			return fmt.Errorf("%s: %q is not supported (http/protobuf or grpc)", name, p)
+		}
+	default:
+		return fmt.Errorf("OTEL_TRACES_EXPORTER: %q is not supported (otlp, console or none)", exp)
 	}
 }
 

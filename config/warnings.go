@@ -1,0 +1,42 @@
+package config
+
+import (
+	"cmp"
+	"fmt"
+	"time"
+
+	"github.com/idemd/idemd/pipeline"
+	"github.com/idemd/idemd/receiver"
+)
+
+// Warnings lists what the file allows but probably should not: a webhook source whose
+// retention (the default when unset) is shorter than its sender's retry horizon
+// (receiver.RetryHorizons, SPEC 3.2), so that a late retry would find its record gone and
+// be applied again. Each is an *Error naming the file, line, pipeline and field.
+func (f *File) Warnings() []error {
+	var out []error
+	for _, s := range f.Sources {
+		horizon, ok := receiver.RetryHorizons[s.Verify.Scheme]
+		if !ok || s.Idempotency != nil {
+			continue
+		}
+		retention := cmp.Or(s.Retention, pipeline.RetentionDefault)
+		if retention < horizon {
+			out = append(out, f.Errorf(s, "retention", "%s is shorter than how long %s retries a webhook (%s): a retry after the retention is applied again; keep it at least %s",
+				formatDuration(retention), s.Verify.Scheme, formatDuration(horizon), formatDuration(horizon)))
+		}
+	}
+	return out
+}
+
+// formatDuration writes d with days when it has whole ones: 3d, 1d3h35m0s, 4h0m0s.
+func formatDuration(d time.Duration) string {
+	days := d / (24 * time.Hour)
+	if days == 0 {
+		return d.String()
+	}
+	if rest := d - days*24*time.Hour; rest != 0 {
+		return fmt.Sprintf("%dd%s", days, rest)
+	}
+	return fmt.Sprintf("%dd", days)
+}

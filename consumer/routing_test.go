@@ -1,0 +1,61 @@
+package consumer_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/segmentio/kafka-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemd/idemd/outbox"
+	"github.com/idemd/idemd/pipeline"
+)
+
+// TestSubscriptionRouting: a subscription's composite id (two headers, joined
+// length-prefixed) and its fan-out, filtered on the record's event-type header: each
+// matching target gets one event with its own operation id; a redelivered record (same
+// parts) is a duplicate, one differing only in the second part is a new message.
+func TestSubscriptionRouting(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1)
+	cfg := b.config()
+	cfg.MessageID = &pipeline.Field{Parts: []pipeline.Field{{Header: "entity"}, {Header: "seq"}}}
+	cfg.Publish = pipeline.Targets{
+		{Name: "all", Topic: "ledger.all"},
+		{Name: "refunds", Topic: "ledger.refunds", Filter: &pipeline.Filter{Type: []string{"charge.refund*"}}},
+	}
+	committed := make(chan int64, 16)
+	cfg.OnOffsetCommit = func(_ string, _ int, next int64) { committed <- next }
+	rec := func(entity, seq, eventType string) kafka.Message {
+		return kafka.Message{Value: []byte(`{"n":1}`), Headers: []kafka.Header{
+			{Key: "entity", Value: []byte(entity)}, {Key: "seq", Value: []byte(seq)}, {Key: "event-type", Value: []byte(eventType)},
+		}}
+	}
+	produce(t, b.brokers, b.topic,
+		rec("ch_1", "1", "charge.refunded"),
+		rec("ch_1", "2", "charge.succeeded"),
+		rec("ch_1", "1", "charge.refunded"), // redelivered
+		kafka.Message{Value: []byte(`{}`), Headers: []kafka.Header{{Key: "entity", Value: []byte("ch_2")}}}, // no seq
+	)
+	start(t, b.db, cfg)
+	for next := int64(0); next < 4; {
+		select {
+		case next = <-committed:
+		case <-time.After(60 * time.Second):
+			t.Fatal("the records were not committed")
+		}
+	}
+
+	require.Equal(t, 2, b.effects(t), "two messages, the redelivery deduplicated")
+	require.Equal(t, 2, b.db.Count(t, "{schema}.effects WHERE message_id IN ('4:ch_1/1:1', '4:ch_1/1:2')"))
+	require.Equal(t, 1, b.db.Count(t, "{schema}.dead_letters WHERE reason = 'no message id'"), "a missing part is a missing id")
+	var refund uuid.UUID
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(), b.db.Q(
+		`SELECT operation_id FROM {schema}.outbox WHERE topic = 'ledger.refunds'`)).Scan(&refund))
+	require.Equal(t, outbox.TargetOperationID("ledger", "4:ch_1/1:1", "refunds"), refund, "only the refund passes the filter")
+	require.Equal(t, 2, b.db.Count(t, "{schema}.outbox WHERE topic = 'ledger.all'"))
+	require.Equal(t, 1, b.db.Count(t, b.db.Q(`{schema}.outbox WHERE topic = 'ledger.all' AND operation_id = '`)+
+		outbox.TargetOperationID("ledger", "4:ch_1/1:1", "all").String()+"'"))
+}

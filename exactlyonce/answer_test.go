@@ -1,0 +1,74 @@
+package exactlyonce_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemd/idemd/deadletter"
+	"github.com/idemd/idemd/exactlyonce"
+	"github.com/idemd/idemd/outbox"
+	"github.com/idemd/idemd/processed"
+)
+
+// Answers built by the unit, in one batch: a StatusColumn row and a BusinessError are stored
+// as the answer, with the effect's writes and without the events; NoRows answers an effect
+// that affected nothing; a BusinessError where no answer can be given (no Answer) is a
+// permanent failure.
+func TestBusinessAnswers(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	event := []exactlyonce.Event{{Event: outbox.Event{Topic: "t", Pipeline: "s", CausationID: "x"}, FromResult: true}}
+
+	declined := b.msg("declined", 1)
+	declined.Effect.SQL = b.db.Q(`WITH i AS (INSERT INTO {schema}.effects VALUES ($1, $2) RETURNING id) SELECT 402 AS http_status, id, 'card_declined' AS error FROM i`)
+	declined.Events = event
+
+	goDeclined := b.msg("go-declined", 2)
+	goDeclined.Effect.Func = func(context.Context, pgx.Tx) (any, error) {
+		return nil, &exactlyonce.BusinessError{Status: 409, Body: []byte(`{"error":"taken"}`)}
+	}
+	goDeclined.Events = event
+
+	none := b.msg("none", 0)
+	none.Effect.SQL = b.db.Q(`DELETE FROM {schema}.effects WHERE id = $1 AND $2 = 0`)
+	none.Answer.Status = 204
+	none.Answer.NoRows = &processed.Response{Status: 404, Body: []byte("gone")}
+
+	deleted := b.msg("deleted", 0)
+	deleted.Effect.SQL = b.db.Q(`DELETE FROM {schema}.effects WHERE id = 'declined' AND $1 <> '' AND $2 = 0`)
+	deleted.Answer.Status = 204
+	deleted.Answer.NoRows = none.Answer.NoRows
+
+	noAnswer := b.msg("no-answer", 3)
+	noAnswer.Answer = nil
+	noAnswer.Effect.Func = goDeclined.Effect.Func
+	noAnswer.Letter = &deadletter.Letter{Pipeline: "s", Origin: deadletter.Origin{Door: deadletter.DoorKafka}, Scope: "s", MessageID: "no-answer"}
+
+	// "deleted" runs after "declined" in the same transaction, and sees its row.
+	msgs := []*exactlyonce.Message{declined, goDeclined, none, deleted, noAnswer}
+	require.NoError(t, b.unit.Apply(context.Background(), msgs))
+
+	require.Equal(t, exactlyonce.Applied, declined.Outcome)
+	require.Equal(t, 402, declined.Response.Status)
+	require.Equal(t, `{"error":"card_declined","id":"declined"}`, string(declined.Response.Body))
+	require.Equal(t, exactlyonce.Applied, goDeclined.Outcome)
+	require.Equal(t, 409, goDeclined.Response.Status)
+	require.Equal(t, `{"error":"taken"}`, string(goDeclined.Response.Body))
+	require.Equal(t, 0, b.db.Count(t, "{schema}.outbox"), "business errors publish nothing")
+	require.Equal(t, 404, none.Response.Status)
+	require.Equal(t, 204, deleted.Response.Status)
+	require.Empty(t, deleted.Response.Body)
+	require.Equal(t, exactlyonce.DeadLettered, noAnswer.Outcome)
+	require.Equal(t, 1, b.db.Count(t, "{schema}.effects WHERE id = 'go-declined'"), "the writes of an effect that answered commit")
+
+	// Stored: a second delivery is answered from the record.
+	again := b.msg("declined", 1)
+	again.Effect = declined.Effect
+	require.NoError(t, b.unit.Apply(context.Background(), []*exactlyonce.Message{again}))
+	require.Equal(t, exactlyonce.Duplicate, again.Outcome)
+	require.Equal(t, declined.Response.Body, again.Response.Body)
+	require.Equal(t, 402, again.Response.Status)
+}

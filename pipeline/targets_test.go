@@ -1,0 +1,134 @@
+package pipeline_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemd/idemd/outbox"
+	"github.com/idemd/idemd/pipeline"
+)
+
+// msg is a pipeline.Message of fixed fields.
+type msg struct {
+	fields    map[string]string // "json:/p" or "header:H" -> value
+	eventType string
+}
+
+func (m msg) Field(f *pipeline.Field) (string, bool) {
+	k := "json:" + f.JSON
+	if f.Header != "" {
+		k = "header:" + f.Header
+	}
+	v, ok := m.fields[k]
+	return v, ok
+}
+
+func (m msg) EventType() string { return m.eventType }
+
+// Composite values are joined length-prefixed: parts that a plain separator would merge stay
+// apart, a single part reads as the plain field, and a missing or empty part is a missing
+// value.
+func TestCompositeField(t *testing.T) {
+	t.Parallel()
+	require.NotEqual(t, pipeline.JoinParts("a:b", "c"), pipeline.JoinParts("a", "b:c"))
+	require.NotEqual(t, pipeline.JoinParts("a/1:b", "c"), pipeline.JoinParts("a", "1:b/c"))
+	require.Equal(t, "3:a:b/1:c", pipeline.JoinParts("a:b", "c"))
+	require.Equal(t, "evt_1", pipeline.JoinParts("evt_1"))
+
+	f := &pipeline.Field{Parts: []pipeline.Field{{JSON: "/eventCode"}, {JSON: "/pspReference"}}}
+	require.NoError(t, f.Validate(false))
+	m := msg{fields: map[string]string{"json:/eventCode": "AUTHORISATION", "json:/pspReference": "8535"}}
+	v, ok := f.Read(m.Field)
+	require.True(t, ok)
+	require.Equal(t, "13:AUTHORISATION/4:8535", v)
+
+	m.fields["json:/pspReference"] = ""
+	_, ok = f.Read(m.Field)
+	require.False(t, ok, "an empty part is a missing id")
+	delete(m.fields, "json:/pspReference")
+	_, ok = f.Read(m.Field)
+	require.False(t, ok, "a missing part is a missing id")
+
+	require.ErrorContains(t, (&pipeline.Field{Parts: []pipeline.Field{{JSON: "x"}}}).Validate(false), "[0]: json")
+	require.ErrorContains(t, (&pipeline.Field{JSON: "/a", Parts: []pipeline.Field{{JSON: "/b"}}}).Validate(false), "parts only")
+	require.ErrorContains(t, (&pipeline.Field{Parts: []pipeline.Field{{Parts: []pipeline.Field{{JSON: "/b"}}}}}).Validate(false), "not a list")
+	require.True(t, (&pipeline.Field{Parts: []pipeline.Field{{JSON: "/a"}, {Header: "X"}}}).UsesHeader())
+	require.False(t, f.UsesHeader())
+}
+
+// Route sends one event per matching target, each with its own operation id derived from
+// scope, id and the target's name; the first unnamed target keeps the pre-fan-out id and
+// endpoint name.
+func TestTargetsRoute(t *testing.T) {
+	t.Parallel()
+	ts := pipeline.Targets{
+		{Topic: "billing.events", Key: &pipeline.Field{JSON: "/data/object/id"}},
+		{Name: "invoices", HTTP: &pipeline.HTTP{URL: "https://erp.example/hooks"}, Filter: &pipeline.Filter{Type: []string{"invoice.*"}}},
+		{Name: "big", HTTP: &pipeline.HTTP{URL: "https://b.example"}, Filter: &pipeline.Filter{JSON: "/data/object/currency", In: []string{"eur", "usd"}}},
+		{Topic: "all"},
+	}
+	require.NoError(t, ts.Validate(false))
+	base := outbox.Event{Payload: []byte(`{}`), Headers: map[string]string{"content-type": "application/json"}}
+
+	invoice := msg{eventType: "invoice.paid", fields: map[string]string{"json:/data/object/id": "in_1", "json:/data/object/currency": "eur"}}
+	got := ts.Route("billing", "billing", "evt_1", base, invoice)
+	require.Len(t, got, 4)
+	require.Equal(t, outbox.OperationID("billing", "evt_1", 0), got[0].Event.OperationID, "the first unnamed target keeps the pre-fan-out id")
+	require.Equal(t, "billing.events", got[0].Event.Topic)
+	require.Empty(t, got[0].Event.Endpoint)
+	require.Equal(t, []byte("in_1"), got[0].Event.Key)
+	require.Equal(t, outbox.TargetOperationID("billing", "evt_1", "invoices"), got[1].Event.OperationID)
+	require.Equal(t, "billing:invoices", got[1].Event.Endpoint)
+	require.Empty(t, got[1].Event.Topic)
+	require.Equal(t, "billing:big", got[2].Event.Endpoint)
+	require.Equal(t, outbox.OperationID("billing", "evt_1", 3), got[3].Event.OperationID, "an unnamed target is named by its position")
+	ids := map[string]bool{}
+	for _, r := range got {
+		ids[r.Event.OperationID.String()] = true
+		require.Equal(t, "evt_1", r.Event.CausationID)
+		require.Equal(t, "billing", r.Event.Pipeline)
+	}
+	require.Len(t, ids, 4, "every target has its own operation id")
+	got[0].Event.Headers["x"] = "y"
+	require.NotContains(t, got[1].Event.Headers, "x", "targets do not share header maps")
+
+	charge := msg{eventType: "charge.succeeded", fields: map[string]string{"json:/data/object/currency": "jpy"}}
+	got = ts.Route("billing", "billing", "evt_2", base, charge)
+	require.Len(t, got, 2, "filtered out by type and by value")
+	require.Equal(t, 0, got[0].Index)
+	require.Equal(t, 3, got[1].Index)
+	require.Nil(t, got[0].Event.Key, "no key when its field is missing")
+
+	untyped := msg{fields: map[string]string{}}
+	require.Len(t, ts.Route("billing", "billing", "evt_3", base, untyped), 2, "a message without an event type matches no type filter")
+
+	require.Equal(t, "orders", pipeline.Targets{{HTTP: &pipeline.HTTP{}}}.Endpoint("orders", 0), "the first unnamed target's endpoint keeps the pipeline's name")
+}
+
+func TestTargetsValidate(t *testing.T) {
+	t.Parallel()
+	require.ErrorContains(t, pipeline.Targets{{Topic: "a"}, {Name: "0", Topic: "b"}}.Validate(false), `name "0" is also the name of target 0`)
+	require.ErrorContains(t, pipeline.Targets{{Name: "a/b", Topic: "b"}}.Validate(false), "not a valid name")
+	require.ErrorContains(t, pipeline.Targets{{Topic: "a", Filter: &pipeline.Filter{}}}.Validate(false), "filter: want type")
+	require.ErrorContains(t, pipeline.Targets{{Topic: "a", Filter: &pipeline.Filter{Type: []string{"[a"}}}}.Validate(false), "not a glob")
+	require.ErrorContains(t, pipeline.Targets{{Topic: "a", Filter: &pipeline.Filter{JSON: "/x"}}}.Validate(false), "in: required")
+	require.ErrorContains(t, pipeline.Targets{{Topic: "a", Filter: &pipeline.Filter{In: []string{"x"}}}}.Validate(false), "in: needs")
+	require.NoError(t, pipeline.Targets{{Topic: "a", Filter: &pipeline.Filter{Type: []string{"push"}, Header: "X-Kind", In: []string{"x"}}}}.Validate(true))
+}
+
+func TestOrderRead(t *testing.T) {
+	t.Parallel()
+	o := &pipeline.Order{Entity: pipeline.Field{JSON: "/id"}, Version: pipeline.Field{JSON: "/v"}}
+	m := msg{fields: map[string]string{"json:/id": "cus_1", "json:/v": "2026-01-02T03:04:05Z"}}
+	e, v, err := o.Read(m.Field)
+	require.NoError(t, err)
+	require.Equal(t, "cus_1", e)
+	require.Equal(t, "1767323045000000", v)
+	m.fields["json:/v"] = "soon"
+	_, _, err = o.Read(m.Field)
+	require.ErrorContains(t, err, "neither a number nor an RFC 3339 timestamp")
+	delete(m.fields, "json:/id")
+	_, _, err = o.Read(m.Field)
+	require.ErrorContains(t, err, "entity (json /id) is missing")
+}
