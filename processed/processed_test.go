@@ -368,3 +368,15 @@ func TestConcurrentTakeOverOfExpiredID(t *testing.T) {
 	require.Equal(t, claimers-1, outcomes[processed.Duplicate]+outcomes[processed.InFlight], "outcomes: %v", outcomes)
 	require.Equal(t, 1, b.db.Count(t, "{schema}.processed_messages WHERE message_id = 'k' AND expires_at > now()"))
 }
+
+// The tables the pruner and the relay delete from are vacuumed after 2 % of their rows are
+// dead, not PostgreSQL's default 20 % (migration 0006): pruned records must not stay on
+// disk for days on a large table.
+func TestDeletedFromTablesVacuumSooner(t *testing.T) {
+	t.Parallel()
+	b := setup(t, pgtest.Options{}, processed.Config{})
+	for _, table := range []string{"processed_messages", "outbox"} {
+		require.Equal(t, 1, b.db.Count(t, "pg_class WHERE oid = $1::regclass AND 'autovacuum_vacuum_scale_factor=0.02' = ANY (reloptions)",
+			b.db.Schema+"."+table), table)
+	}
+}
