@@ -136,10 +136,11 @@ func (r *Relay) selectRound(ctx context.Context, held []string) (batches []*topi
 	if held == nil {
 		held = []string{}
 	}
-	rows, err := r.pool.Query(ctx, r.selectSQL, r.cfg.BatchSize, held)
+	rows, done, err := queryNoBitmap(ctx, r.pool, r.selectSQL, r.cfg.BatchSize, held)
 	if err != nil {
 		return nil, false, fmt.Errorf("error reading outbox: %w", err)
 	}
+	defer done() //nolint:errcheck // the rows' own error is checked below
 	defer rows.Close()
 	var (
 		byTopic = map[string]*topicBatch{}
