@@ -70,4 +70,16 @@ func TestCommitWakesTheRelay(t *testing.T) {
 	woken("ApplyReserved")
 
 	require.Equal(t, 3, b.db.Count(t, "{schema}.outbox"))
+
+	// HTTP-only events wake the deliverers, on their own channel.
+	_, err = conn.Exec(ctx, "LISTEN "+pgx.Identifier{outbox.DeliveryChannel(b.db.Schema)}.Sanitize())
+	require.NoError(t, err)
+	sink := b.msg("sink", 1)
+	sink.Answer = nil
+	sink.Events = []exactlyonce.Event{{Event: outbox.Event{Endpoint: "erp", Pipeline: "s", CausationID: "sink", Payload: []byte("{}")}}}
+	require.NoError(t, b.unit.Apply(ctx, []*exactlyonce.Message{sink}))
+	n, err := conn.WaitForNotification(ctx)
+	require.NoError(t, err)
+	require.Equal(t, outbox.DeliveryChannel(b.db.Schema), n.Channel)
+	require.Equal(t, 1, b.db.Count(t, "{schema}.http_deliveries"))
 }
