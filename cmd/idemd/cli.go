@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/idemd/idemd/internal/brokerenv"
 	"github.com/idemd/idemd/internal/printable"
 	"github.com/idemd/idemd/internal/tracing"
 )
@@ -91,6 +92,7 @@ func (c *cli) usage(w io.Writer) {
 	fmt.Fprintln(w, "Configuration comes from IDEMD_* environment variables and the pipelines file:")
 	envHelp(w, "")
 	tracingHelp(w, "")
+	brokerHelp(w, "")
 }
 
 // tracingCommands are the commands that read the OTEL_* variables: those that run the
@@ -105,13 +107,33 @@ func tracingHelp(w io.Writer, cmd string) {
 	}
 	fmt.Fprintln(w, "\nTracing (OpenTelemetry; off unless OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_TRACES_EXPORTER is set):")
 	for _, v := range tracing.Variables {
-		line := v.Help
-		if v.Default != "" {
-			line += " (default " + v.Default + ")"
-		}
-		fmt.Fprintf(w, "  %-28s %s\n", v.Name, line)
+		helpLine(w, v.Name, v.Help, v.Default)
 	}
 	fmt.Fprintf(w, "  %s\n", tracing.VariablesNote)
+}
+
+// brokerCommands are the commands that make Pub/Sub and SQS clients (when the pipelines
+// name those brokers).
+var brokerCommands = []string{"serve", "dev", "check"}
+
+// brokerHelp lists the variables of the Pub/Sub and SQS clients when command cmd reads them
+// ("" for every command).
+func brokerHelp(w io.Writer, cmd string) {
+	if cmd != "" && !slices.Contains(brokerCommands, cmd) {
+		return
+	}
+	fmt.Fprintln(w, "\nGoogle Cloud Pub/Sub and Amazon SQS (read by their clients when the pipelines name them):")
+	for _, v := range brokerenv.Vars {
+		helpLine(w, v.Name, v.Help, "")
+	}
+}
+
+// helpLine prints one variable of a command's help.
+func helpLine(w io.Writer, name, help, def string) {
+	if def != "" {
+		help += " (default " + def + ")"
+	}
+	fmt.Fprintf(w, "  %-31s %s\n", name, help)
 }
 
 // envHelp lists the environment variables command cmd reads ("" for all of them), with
@@ -121,11 +143,7 @@ func envHelp(w io.Writer, cmd string) {
 		if !v.readBy(cmd) {
 			continue
 		}
-		line := v.Help
-		if v.Default != "" {
-			line += " (default " + v.Default + ")"
-		}
-		fmt.Fprintf(w, "  %-28s %s\n", v.Name, line)
+		helpLine(w, v.Name, v.Help, v.Default)
 	}
 }
 
@@ -148,6 +166,7 @@ func (c *cli) flags(name, args, summary string, withEnv bool) *flag.FlagSet {
 			fmt.Fprintln(w, "\nEnvironment:")
 			envHelp(w, strings.Fields(name)[0])
 			tracingHelp(w, strings.Fields(name)[0])
+			brokerHelp(w, strings.Fields(name)[0])
 		}
 	}
 	return fs

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemd/idemd/internal/brokerenv"
 	"github.com/idemd/idemd/internal/tracing"
 	"github.com/idemd/idemd/receiver"
 )
@@ -98,17 +99,31 @@ func TestReceiverLimitDefaults(t *testing.T) {
 	require.ErrorContains(t, err, "IDEMD_HTTP_MAX_UNVERIFIED_BYTES: -1 is too small")
 }
 
-// TestHelpCoversTracing: the commands that read the OTEL_* variables (serve, dev, check)
-// list every one in their --help, the others none; `idemd help` lists them; the README's
-// tracing table has a row for each.
-func TestHelpCoversTracing(t *testing.T) {
+// TestHelpCoversTracingAndBrokers: the commands that read the OTEL_* variables, and those
+// that make Pub/Sub and SQS clients (serve, dev, check), list every one of those variables
+// in their --help, the others none; `idemd help` lists them all; the README has a row for
+// each (its tracing table, its Pub/Sub and SQS table).
+func TestHelpCoversTracingAndBrokers(t *testing.T) {
 	t.Parallel()
 	readme, err := os.ReadFile("../../README.md")
 	require.NoError(t, err)
-	_, out, _ := runIdemd(t, nil, "help")
+	var tracingVars, brokerVars []string
 	for _, v := range tracing.Variables {
-		require.Regexp(t, `(?m)^  `+v.Name+` `, out, "idemd help")
-		require.Regexp(t, "(?m)^\\| `"+v.Name+"`", string(readme), "README's tracing table")
+		tracingVars = append(tracingVars, v.Name)
+	}
+	for _, v := range brokerenv.Vars {
+		brokerVars = append(brokerVars, v.Name)
+	}
+	groups := []struct {
+		vars     []string
+		commands []string
+	}{{tracingVars, tracingCommands}, {brokerVars, brokerCommands}}
+	_, out, _ := runIdemd(t, nil, "help")
+	for _, g := range groups {
+		for _, name := range g.vars {
+			require.Regexp(t, `(?m)^  `+name+` `, out, "idemd help")
+			require.Regexp(t, "(?m)^\\| `"+name+"`", string(readme), "README's table")
+		}
 	}
 	for _, cmd := range commandsWithEnv {
 		args := []string{cmd, "--help"}
@@ -116,11 +131,13 @@ func TestHelpCoversTracing(t *testing.T) {
 			args = []string{"dlq", "list", "--help"}
 		}
 		_, out, _ := runIdemd(t, nil, args...)
-		for _, v := range tracing.Variables {
-			if slices.Contains(tracingCommands, cmd) {
-				require.Regexp(t, `(?m)^  `+v.Name+` `, out, "idemd %s --help", cmd)
-			} else {
-				require.NotContains(t, out, v.Name, "idemd %s --help", cmd)
+		for _, g := range groups {
+			for _, name := range g.vars {
+				if slices.Contains(g.commands, cmd) {
+					require.Regexp(t, `(?m)^  `+name+` `, out, "idemd %s --help", cmd)
+				} else {
+					require.NotContains(t, out, name, "idemd %s --help", cmd)
+				}
 			}
 		}
 	}
