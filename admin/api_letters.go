@@ -20,7 +20,7 @@ import (
 type DeadLetterBrief struct {
 	ID       int64  `json:"id"`
 	Pipeline string `json:"pipeline"`
-	// Origin is the door that wrote the letter: http, kafka, relay or delivery.
+	// Origin is the door that wrote the letter: http, kafka, pubsub, sqs, relay or delivery.
 	Origin      string         `json:"origin"`
 	OutboxID    int64          `json:"outbox_id,omitempty"`
 	DeliveryID  int64          `json:"delivery_id,omitempty"`

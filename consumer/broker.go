@@ -3,13 +3,10 @@ package consumer
 import (
 	"context"
 	"time"
-
-	"github.com/idemd/idemd/pipeline"
 )
 
 // The Pub/Sub and SQS doors are built from the pieces in this file, pubsub.go and sqs.go: a
-// brokerSource per subscription, which the broker-neutral core drives. They are not wired
-// into Consumer yet.
+// brokerSource per subscription, which the broker-neutral core (brokerrun.go) drives.
 
 // brokerMessage is one delivered message of a Pub/Sub or SQS subscription, plain data for
 // the core; handle is the adapter's own (a *pubsub.Message, an SQS receipt handle).
@@ -37,17 +34,6 @@ type brokerMessage struct {
 	ReceivedAt time.Time
 
 	handle any
-}
-
-// messageID returns the message's id by spec: nil is the broker's id; Header names an
-// attribute (`message_id: {attribute: NAME}`); JSON is a pointer into the body; Key reads
-// the lane (the ordering key or group id). ok is false when it is absent.
-func (m *brokerMessage) messageID(spec *pipeline.Field) (string, bool) {
-	if spec == nil {
-		return m.ID, m.ID != ""
-	}
-	r := record{msg: Message{ID: m.ID, Key: []byte(m.Lane), Value: m.Body, Headers: m.Attributes}}
-	return r.lookup(spec)
 }
 
 // brokerSource is a Pub/Sub subscription or an SQS queue as the core sees it. Every message

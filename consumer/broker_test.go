@@ -47,12 +47,12 @@ func ackRelease(t *testing.T, s brokerSource, ids []string, beforeAck func()) (a
 	}
 	a, b = byID[ids[0]], byID[ids[1]]
 	require.Equal(t, `{"id":"a"}`, string(a.Body))
-	id, ok := a.messageID(&pipeline.Field{Header: "operation-id"})
+	id, ok := newBrokerRecord("p", DoorSQS, "q", a).id(&pipeline.Field{Attribute: "operation-id"})
 	require.True(t, ok)
 	require.Equal(t, "op-a", id)
-	id, _ = b.messageID(&pipeline.Field{JSON: "/id"})
+	id, _ = newBrokerRecord("p", DoorSQS, "q", b).id(&pipeline.Field{JSON: "/id"})
 	require.Equal(t, "b", id)
-	id, _ = b.messageID(nil)
+	id, _ = newBrokerRecord("p", DoorSQS, "q", b).id(nil)
 	require.Equal(t, ids[1], id)
 	beforeAck()
 

@@ -1,14 +1,24 @@
-// Package consumer is idemd's Kafka door: it consumes at-least-once topics in a consumer
-// group and applies each message's effect exactly once per (pipeline, message id).
+// Package consumer is idemd's subscriptions: its Kafka, Google Cloud Pub/Sub and Amazon SQS
+// doors. A Consumer reads at-least-once messages (a Kafka topic in a consumer group, a
+// Pub/Sub subscription, an SQS queue) and applies each message's effect exactly once per
+// (pipeline, message id).
 //
-// Guarantee: records are handled in batches per partition, one PostgreSQL transaction per
-// batch (internal/exactlyonce): the claims of the batch's ids, the effect of each new one
-// (SQL, a Go Handler, an outbox event), and the dead letters commit together or not at all.
-// The offsets of a batch are committed only after its transaction committed, so a crash or a
-// rebalance at any point leads to redelivery, never to loss, and a redelivered id is
-// recognised by its processed row and its effect is not repeated. Nothing that a crash could
-// lose lives only in memory. Order within a partition is preserved; partitions run in
-// parallel.
+// Guarantee: messages are handled in batches, one PostgreSQL transaction per batch
+// (internal/exactlyonce): the claims of the batch's ids, the effect of each new one (SQL, a
+// Go Handler, an outbox event), and the dead letters commit together or not at all. A batch
+// is acknowledged to its broker only after its transaction committed — Kafka: the offset is
+// committed; Pub/Sub: Ack; SQS: DeleteMessageBatch — so a crash, a rebalance or a transient
+// failure at any point leads to redelivery, never to loss, and a redelivered id is recognised
+// by its processed row and its effect is not repeated. A transient failure never
+// acknowledges: the messages are released (Pub/Sub Nack, SQS visibility) for redelivery.
+// Nothing that a crash could lose lives only in memory.
+//
+// Order: a Kafka partition is applied in order, partitions in parallel. On Pub/Sub and SQS,
+// the messages of one lane (a Pub/Sub ordering key, an SQS FIFO MessageGroupId) are applied
+// in delivery order, and when one is released those held behind it in its lane are released
+// too; other messages are applied in parallel batches (Config.BatchesInFlight). A batch that
+// runs long keeps its lease: the Pub/Sub client extends ack deadlines, the SQS door extends
+// visibility (Config.Lease, Config.MaxLease).
 package consumer
 
 import (
@@ -16,9 +26,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
+	"strings"
 	"sync"
 	"time"
 
+	"cloud.google.com/go/pubsub/v2"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/sirupsen/logrus"
 	"go.opentelemetry.io/otel/trace"
@@ -42,6 +56,8 @@ const (
 	SessionTimeoutDefault    = 30 * time.Second
 	RebalanceTimeoutDefault  = 30 * time.Second
 	GroupPrefix              = "idemd-"
+	BatchesInFlightDefault   = 4
+	MaxLeaseDefault          = 10 * time.Minute
 )
 
 // Config configures a Consumer. It is plain data (plus Handler and hooks), and it is what
@@ -50,16 +66,27 @@ const (
 type Config struct {
 	// Name is the pipeline's name; message ids are unique within it. Required.
 	Name string `yaml:"name"`
-	// Brokers are the Kafka bootstrap addresses. Required by Run (not by replays).
+	// Brokers are the Kafka bootstrap addresses. Kafka only; required by Run (not by
+	// replays), ignored by the other doors.
 	Brokers []string `yaml:"-"`
-	// Topics are consumed in one consumer group. Required.
+	// Topics are consumed in one consumer group. Exactly one of Topics, PubSub and SQS is
+	// required: it says the door (Door).
 	Topics []string `yaml:"topics"`
-	// Group is the consumer group. Defaults to "idemd-" + Name.
+	// PubSub names a Google Cloud Pub/Sub subscription to consume.
+	PubSub *PubSub `yaml:"pubsub"`
+	// SQS names an Amazon SQS queue to consume.
+	SQS *SQS `yaml:"sqs"`
+	// Group is the consumer group. Kafka only. Defaults to "idemd-" + Name.
 	Group string `yaml:"group"`
-	// MessageID says where a record's id is: a header, a JSON pointer, the record key, or a
-	// composite of several (pipeline.Field.Parts, joined length-prefixed; a missing part is
-	// a missing id). Defaults to the first present of the headers operation-id, message-id
-	// and idempotency-key (DefaultIDHeaders).
+	// MessageID says where a message's id is: a JSON pointer, a header (Kafka) or an
+	// attribute (Pub/Sub, SQS), the record key (Kafka; the ordering key or group id on
+	// Pub/Sub and SQS), or a composite of several (pipeline.Field.Parts, joined
+	// length-prefixed; a missing part is a missing id). Defaults, on Kafka, to the first
+	// present of the headers operation-id, message-id and idempotency-key
+	// (DefaultIDHeaders); on Pub/Sub and SQS, to the broker's message id (messageId,
+	// MessageId), which is the same on every redelivery but new when a producer publishes
+	// again: choose an attribute the producer sets once per logical message (idemd's outbox
+	// sets operation-id) when producers may publish twice.
 	MessageID *pipeline.Field `yaml:"message_id"`
 	// Effect is the SQL run for each new message. Defaults to none.
 	Effect Effect `yaml:"effect"`
@@ -81,8 +108,31 @@ type Config struct {
 	Retention time.Duration `yaml:"retention"`
 	// Schema holds idemd's tables. Defaults to "idemd" (migrations.SchemaDefault).
 	Schema string `yaml:"-"`
-	// BatchSize is the most records of one partition in one transaction. Defaults to 500.
+	// PubSubClient receives a PubSub subscription. Required by Run for one (not by
+	// replays).
+	PubSubClient *pubsub.Client `yaml:"-"`
+	// SQSClient receives an SQS queue. Required by Run for one (not by replays);
+	// *sqs.Client of aws-sdk-go-v2 satisfies it.
+	SQSClient SQSClient `yaml:"-"`
+	// BatchSize is the most records of one partition (Kafka) or messages (Pub/Sub, SQS) in
+	// one transaction. Defaults to 500.
 	BatchSize int `yaml:"-"`
+	// BatchesInFlight bounds the batches of a Pub/Sub or SQS subscription applied at once
+	// (each holds a database connection); the lanes keep their order across them. Defaults
+	// to 4.
+	BatchesInFlight int `yaml:"-"`
+	// Lease is how long a received Pub/Sub or SQS message stays leased before it is
+	// extended: SQS, the visibility timeout asked at receipt and on each extension (every
+	// Lease/3; whole seconds; default 30 s); Pub/Sub, the ack deadline asked at receipt and
+	// on each extension (at least 6 s; default: the client's choice, 10 s to 10 minutes
+	// following the observed processing time).
+	Lease time.Duration `yaml:"-"`
+	// MaxLease bounds how long a held Pub/Sub or SQS message's lease is extended; after it
+	// the broker redelivers the message and its id deduplicates it. Defaults to 10 minutes.
+	MaxLease time.Duration `yaml:"-"`
+	// BacklogInterval is how often a running SQS subscription exports its queue's backlog
+	// (idemd_subscription_backlog, Backlog). Defaults to 15 s.
+	BacklogInterval time.Duration `yaml:"-"`
 	// Linger is how long a partition's batch waits for more records once it has one.
 	// Defaults to 5 ms.
 	Linger time.Duration `yaml:"-"`
@@ -106,8 +156,12 @@ type Config struct {
 	// gets component=consumer and pipeline fields.
 	Logger *logrus.Entry `yaml:"-"`
 	// AfterCommit, when set, runs after a batch's transaction committed and before its
-	// offset is committed (tests crash there). Defaults to nil.
+	// offset is committed or its messages acknowledged (tests crash there). Defaults to
+	// nil.
 	AfterCommit func(batch []Message) `yaml:"-"`
+	// OnAck, when set, runs after a Pub/Sub or SQS batch was acknowledged, with the
+	// messages whose acknowledgement succeeded (tests wait on it). Defaults to nil.
+	OnAck func(batch []Message) `yaml:"-"`
 	// OnAssign, when set, runs when the group hands this consumer its partitions for a new
 	// generation (after every rebalance), with the partitions of each topic it now holds.
 	// Defaults to nil.
@@ -120,6 +174,65 @@ type Config struct {
 	// one (tracing off), no span is made, and a record's traceparent is passed on to the
 	// events as it came.
 	TracerProvider trace.TracerProvider `yaml:"-"`
+}
+
+// PubSub names a Google Cloud Pub/Sub subscription. idemd creates none (outside idemd dev).
+type PubSub struct {
+	// Subscription is a subscription id of Project, or a full name
+	// projects/PROJECT/subscriptions/ID. Required.
+	Subscription string `yaml:"subscription"`
+	// Project is the subscription's project, for a subscription id. Defaults to the
+	// client's project (the daemon's PUBSUB_PROJECT_ID or GOOGLE_CLOUD_PROJECT).
+	Project string `yaml:"project"`
+}
+
+// name is the subscription's name for the client: a full name when Project is set, else as
+// given.
+func (p *PubSub) name() string {
+	if p.Project != "" && !strings.HasPrefix(p.Subscription, "projects/") {
+		return "projects/" + p.Project + "/subscriptions/" + p.Subscription
+	}
+	return p.Subscription
+}
+
+// SQS names an Amazon SQS queue, standard or FIFO. idemd creates none (outside idemd dev).
+type SQS struct {
+	// Queue is a queue name, resolved with GetQueueUrl, or a queue URL. Required.
+	Queue string `yaml:"queue"`
+}
+
+// SQSClient is what an SQS subscription needs of its client; *sqs.Client of aws-sdk-go-v2
+// has it.
+type SQSClient interface {
+	GetQueueUrl(ctx context.Context, in *sqs.GetQueueUrlInput, opts ...func(*sqs.Options)) (*sqs.GetQueueUrlOutput, error)
+	GetQueueAttributes(ctx context.Context, in *sqs.GetQueueAttributesInput, opts ...func(*sqs.Options)) (*sqs.GetQueueAttributesOutput, error)
+	ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, opts ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error)
+	DeleteMessageBatch(ctx context.Context, in *sqs.DeleteMessageBatchInput, opts ...func(*sqs.Options)) (*sqs.DeleteMessageBatchOutput, error)
+	ChangeMessageVisibility(ctx context.Context, in *sqs.ChangeMessageVisibilityInput, opts ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error)
+}
+
+// Door says which broker the subscription reads: "kafka" (Topics), "pubsub" (PubSub) or
+// "sqs" (SQS). A config naming several is refused by New.
+func (c *Config) Door() string {
+	switch {
+	case c.PubSub != nil:
+		return DoorPubSub
+	case c.SQS != nil:
+		return DoorSQS
+	}
+	return DoorKafka
+}
+
+// source names what the subscription reads, for logs: its topics, its Pub/Sub subscription
+// or its SQS queue.
+func (c *Config) source() string {
+	switch c.Door() {
+	case DoorPubSub:
+		return c.PubSub.Subscription
+	case DoorSQS:
+		return c.SQS.Queue
+	}
+	return strings.Join(c.Topics, ",")
 }
 
 // Effect is a subscription's SQL effect.
@@ -140,6 +253,7 @@ type Consumer struct {
 	// stmt is the SQL effect, compiled once at New.
 	stmt   *effectsql.Statement
 	tracer *tracing.Tracer
+	sqsURL string // the SQS queue's URL, once resolved (guarded by mu)
 }
 
 // New checks cfg, fills its defaults, and checks that the SQL effect prepares.
@@ -151,7 +265,16 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Consumer, error) {
 		return nil, errors.New("consumer: config is required")
 	}
 	c := *cfg
-	c.Group = cmp.Or(c.Group, GroupPrefix+c.Name)
+	if err := c.checkDoor(); err != nil {
+		return nil, err
+	}
+	door := c.Door()
+	if door == DoorKafka {
+		c.Group = cmp.Or(c.Group, GroupPrefix+c.Name)
+	}
+	c.BatchesInFlight = cmp.Or(c.BatchesInFlight, BatchesInFlightDefault)
+	c.MaxLease = cmp.Or(c.MaxLease, MaxLeaseDefault)
+	c.BacklogInterval = cmp.Or(c.BacklogInterval, LagIntervalDefault)
 	c.Schema = cmp.Or(c.Schema, migrations.SchemaDefault)
 	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
 	c.Linger = cmp.Or(c.Linger, LingerDefault)
@@ -165,10 +288,6 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Consumer, error) {
 		c.Logger = logrus.NewEntry(logrus.StandardLogger())
 	}
 	switch {
-	case c.Name == "":
-		return nil, errors.New("consumer: Name is required")
-	case len(c.Topics) == 0:
-		return nil, fmt.Errorf("consumer %s: Topics is required", c.Name)
 	case c.BatchSize < 1:
 		return nil, fmt.Errorf("consumer %s: BatchSize must be positive, got %d", c.Name, c.BatchSize)
 	case c.Linger < 0:
@@ -177,14 +296,14 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Consumer, error) {
 		return nil, fmt.Errorf("consumer %s: DeadLetter.MaxAttempts must be positive, got %d", c.Name, c.DeadLetter.MaxAttempts)
 	case c.Retention < 0:
 		return nil, fmt.Errorf("consumer %s: Retention must not be negative, got %s", c.Name, c.Retention)
+	case c.BatchesInFlight < 1:
+		return nil, fmt.Errorf("consumer %s: BatchesInFlight must be positive, got %d", c.Name, c.BatchesInFlight)
+	case c.Lease < 0 || c.MaxLease < 0:
+		return nil, fmt.Errorf("consumer %s: Lease and MaxLease must not be negative, got %s and %s", c.Name, c.Lease, c.MaxLease)
 	}
-	for i, t := range c.Topics {
-		if t == "" {
-			return nil, fmt.Errorf("consumer %s: Topics[%d] is empty", c.Name, i)
-		}
-	}
+	broker := door != DoorKafka
 	if c.MessageID != nil {
-		if err := c.MessageID.Validate(true); err != nil {
+		if err := validateField(c.MessageID, broker); err != nil {
 			return nil, fmt.Errorf("consumer %s: MessageID: %w", c.Name, err)
 		}
 	}
@@ -195,9 +314,16 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Consumer, error) {
 		if t.Body == pipeline.BodyEffect {
 			return nil, fmt.Errorf("consumer %s: Publish[%d].Body: subscriptions publish the consumed payload; body effect is for sources", c.Name, i)
 		}
+		if broker && t.Key != nil && t.Key.UsesHeader() {
+			return nil, fmt.Errorf("consumer %s: Publish[%d].Key: Pub/Sub and SQS messages have attributes, not headers", c.Name, i)
+		}
 	}
 	if c.Order != nil {
-		if err := c.Order.Validate(true); err != nil {
+		err := c.Order.Validate(true)
+		if broker {
+			err = c.Order.ValidateBroker()
+		}
+		if err != nil {
 			return nil, fmt.Errorf("consumer %s: Order: %w", c.Name, err)
 		}
 	}
@@ -222,7 +348,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Consumer, error) {
 		BackoffMin: c.BackoffMin,
 		BackoffMax: c.BackoffMax,
 		Logger:     log,
-		OnRetry:    func(error) { metrics.Retries.WithLabelValues("kafka").Inc() },
+		OnRetry:    func(error) { metrics.Retries.WithLabelValues(door).Inc() },
 		// The unit's spans continue each record's (its message's Trace).
 		TracerProvider: c.TracerProvider,
 	})
@@ -230,6 +356,73 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Consumer, error) {
 		return nil, fmt.Errorf("consumer %s: %w", c.Name, err)
 	}
 	return con, nil
+}
+
+// checkDoor checks the subscription's name and source: exactly one of Topics, PubSub and
+// SQS, and the fields of its door.
+func (c *Config) checkDoor() error {
+	if c.Name == "" {
+		return errors.New("consumer: Name is required")
+	}
+	n := 0
+	for _, set := range []bool{len(c.Topics) > 0, c.PubSub != nil, c.SQS != nil} {
+		if set {
+			n++
+		}
+	}
+	switch {
+	case n == 0:
+		return fmt.Errorf("consumer %s: one of Topics, PubSub and SQS is required", c.Name)
+	case n > 1:
+		return fmt.Errorf("consumer %s: Topics, PubSub and SQS are exclusive: name one source", c.Name)
+	case c.Door() != DoorKafka && c.Group != "":
+		return fmt.Errorf("consumer %s: Group is for Kafka subscriptions", c.Name)
+	}
+	switch c.Door() {
+	case DoorKafka:
+		for i, t := range c.Topics {
+			if t == "" {
+				return fmt.Errorf("consumer %s: Topics[%d] is empty", c.Name, i)
+			}
+		}
+	case DoorPubSub:
+		if field, err := c.PubSub.validate(); err != nil {
+			return fmt.Errorf("consumer %s: PubSub.%s: %w", c.Name, field, err)
+		}
+	case DoorSQS:
+		if c.SQS.Queue == "" {
+			return fmt.Errorf("consumer %s: SQS.Queue is required", c.Name)
+		}
+	}
+	return nil
+}
+
+// validate checks the subscription's name; field is the one at fault.
+func (p *PubSub) validate() (field string, err error) {
+	switch full := strings.HasPrefix(p.Subscription, "projects/"); {
+	case p.Subscription == "":
+		return "Subscription", errors.New("required")
+	case full && !pubsubName.MatchString(p.Subscription):
+		return "Subscription", fmt.Errorf("%q is not projects/PROJECT/subscriptions/ID", p.Subscription)
+	case full && p.Project != "":
+		return "Project", errors.New("the subscription is a full name, which names its project")
+	case !full && strings.Contains(p.Subscription, "/"):
+		return "Subscription", fmt.Errorf("%q is neither an id nor projects/PROJECT/subscriptions/ID", p.Subscription)
+	case strings.Contains(p.Project, "/"):
+		return "Project", fmt.Errorf("%q is not a project id", p.Project)
+	}
+	return "", nil
+}
+
+var pubsubName = regexp.MustCompile(`^projects/[^/]+/subscriptions/[^/]+$`)
+
+// validateField checks a field of a Kafka subscription (header, no attribute) or of a
+// Pub/Sub or SQS one (attribute, no header).
+func validateField(f *pipeline.Field, broker bool) error {
+	if broker {
+		return f.ValidateBroker()
+	}
+	return f.Validate(true)
 }
 
 // Name returns the pipeline's name.
@@ -300,8 +493,9 @@ func (c *Consumer) process(ctx context.Context, batch []*record) (err error) {
 	if err := c.unit.Apply(ctx, msgs); err != nil {
 		return err
 	}
-	metrics.TxDuration.WithLabelValues("kafka").Observe(time.Since(start).Seconds())
-	metrics.TxBatchSize.WithLabelValues("kafka").Observe(float64(len(msgs)))
+	door := c.cfg.Door()
+	metrics.TxDuration.WithLabelValues(door).Observe(time.Since(start).Seconds())
+	metrics.TxBatchSize.WithLabelValues(door).Observe(float64(len(msgs)))
 	c.record(batch, msgs)
 	if c.cfg.AfterCommit != nil {
 		out := make([]Message, len(batch))

@@ -62,8 +62,13 @@ func (c *Consumer) messageWithID(r *record, id string, ok bool) *exactlyonce.Mes
 		m.Invalid = ErrNoMessageID
 	}
 	if m.Invalid != nil {
-		// Deduplicated by position, so that a redelivery is not dead-lettered twice.
-		m.ID = "kafka-position:" + r.msg.Topic + "/" + strconv.Itoa(r.msg.Partition) + "/" + strconv.FormatInt(r.msg.Offset, 10)
+		// Deduplicated by position (Kafka) or by the broker's message id (Pub/Sub, SQS),
+		// so that a redelivery is not dead-lettered twice.
+		if r.msg.Door == DoorKafka {
+			m.ID = "kafka-position:" + r.msg.Topic + "/" + strconv.Itoa(r.msg.Partition) + "/" + strconv.FormatInt(r.msg.Offset, 10)
+		} else {
+			m.ID = r.msg.Door + "-message:" + r.msg.BrokerID
+		}
 	} else {
 		c.bind(m, r)
 	}
@@ -86,11 +91,14 @@ func (c *Consumer) bind(m *exactlyonce.Message, r *record) {
 	}
 	if c.stmt != nil {
 		m.Effect.SQL, m.Effect.Many = c.stmt.SQL, c.stmt.Many
-		m.Effect.Args = c.stmt.Bind(&effectsql.Values{
+		v := &effectsql.Values{
 			MessageID: r.msg.ID, Payload: r.msg.Value, Headers: r.msg.Headers, Source: c.cfg.Name, Key: r.msg.Key,
-			Position:   &effectsql.Position{Topic: r.msg.Topic, Partition: r.msg.Partition, Offset: r.msg.Offset},
 			ReceivedAt: r.msg.ReceivedAt,
-		})
+		}
+		if r.msg.Door == DoorKafka { // Pub/Sub and SQS have no position: NULL
+			v.Position = &effectsql.Position{Topic: r.msg.Topic, Partition: r.msg.Partition, Offset: r.msg.Offset}
+		}
+		m.Effect.Args = c.stmt.Bind(v)
 	}
 	if h := c.cfg.Handler; h != nil {
 		msg := r.msg
@@ -141,23 +149,38 @@ func passHeaders(r *record) map[string]string {
 }
 
 // Dead-letter record headers, beside content-type, event-type and
-// deadletter.HeaderReason.
+// deadletter.HeaderReason. A Pub/Sub or SQS message's letter record has the subscription or
+// queue as its source topic, and the broker's message id instead of a partition and offset.
 const (
 	HeaderSourceTopic     = "idemd-source-topic"
 	HeaderSourcePartition = "idemd-source-partition"
 	HeaderSourceOffset    = "idemd-source-offset"
+	HeaderSourceMessageID = "idemd-source-message-id"
 	HeaderMessageID       = "message-id"
 )
 
 // letter is the dead_letters row of the record, dedupID its key in processed_messages.
 func (c *Consumer) letter(r *record, dedupID string) *deadletter.Letter {
-	headers := make(map[string][]string, len(r.raw.Headers))
-	for _, h := range r.raw.Headers {
-		headers[h.Key] = append(headers[h.Key], string(h.Value))
-	}
-	meta := map[string]any{
-		"topic": r.msg.Topic, "partition": r.msg.Partition, "offset": r.msg.Offset,
-		"timestamp": r.msg.Time.UTC().Format(time.RFC3339Nano),
+	var headers map[string][]string
+	meta := map[string]any{"timestamp": r.msg.Time.UTC().Format(time.RFC3339Nano)}
+	if r.msg.Door == DoorKafka {
+		headers = make(map[string][]string, len(r.raw.Headers))
+		for _, h := range r.raw.Headers {
+			headers[h.Key] = append(headers[h.Key], string(h.Value))
+		}
+		meta["topic"], meta["partition"], meta["offset"] = r.msg.Topic, r.msg.Partition, r.msg.Offset
+	} else {
+		headers = make(map[string][]string, len(r.msg.Headers))
+		for k, v := range r.msg.Headers {
+			headers[k] = []string{v}
+		}
+		meta["subscription"], meta["broker_message_id"] = r.msg.Topic, r.msg.BrokerID
+		if r.broker != nil && r.broker.Ordered {
+			meta["ordered"] = true
+		}
+		if r.msg.DeliveryAttempt > 0 {
+			meta["delivery_attempt"] = r.msg.DeliveryAttempt
+		}
 	}
 	if r.msg.Key != nil {
 		meta["key"] = string(r.msg.Key)
@@ -166,7 +189,7 @@ func (c *Consumer) letter(r *record, dedupID string) *deadletter.Letter {
 		meta["dedup_id"] = dedupID
 	}
 	return &deadletter.Letter{
-		Pipeline: c.cfg.Name, Origin: deadletter.Origin{Door: deadletter.DoorKafka}, Scope: c.cfg.Name,
+		Pipeline: c.cfg.Name, Origin: deadletter.Origin{Door: deadletter.Door(r.msg.Door)}, Scope: c.cfg.Name,
 		MessageID: r.msg.ID, Payload: r.msg.Value, Headers: headers, Metadata: meta,
 	}
 }
@@ -176,8 +199,12 @@ func (c *Consumer) letter(r *record, dedupID string) *deadletter.Letter {
 func (c *Consumer) letterEvent(r *record, dedupID string) outbox.Event {
 	h := passHeaders(r)
 	h[HeaderSourceTopic] = r.msg.Topic
-	h[HeaderSourcePartition] = strconv.Itoa(r.msg.Partition)
-	h[HeaderSourceOffset] = strconv.FormatInt(r.msg.Offset, 10)
+	if r.msg.Door == DoorKafka {
+		h[HeaderSourcePartition] = strconv.Itoa(r.msg.Partition)
+		h[HeaderSourceOffset] = strconv.FormatInt(r.msg.Offset, 10)
+	} else {
+		h[HeaderSourceMessageID] = r.msg.BrokerID
+	}
 	if r.msg.ID != "" {
 		h[HeaderMessageID] = r.msg.ID
 	}

@@ -26,7 +26,14 @@ import (
 // handed to the partitions (within ShutdownTimeout), commits their offsets and leaves the
 // group. It returns nil after a clean drain, or the error that stopped it (a failure that is
 // neither transient nor attributable to one message, such as a missing table).
+//
+// A Pub/Sub or SQS subscription is run the same way (brokerrun.go): on ctx's end it stops
+// receiving, applies the batches in hand within ShutdownTimeout, acknowledges them, and
+// releases what it still holds for redelivery.
 func (c *Consumer) Run(ctx context.Context) error {
+	if c.cfg.Door() != DoorKafka {
+		return c.runBroker(ctx)
+	}
 	if len(c.cfg.Brokers) == 0 {
 		return fmt.Errorf("consumer %s: Brokers is required to run", c.cfg.Name)
 	}

@@ -10,35 +10,60 @@ import (
 	"github.com/idemd/idemd/pipeline"
 )
 
-// Message is one Kafka record as a Handler sees it.
+// Message is one consumed message as a Handler sees it: a Kafka record, or a Pub/Sub or SQS
+// message.
 type Message struct {
 	// Pipeline is the subscription's name; message ids are unique within it.
 	Pipeline string
-	// ID is the message id the record was deduplicated on.
+	// ID is the message id the message was deduplicated on.
 	ID string
-	// Topic, Partition and Offset say where the record was read.
+	// Door is where the message came from: "kafka", "pubsub" or "sqs" (Config.Door).
+	Door string
+	// Topic, Partition and Offset say where a Kafka record was read. On Pub/Sub and SQS,
+	// Topic is the subscription or the queue as the pipeline names it, and Partition and
+	// Offset are 0.
 	Topic     string
 	Partition int
 	Offset    int64
-	// Key and Value are the record's key and value, as produced.
+	// BrokerID is the broker's own id of a Pub/Sub or SQS message (messageId, MessageId),
+	// the same on every redelivery of it; empty on Kafka.
+	BrokerID string
+	// Key and Value are the record's key and value, as produced. On Pub/Sub and SQS, Key
+	// is the ordering key or the FIFO MessageGroupId (empty when there is none) and Value
+	// the message's data or body.
 	Key   []byte
 	Value []byte
-	// Headers are the record's headers; when a name repeats, the first value wins.
+	// Headers are the record's headers; when a name repeats, the first value wins. On
+	// Pub/Sub and SQS, the message attributes.
 	Headers map[string]string
-	// Time is the record's timestamp.
+	// Time is the record's timestamp, or the broker's publish time.
 	Time time.Time
+	// DeliveryAttempt counts the deliveries of a Pub/Sub or SQS message, this one included,
+	// where the broker says (a Pub/Sub subscription with a dead-letter policy, SQS
+	// ApproximateReceiveCount); 0 otherwise.
+	DeliveryAttempt int
 	// ReceivedAt is when this consumer fetched the record.
 	ReceivedAt time.Time
 }
+
+// Doors of Config.Door and Message.Door; the same names as deadletter's doors.
+const (
+	DoorKafka  = "kafka"
+	DoorPubSub = "pubsub"
+	DoorSQS    = "sqs"
+)
 
 // DefaultIDHeaders are the headers whose first present one is the message id when
 // Config.MessageID is not set.
 var DefaultIDHeaders = []string{"operation-id", "message-id", "idempotency-key"}
 
-// record is one fetched Kafka record on its way through a batch.
+// record is one fetched message on its way through a batch: a Kafka record (raw), or a
+// Pub/Sub or SQS message (broker).
 type record struct {
 	msg    Message
 	raw    kafka.Message
+	broker *brokerMessage // nil for Kafka and for a replayed letter
+	seq    uint64         // broker doors: the order of receipt (lanes)
 	parsed bool
 	doc    any // the decoded value, nil when it is not JSON
 	isJSON bool
@@ -62,8 +87,10 @@ func (r *record) lookup(f *pipeline.Field) (string, bool) { return f.Read(r.Fiel
 // Field reads a plain field of the record (pipeline.Message).
 func (r *record) Field(f *pipeline.Field) (string, bool) {
 	switch {
-	case f.Header != "":
-		v, ok := r.msg.Headers[f.Header]
+	case f.Header != "" || f.Attribute != "":
+		// Headers of a Kafka record, attributes of a Pub/Sub or SQS message: the
+		// pipeline's validation lets each door name only its own (header, attribute).
+		v, ok := r.msg.Headers[f.Header+f.Attribute]
 		return v, ok && v != ""
 	case f.Key:
 		return string(r.msg.Key), len(r.msg.Key) > 0
@@ -84,10 +111,14 @@ func (r *record) Field(f *pipeline.Field) (string, bool) {
 // EventType is the record's event-type header (pipeline.Message).
 func (r *record) EventType() string { return r.msg.Headers[outbox.HeaderEventType] }
 
-// id returns the message id by spec, or by the default header chain when spec is nil.
+// id returns the message id by spec, or when spec is nil by the default: the broker's id on
+// Pub/Sub and SQS, the default header chain on Kafka.
 func (r *record) id(spec *pipeline.Field) (string, bool) {
 	if spec != nil {
 		return r.lookup(spec)
+	}
+	if r.msg.Door != DoorKafka {
+		return r.msg.BrokerID, r.msg.BrokerID != ""
 	}
 	for _, h := range DefaultIDHeaders {
 		if v := r.msg.Headers[h]; v != "" {
@@ -107,8 +138,27 @@ func newRecord(pipeline string, m kafka.Message, now time.Time) *record {
 	return &record{
 		raw: m,
 		msg: Message{
-			Pipeline: pipeline, Topic: m.Topic, Partition: m.Partition, Offset: m.Offset,
+			Pipeline: pipeline, Door: DoorKafka, Topic: m.Topic, Partition: m.Partition, Offset: m.Offset,
 			Key: m.Key, Value: m.Value, Headers: headers, Time: m.Time, ReceivedAt: now,
 		},
 	}
+}
+
+// newBrokerRecord is the record of a Pub/Sub or SQS message of door, received from source
+// (the subscription or queue as the pipeline names it).
+func newBrokerRecord(pipeline, door, source string, m *brokerMessage) *record {
+	r := &record{
+		broker: m,
+		msg: Message{
+			Pipeline: pipeline, Door: door, Topic: source, BrokerID: m.ID, Value: m.Body, Headers: m.Attributes,
+			Time: m.PublishTime, DeliveryAttempt: m.DeliveryAttempt, ReceivedAt: m.ReceivedAt,
+		},
+	}
+	if m.Lane != "" {
+		r.msg.Key = []byte(m.Lane)
+	}
+	if r.msg.Headers == nil {
+		r.msg.Headers = map[string]string{}
+	}
+	return r
 }

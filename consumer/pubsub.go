@@ -92,9 +92,9 @@ func newPubSubSource(client *pubsub.Client, cfg pubsubSourceConfig) (*pubsubSour
 			}
 		})
 		if s.err == nil {
-			s.err = errors.New("pubsub source closed")
+			s.err = fmt.Errorf("%w: pubsub source closed", errSourceStopped)
 		} else {
-			s.err = fmt.Errorf("error receiving from Pub/Sub subscription %s: %w", cfg.Subscription, s.err)
+			s.err = fmt.Errorf("%w: error receiving from Pub/Sub subscription %s: %w", errSourceStopped, cfg.Subscription, s.err)
 		}
 	}()
 	return s, nil

@@ -29,8 +29,12 @@ var ErrUnknownPipeline = errors.New("dead letter does not belong to this subscri
 // A record that was dead-lettered for having no message id is replayed only when the
 // pipeline's MessageID now finds one in it; that id is then claimed like a consumed
 // record's, so a record already applied under it is not applied again.
+//
+// A Pub/Sub or SQS subscription registers its own door (deadletter.DoorPubSub,
+// deadletter.DoorSQS) and replays its letters the same way, without its broker: the message
+// is rebuilt from the letter (body, attributes, ordering key or group id, broker id).
 func (c *Consumer) RegisterReplay(rp *deadletter.Replayer) {
-	rp.Register(deadletter.DoorKafka, c.cfg.Name, c.replay)
+	rp.Register(deadletter.Door(c.cfg.Door()), c.cfg.Name, c.replay)
 }
 
 func (c *Consumer) replay(ctx context.Context, tx pgx.Tx, l *deadletter.Letter) (string, error) {
@@ -38,6 +42,9 @@ func (c *Consumer) replay(ctx context.Context, tx pgx.Tx, l *deadletter.Letter) 
 		return "", fmt.Errorf("dead letter %d (pipeline %q, scope %q): %w", l.ID, l.Pipeline, l.Scope, ErrUnknownPipeline)
 	}
 	r := replayRecord(c.cfg.Name, l)
+	if door := c.cfg.Door(); door != DoorKafka {
+		r = replayBrokerRecord(c.cfg.Name, door, l)
+	}
 	// The id it was dead-lettered under, whatever the pipeline would read now; or, for a
 	// letter without one, the id the pipeline finds now, claimed as new.
 	id, ok, claim := l.MessageID, true, l.MessageID == ""
@@ -82,6 +89,27 @@ func replayRecord(pipeline string, l *deadletter.Letter) *record {
 		}
 	}
 	return newRecord(pipeline, m, l.CreatedAt)
+}
+
+// replayBrokerRecord rebuilds a dead-lettered Pub/Sub or SQS message from its letter
+// (letter): body, attributes, ordering key or group id, broker id, subscription and publish
+// time. ReceivedAt is when the letter was written.
+func replayBrokerRecord(pipeline, door string, l *deadletter.Letter) *record {
+	m := &brokerMessage{
+		ID: metaString(l.Metadata, "broker_message_id"), Lane: metaString(l.Metadata, "key"), Body: l.Payload,
+		Attributes: make(map[string]string, len(l.Headers)), DeliveryAttempt: int(metaInt(l.Metadata, "delivery_attempt")),
+		ReceivedAt: l.CreatedAt,
+	}
+	m.Ordered, _ = l.Metadata["ordered"].(bool)
+	for name, values := range l.Headers {
+		if len(values) > 0 {
+			m.Attributes[name] = values[0]
+		}
+	}
+	if ts, err := time.Parse(time.RFC3339Nano, metaString(l.Metadata, "timestamp")); err == nil {
+		m.PublishTime = ts
+	}
+	return newBrokerRecord(pipeline, door, metaString(l.Metadata, "subscription"), m)
 }
 
 func metaString(meta map[string]any, k string) string {

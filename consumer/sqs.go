@@ -46,20 +46,12 @@ type sqsSourceConfig struct {
 	RetryDelay time.Duration
 }
 
-// sqsReceiver is what sqsSource needs of an SQS client; *sqs.Client has it.
-type sqsReceiver interface {
-	GetQueueUrl(ctx context.Context, in *sqs.GetQueueUrlInput, opts ...func(*sqs.Options)) (*sqs.GetQueueUrlOutput, error)
-	ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, opts ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error)
-	DeleteMessageBatch(ctx context.Context, in *sqs.DeleteMessageBatchInput, opts ...func(*sqs.Options)) (*sqs.DeleteMessageBatchOutput, error)
-	ChangeMessageVisibility(ctx context.Context, in *sqs.ChangeMessageVisibilityInput, opts ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error)
-}
-
 // sqsSource receives an SQS queue with long-polling ReceiveMessage calls. It keeps every
 // message it handed out invisible (ChangeMessageVisibility, a heartbeat every Visibility/3)
 // until Ack deletes it, Release gives it back, or MaxExtension passes. Receive may be called
 // from several goroutines: each call is one ReceiveMessage.
 type sqsSource struct {
-	client sqsReceiver
+	client SQSClient
 	cfg    sqsSourceConfig
 	url    string
 	fifo   bool
@@ -76,7 +68,7 @@ type sqsSource struct {
 }
 
 // newSQSSource resolves the queue and starts the visibility heartbeat; call Close to stop.
-func newSQSSource(ctx context.Context, client sqsReceiver, cfg sqsSourceConfig) (*sqsSource, error) {
+func newSQSSource(ctx context.Context, client SQSClient, cfg sqsSourceConfig) (*sqsSource, error) {
 	if client == nil {
 		return nil, errors.New("sqs source: client is required")
 	}

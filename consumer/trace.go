@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 
+	"go.opentelemetry.io/otel/attribute"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
@@ -12,10 +13,12 @@ import (
 )
 
 // The consumer's spans (OpenTelemetry): one "process {topic}" consumer span per record, a
-// child of the trace context the record carries (its traceparent header), from the moment
-// it was fetched until its batch committed, with the messaging semantic conventions'
-// attributes and idemd's (pipeline, message id, outcome). Record keys, values and headers
-// are never recorded. The record's message carries the span's context into the unit of
+// child of the trace context the record carries (its traceparent header; on Pub/Sub and
+// SQS, its traceparent attribute), from the moment it was fetched until its batch
+// committed, with the messaging semantic conventions' attributes (messaging.system kafka,
+// gcp_pubsub or aws_sqs; messaging.destination.name the topic, subscription or queue) and
+// idemd's (pipeline, message id, outcome). Record keys, values, headers and attributes are
+// never recorded. The record's message carries the span's context into the unit of
 // work; with tracing off it carries the record's traceparent, so that the trace goes on
 // downstream.
 //
@@ -37,16 +40,28 @@ func (c *Consumer) startRecords(batch []*record, msgs []*exactlyonce.Message) []
 	spans := make([]trace.Span, len(batch))
 	for i, r := range batch {
 		ctx := tracing.Parent(context.Background(), tracing.FromMap(r.msg.Headers))
+		attrs := []attribute.KeyValue{
+			semconv.MessagingOperationTypeProcess, semconv.MessagingOperationName("process"),
+			semconv.MessagingDestinationName(r.msg.Topic), semconv.MessagingMessageBodySize(len(r.msg.Value)),
+			tracing.AttrPipeline.String(c.cfg.Name), tracing.AttrMessageID.String(msgs[i].ID),
+		}
+		switch r.msg.Door {
+		case DoorKafka:
+			attrs = append(attrs, semconv.MessagingSystemKafka, semconv.MessagingConsumerGroupName(c.cfg.Group),
+				semconv.MessagingDestinationPartitionID(strconv.Itoa(r.msg.Partition)), semconv.MessagingKafkaOffset(int(r.msg.Offset)))
+		case DoorPubSub:
+			attrs = append(attrs, semconv.MessagingSystemGCPPubSub, semconv.MessagingDestinationSubscriptionName(r.msg.Topic),
+				semconv.MessagingMessageID(r.msg.BrokerID))
+			if r.msg.DeliveryAttempt > 0 {
+				attrs = append(attrs, semconv.MessagingGCPPubSubMessageDeliveryAttempt(r.msg.DeliveryAttempt))
+			}
+		case DoorSQS:
+			attrs = append(attrs, semconv.MessagingSystemAWSSQS, semconv.MessagingMessageID(r.msg.BrokerID))
+		}
 		_, spans[i] = tr.Start(ctx, "process "+r.msg.Topic,
 			trace.WithSpanKind(trace.SpanKindConsumer),
 			trace.WithTimestamp(r.msg.ReceivedAt),
-			trace.WithAttributes(
-				semconv.MessagingSystemKafka, semconv.MessagingOperationTypeProcess, semconv.MessagingOperationName("process"),
-				semconv.MessagingDestinationName(r.msg.Topic), semconv.MessagingConsumerGroupName(c.cfg.Group),
-				semconv.MessagingDestinationPartitionID(strconv.Itoa(r.msg.Partition)), semconv.MessagingKafkaOffset(int(r.msg.Offset)),
-				semconv.MessagingMessageBodySize(len(r.msg.Value)),
-				tracing.AttrPipeline.String(c.cfg.Name), tracing.AttrMessageID.String(msgs[i].ID),
-			))
+			trace.WithAttributes(attrs...))
 		msgs[i].Trace = spans[i].SpanContext()
 	}
 	return spans

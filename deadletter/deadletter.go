@@ -32,6 +32,11 @@ const (
 	DoorHTTP Door = "http"
 	// DoorKafka: a record of a Kafka subscription (effect failed, or no usable id).
 	DoorKafka Door = "kafka"
+	// DoorPubSub: a message of a Google Cloud Pub/Sub subscription (effect failed, or no
+	// usable id).
+	DoorPubSub Door = "pubsub"
+	// DoorSQS: a message of an Amazon SQS subscription (effect failed, or no usable id).
+	DoorSQS Door = "sqs"
 	// DoorRelay: an outbox event the broker refused (too large, topic failing).
 	DoorRelay Door = "relay"
 	// DoorDelivery: an outbox event an HTTP endpoint refused or never accepted.

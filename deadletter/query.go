@@ -16,7 +16,7 @@ import (
 // Operators' reads of dead letters (the admin API, `idemd dlq list`): filtered, paged by id.
 
 // Doors lists the doors, in the order operators see them (filters, help texts).
-var Doors = []Door{DoorHTTP, DoorKafka, DoorRelay, DoorDelivery}
+var Doors = []Door{DoorHTTP, DoorKafka, DoorPubSub, DoorSQS, DoorRelay, DoorDelivery}
 
 // Query narrows Find and Count. Zero fields do not filter.
 type Query struct {

@@ -52,8 +52,8 @@ func (f *Field) Read(get func(*Field) (string, bool)) (string, bool) {
 	return JoinParts(parts...), true
 }
 
-func (f *Field) validateParts(keyAllowed bool) error {
-	if f.JSON != "" || f.Header != "" || f.Key {
+func (f *Field) validateParts(door fieldDoor) error {
+	if f.JSON != "" || f.Header != "" || f.Attribute != "" || f.Key {
 		return errors.New("a composite lists its parts only: want a list of {json: …} or {header: …}")
 	}
 	for i := range f.Parts {
@@ -61,7 +61,7 @@ func (f *Field) validateParts(keyAllowed bool) error {
 		if len(p.Parts) > 0 {
 			return fmt.Errorf("[%d]: a part is one json pointer or header, not a list", i)
 		}
-		if err := p.Validate(keyAllowed); err != nil {
+		if err := p.validate(door); err != nil {
 			return fmt.Errorf("[%d]: %w", i, err)
 		}
 	}

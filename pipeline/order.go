@@ -29,10 +29,21 @@ func (o *Order) Read(get func(*Field) (string, bool)) (entity, version string, e
 
 // Validate checks both fields; keyAllowed says whether the door has a record key.
 func (o *Order) Validate(keyAllowed bool) error {
-	if err := o.Entity.Validate(keyAllowed); err != nil {
+	door := fieldHTTP
+	if keyAllowed {
+		door = fieldKafka
+	}
+	return o.validate(door)
+}
+
+// ValidateBroker is Validate for a Pub/Sub or SQS subscription (Field.ValidateBroker).
+func (o *Order) ValidateBroker() error { return o.validate(fieldBroker) }
+
+func (o *Order) validate(door fieldDoor) error {
+	if err := o.Entity.validate(door); err != nil {
 		return fmt.Errorf("entity: %w", err)
 	}
-	if err := o.Version.Validate(keyAllowed); err != nil {
+	if err := o.Version.validate(door); err != nil {
 		return fmt.Errorf("version: %w", err)
 	}
 	return nil

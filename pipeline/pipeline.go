@@ -30,16 +30,21 @@ const (
 )
 
 // Field says where a value is read from a message: exactly one of a JSON pointer into the
-// body, a header (HTTP header, Kafka record header), the record key (subscriptions), or
-// Parts, a composite of several of those (composite.go). In the pipelines file a composite
+// body, a header (HTTP header, Kafka record header), a message attribute (Pub/Sub and SQS
+// subscriptions), the record key (subscriptions), or Parts, a composite of several of those
+// (composite.go). In the pipelines file a composite
 // is written as a list: message_id: [{json: /a}, {json: /b}].
 type Field struct {
 	// JSON is an RFC 6901 pointer into the JSON body, such as /data/object/id. Strings are
 	// taken as they are, numbers as written.
 	JSON string `yaml:"json,omitempty"`
-	// Header is a header name.
+	// Header is a header name (HTTP header, Kafka record header).
 	Header string `yaml:"header,omitempty"`
-	// Key takes the Kafka record key.
+	// Attribute is a message attribute name (a Pub/Sub attribute, an SQS message attribute
+	// of type String or Number): Pub/Sub and SQS subscriptions only, which have no headers.
+	Attribute string `yaml:"attribute,omitempty"`
+	// Key takes the Kafka record key; on Pub/Sub and SQS subscriptions, the ordering key or
+	// the FIFO MessageGroupId.
 	Key bool `yaml:"key,omitempty"`
 	// Parts makes the field a composite: each part is read, and the values are joined
 	// length-prefixed (JoinParts). A missing part makes the whole value missing. Parts are
@@ -48,10 +53,32 @@ type Field struct {
 }
 
 // Validate checks that exactly one source is set and that a pointer is a pointer. keyAllowed
-// says whether the door has a record key.
+// says whether the door has a record key (Kafka subscriptions); attributes are refused
+// (ValidateBroker is for the doors that have them).
 func (f *Field) Validate(keyAllowed bool) error {
+	door := fieldHTTP
+	if keyAllowed {
+		door = fieldKafka
+	}
+	return f.validate(door)
+}
+
+// ValidateBroker is Validate for a Pub/Sub or SQS subscription: json, attribute or key
+// (the ordering key or group id), not header.
+func (f *Field) ValidateBroker() error { return f.validate(fieldBroker) }
+
+// fieldDoor is the kind of door a Field is read on: what it may name.
+type fieldDoor int
+
+const (
+	fieldHTTP   fieldDoor = iota // json, header
+	fieldKafka                   // json, header, key
+	fieldBroker                  // json, attribute, key
+)
+
+func (f *Field) validate(door fieldDoor) error {
 	if len(f.Parts) > 0 {
-		return f.validateParts(keyAllowed)
+		return f.validateParts(door)
 	}
 	n := 0
 	if f.JSON != "" {
@@ -62,16 +89,28 @@ func (f *Field) Validate(keyAllowed bool) error {
 	}
 	if f.Header != "" {
 		n++
+		if door == fieldBroker {
+			return errors.New("header: Pub/Sub and SQS messages have attributes, not headers: use attribute")
+		}
+	}
+	if f.Attribute != "" {
+		n++
+		if door != fieldBroker {
+			return errors.New("attribute: only Pub/Sub and SQS subscriptions have message attributes: use header")
+		}
 	}
 	if f.Key {
 		n++
-		if !keyAllowed {
+		if door == fieldHTTP {
 			return errors.New("key: only subscriptions have a record key")
 		}
 	}
 	if n != 1 {
-		if keyAllowed {
+		switch door {
+		case fieldKafka:
 			return errors.New("want exactly one of json, header and key")
+		case fieldBroker:
+			return errors.New("want exactly one of json, attribute and key")
 		}
 		return errors.New("want exactly one of json and header")
 	}
@@ -83,6 +122,8 @@ func (f *Field) String() string {
 	switch {
 	case f.Header != "":
 		return "header " + f.Header
+	case f.Attribute != "":
+		return "attribute " + f.Attribute
 	case f.JSON != "":
 		return "json " + f.JSON
 	case f.Key:

@@ -12,7 +12,8 @@ import (
 var Registry = prometheus.NewRegistry()
 
 var (
-	// Received counts inbound messages per pipeline and door ("http" or "kafka"), before dedup.
+	// Received counts inbound messages per pipeline and door ("http", "kafka", "pubsub" or
+	// "sqs"), before dedup.
 	Received = counter("idemd_messages_received_total", "Inbound messages received, before dedup.", "pipeline", "door")
 	// Processed counts messages whose effect committed.
 	Processed = counter("idemd_messages_processed_total", "Messages whose effect committed (exactly once).", "pipeline")
@@ -82,6 +83,13 @@ var (
 	// ConsumerLagErrors counts failed reads of the consumer lag from the broker; the last
 	// values read stay exported meanwhile.
 	ConsumerLagErrors = counter("idemd_consumer_lag_errors_total", "Failed reads of the consumer group's offsets or the partitions' high-water marks.", "pipeline")
+	// SubscriptionBacklog is the messages of a subscription's queue not yet acknowledged,
+	// where the broker reports it to its client: SQS's ApproximateNumberOfMessages plus
+	// ApproximateNumberOfMessagesNotVisible (consumer.Consumer.Backlog). Every replica
+	// running the subscription reports the same queue: aggregate with max by (pipeline).
+	SubscriptionBacklog = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "idemd_subscription_backlog", Help: "Messages of the subscription's queue not yet acknowledged (visible and in flight), as the broker approximates them (SQS).",
+	}, []string{"pipeline"})
 	// Pruned counts rows the pruner deleted, per table.
 	Pruned = counter("idemd_pruned_rows_total", "Rows deleted by the pruner.", "table")
 )
@@ -97,7 +105,7 @@ func init() {
 		Received, Processed, Duplicates, Conflicts, DeadLettered, Stale, InFlight, Rejected, Retries,
 		TxDuration, TxBatchSize, RequestDuration,
 		OutboxBacklog, OutboxOldestAge, OutboxPublished, OutboxPublishErrors, OutboxTopicFailing, RelayLeader,
-		ConsumerLag, ConsumerLagErrors, Pruned,
+		ConsumerLag, ConsumerLagErrors, SubscriptionBacklog, Pruned,
 		poolStats, kafkaReaders, kafkaWriters,
 	)
 }
