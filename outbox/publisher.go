@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/google/uuid"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // Publisher publishes outbox events to one kind of broker (PubSubPublisher, SQSPublisher).
@@ -53,8 +55,23 @@ func permanent(format string, args ...any) error {
 func noDestination(err error) error { return &publishError{err: err, noSuchDest: true} }
 
 // keyFailed is the error of an event held back because an earlier event of its key failed.
-func keyFailed(topic string, key []byte) error {
-	return fmt.Errorf("not published: an earlier event of key %q on %s failed in the same round", key, topic)
+func keyFailed(topic string, key []byte) error { return &heldError{topic: topic, key: key} }
+
+// heldError is an event not sent because an earlier event of its key failed in the same
+// call: it failed for no fault of its own, and is sent again after that earlier one.
+type heldError struct {
+	topic string
+	key   []byte
+}
+
+func (e *heldError) Error() string {
+	return fmt.Sprintf("not published: an earlier event of key %q on %s failed in the same round", e.key, e.topic)
+}
+
+// heldBack reports whether err is a heldError.
+func heldBack(err error) bool {
+	var h *heldError
+	return errors.As(err, &h)
 }
 
 // attributes are the message attributes of e: the record headers of the Kafka path, ours
@@ -79,4 +96,19 @@ func checkPublishable(e *Event) error {
 		return permanent("outbox event has no operation id")
 	}
 	return nil
+}
+
+// denied reports whether a broker refused a publish because the relay may not write to the
+// topic or queue (Pub/Sub PERMISSION_DENIED, SQS AccessDenied): like a missing destination,
+// an operator must act, so it counts towards the relay's MaxFailingFor. Failed
+// authentication (bad credentials) is not this: it fails every destination alike.
+func denied(err error) bool {
+	if s, ok := status.FromError(err); ok && s.Code() == codes.PermissionDenied {
+		return true
+	}
+	switch sqsErrorCode(err) {
+	case "AccessDenied", "AccessDeniedException":
+		return true
+	}
+	return false
 }

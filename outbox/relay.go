@@ -49,11 +49,22 @@ type Writer interface {
 type RelayConfig struct {
 	// Schema holds the outbox table. Defaults to "idemd".
 	Schema string
-	// Brokers are the Kafka bootstrap addresses. Required unless Writer is set.
+	// Brokers are the Kafka bootstrap addresses. Required unless Writer, PubSub or SQS is
+	// set: a relay without Kafka holds the rows bound for Kafka topics as failing (with an
+	// error that says so), as it holds the rows of a broker it has no Publisher for.
 	Brokers []string
 	// Writer overrides the Kafka writer built from Brokers. Defaults to a kafka-go Writer
 	// with RequiredAcks all, the Java-compatible murmur2 balancer and BatchTimeout.
 	Writer Writer
+	// PubSub publishes the events bound for Pub/Sub topics (PubSubDestination): a
+	// PubSubPublisher. Defaults to none: those events wait, their destination held as
+	// failing with an error naming the missing client, until a relay that has one leads.
+	// Run closes it when it returns.
+	PubSub Publisher
+	// SQS publishes the events bound for SQS queues (SQSDestination): an SQSPublisher.
+	// Defaults to none, with the same consequence as PubSub's. Run closes it when it
+	// returns.
+	SQS Publisher
 	// BatchSize is how many rows one round publishes at most. Defaults to 1000.
 	BatchSize int
 	// BatchTimeout is how long the Kafka writer waits to fill a batch. Defaults to 2 ms
@@ -64,17 +75,18 @@ type RelayConfig struct {
 	PollInterval time.Duration
 	// StandbyPoll is how often a standby relay tries to take the leadership. Defaults to 1 s.
 	StandbyPoll time.Duration
-	// BackoffMin and BackoffMax bound the wait before a topic whose publish failed (broker
-	// outage, missing topic, refused authorization) is tried again; other topics go on
-	// meanwhile. Defaults to 100 ms and 10 s.
+	// BackoffMin and BackoffMax bound the wait before a destination (a Kafka or Pub/Sub
+	// topic, an SQS queue) whose publish failed (broker outage, missing topic or queue,
+	// refused authorization) is tried again; other destinations go on meanwhile. Defaults
+	// to 100 ms and 10 s.
 	BackoffMin, BackoffMax time.Duration
-	// MaxFailingFor is how long a topic may keep failing with an error that retrying does
-	// not fix — the topic does not exist (deleted, or never created while the brokers do not
-	// create topics on demand) or the relay may not write to it — before its rows are moved
-	// to dead_letters, from where `idemd dlq replay` puts each back with its operation id
-	// once the topic is fixed. Rows of other topics never wait for it, and a broker outage
-	// never counts. A negative value keeps the rows until the topic works. Defaults to 10
-	// minutes.
+	// MaxFailingFor is how long a destination may keep failing with an error that retrying
+	// does not fix — the topic or queue does not exist (deleted, or never created while the
+	// brokers do not create topics on demand) or the relay may not write to it — before its
+	// rows are moved to dead_letters, from where `idemd dlq replay` puts each back with its
+	// operation id once the destination is fixed. Rows of other destinations never wait for
+	// it, and a broker outage never counts (nor does a missing client: see PubSub). A
+	// negative value keeps the rows until the destination works. Defaults to 10 minutes.
 	MaxFailingFor time.Duration
 	// StatsInterval is how often the leader refreshes the backlog gauges. Defaults to 5 s.
 	StatsInterval time.Duration
@@ -87,29 +99,34 @@ type RelayConfig struct {
 	KeepPublished bool
 	// Logger receives the relay's logs. Defaults to logrus's standard logger.
 	Logger *logrus.Entry
-	// AfterPublish, when set, runs after a round's records reached Kafka and before they
-	// are marked published; an error stops the relay there, as a crash would. For tests.
+	// AfterPublish, when set, runs after a round's events reached their brokers and before
+	// they are marked published; an error stops the relay there, as a crash would. For tests.
 	AfterPublish func(ids []int64) error
-	// TracerProvider records a span per write to Kafka, linked to the trace context stored
-	// with each row (trace.go). Defaults to OpenTelemetry's global provider; while
+	// TracerProvider records a span per publish of a destination's rows (a write to Kafka,
+	// a Publish to Pub/Sub or SQS), linked to the trace context stored with each row
+	// (trace.go). Defaults to OpenTelemetry's global provider; while
 	// that is a no-op one (tracing off), no span is made. Records carry their row's
 	// traceparent either way.
 	TracerProvider trace.TracerProvider
 }
 
-// Relay publishes committed outbox rows to Kafka. Exactly one relay per database is
+// Relay publishes committed outbox rows to Kafka, Pub/Sub and SQS, each row to the
+// destination its topic column encodes (ParseDestination). Exactly one relay per database is
 // active: the one holding a session advisory lock on a dedicated connection. The others
 // stand by and take over within StandbyPoll when the leader's connection goes away.
 //
 // The relay keeps no cursor: each round selects every unpublished row in id order, so a row
 // whose transaction committed late is picked up by the next round, never skipped. Rows are
-// deleted (or, with KeepPublished, marked published) only after Kafka acknowledged them
-// with acks=all; a crash in between publishes them again with the same operation-id header.
+// deleted (or, with KeepPublished, marked published) only after their broker acknowledged
+// them (Kafka with acks=all); a crash in between publishes them again with the same
+// operation-id header or attribute (and, on an SQS FIFO queue, the same deduplication id).
 //
-// A round publishes each topic's rows separately: a topic that fails (a broker refusing it,
-// a topic that does not exist, a missing authorization) is left out of the following rounds
-// until its retry, so that the other topics keep flowing, and its rows keep their order
-// because none of them is published while an earlier one waits.
+// A round publishes each destination's rows separately: a destination that fails (a broker
+// refusing it, a topic or queue that does not exist, a missing authorization) is left out
+// of the following rounds until its retry, so that the other destinations keep flowing,
+// and its rows keep their order because none of them is published while an earlier one of
+// its key waits. A row its broker refuses for good (too large, invalid) is dead-lettered
+// alone, and the rest goes on.
 type Relay struct {
 	// decided is closed once Run first learned whether it leads: Drain waits for it, so
 	// that a relay asked to drain just after it started does not answer ErrNotLeader
@@ -118,7 +135,8 @@ type Relay struct {
 	decidedOnce sync.Once
 	pool        *pgxpool.Pool
 	cfg         RelayConfig
-	writer      Writer
+	writer      Writer // nil: no Kafka
+	outlets     map[string]outlet
 	log         *logrus.Entry
 	lockKey     int64
 	channel     string
@@ -176,14 +194,14 @@ func NewRelay(pool *pgxpool.Pool, cfg *RelayConfig) (*Relay, error) {
 		return nil, fmt.Errorf("outbox: RelayConfig.BatchSize must be positive, got %d", c.BatchSize)
 	case c.BackoffMax < c.BackoffMin:
 		return nil, fmt.Errorf("outbox: RelayConfig.BackoffMax (%s) is below BackoffMin (%s)", c.BackoffMax, c.BackoffMin)
-	case c.Writer == nil && len(c.Brokers) == 0:
-		return nil, errors.New("outbox: RelayConfig.Brokers is required")
+	case c.Writer == nil && len(c.Brokers) == 0 && c.PubSub == nil && c.SQS == nil:
+		return nil, errors.New("outbox: RelayConfig.Brokers is required (or PubSub, SQS)")
 	}
 	if c.Logger == nil {
 		c.Logger = logrus.NewEntry(logrus.StandardLogger())
 	}
 	w := c.Writer
-	if w == nil {
+	if w == nil && len(c.Brokers) > 0 {
 		w = &kafka.Writer{
 			Addr:         kafka.TCP(c.Brokers...),
 			Balancer:     &kafka.Murmur2Balancer{},
@@ -203,6 +221,11 @@ func NewRelay(pool *pgxpool.Pool, cfg *RelayConfig) (*Relay, error) {
 		pool:    pool,
 		cfg:     c,
 		writer:  w,
+		outlets: map[string]outlet{
+			DestinationKafka:  kafkaOutlet{w},
+			DestinationPubSub: brokerOutlet{DestinationPubSub, c.PubSub},
+			DestinationSQS:    brokerOutlet{DestinationSQS, c.SQS},
+		},
 		log:     c.Logger.WithField("component", "relay"),
 		lockKey: relayLockKey(c.Schema),
 		channel: Channel(c.Schema),
@@ -335,9 +358,10 @@ func (r *Relay) setLeader(leading bool) {
 }
 
 // Run stands by, leads when it can, and publishes until ctx ends; then it closes the
-// writer. It returns nil when ctx ended, or the error of an AfterPublish hook.
+// Kafka writer and the Publishers. It returns nil when ctx ended, or the error of an
+// AfterPublish hook.
 func (r *Relay) Run(ctx context.Context) error {
-	defer r.writer.Close()
+	defer r.close()
 	for {
 		err := r.lead(ctx)
 		r.setLeader(false)
@@ -357,6 +381,19 @@ func (r *Relay) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-time.After(r.cfg.StandbyPoll):
+		}
+	}
+}
+
+// close closes the Kafka writer and the Publishers; their errors are logged (nothing
+// unpublished is lost: the rows stay in the outbox).
+func (r *Relay) close() {
+	for _, c := range []interface{ Close() error }{r.writer, r.cfg.PubSub, r.cfg.SQS} {
+		if c == nil {
+			continue
+		}
+		if err := c.Close(); err != nil {
+			r.log.WithError(err).Warn("error closing a publisher of the relay")
 		}
 	}
 }

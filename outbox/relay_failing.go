@@ -7,7 +7,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/segmentio/kafka-go"
 	"github.com/sirupsen/logrus"
@@ -28,23 +27,15 @@ type topicFailure struct {
 	retryAt time.Time
 }
 
-// persistentError reports whether a topic's publish failed in a way that retrying does not
-// fix without an operator: the topic does not exist (deleted; never created while the
-// brokers do not create topics on demand, which the relay never asks for), its name is
-// invalid, or the relay may not write to it. Only these count towards MaxFailingFor; a
-// broker outage, a leader election or a timeout never dead-letters anything.
+// persistentError reports whether a destination's publish failed in a way that retrying
+// does not fix without an operator: the topic or queue does not exist (deleted; never
+// created while the brokers do not create topics on demand, which the relay never asks
+// for), its name is invalid, or the relay may not write to it. Only these count towards
+// MaxFailingFor; a broker outage, a leader election or a timeout never dead-letters
+// anything.
 func persistentError(err error) bool {
-	var we kafka.WriteErrors
-	if errors.As(err, &we) {
-		for _, e := range we {
-			if e != nil && !persistentError(e) {
-				return false
-			}
-		}
-		return we.Count() > 0
-	}
 	return errors.Is(err, kafka.UnknownTopicOrPartition) || errors.Is(err, kafka.TopicAuthorizationFailed) ||
-		errors.Is(err, kafka.InvalidTopic)
+		errors.Is(err, kafka.InvalidTopic) || errors.Is(err, ErrNoDestination) || denied(err)
 }
 
 // heldTopics are the topics waiting for their retry, which this round leaves out.
@@ -71,12 +62,15 @@ func (r *Relay) nextRetry() (time.Time, bool) {
 	return at, !at.IsZero()
 }
 
-// topicFailed records a failed publish of topic's rows ids (in order): the rows wait for the
-// topic's retry, and every later row of the topic waits with them, so a key never overtakes
-// itself. When the topic has been failing persistently for MaxFailingFor, the rows are
-// dead-lettered instead and the topic's next rows are tried at once.
-func (r *Relay) topicFailed(ctx context.Context, topic string, ids []int64, msgs []kafka.Message, cause error, rd *round) error {
+// topicFailed records a failed publish of b's rows (in order, every unpublished row of the
+// destination in the round), for cause; persistent says whether every failure was one that
+// retrying does not fix (persistentError). The rows wait for the destination's retry, and
+// every later row of the destination waits with them, so a key never overtakes itself.
+// When the destination has been failing persistently for MaxFailingFor, the rows are
+// dead-lettered instead and its next rows are tried at once.
+func (r *Relay) topicFailed(ctx context.Context, b *batch, cause error, persistent bool, rd *round) error {
 	now := time.Now()
+	topic := b.dest
 	f := r.failing[topic]
 	if f == nil {
 		if r.failing == nil {
@@ -88,21 +82,24 @@ func (r *Relay) topicFailed(ctx context.Context, topic string, ids []int64, msgs
 	}
 	f.failures++
 	metrics.OutboxPublishErrors.WithLabelValues(topic).Inc()
-	persistent := persistentError(cause)
 	if persistent && f.since.IsZero() {
 		f.since = now
 	}
-	log := r.log.WithError(cause).WithFields(logrus.Fields{"topic": topic, "rows": len(ids), "failures": f.failures})
+	log := r.log.WithError(cause).WithFields(logrus.Fields{"topic": topic, "rows": len(b.ids), "failures": f.failures})
 	if persistent && r.cfg.MaxFailingFor >= 0 && now.Sub(f.since) >= r.cfg.MaxFailingFor {
-		reason := fmt.Sprintf("topic %s has refused every publish since %s (longer than the relay's MaxFailingFor, %s): %v",
-			topic, f.since.UTC().Format(time.RFC3339), r.cfg.MaxFailingFor, cause)
-		if err := r.deadLetter(ctx, ids, msgs, reason, f.failures); err != nil {
+		reason := fmt.Sprintf("%s %s has refused every publish since %s (longer than the relay's MaxFailingFor, %s): %v",
+			destinationNoun(b.kind), b.name, f.since.UTC().Format(time.RFC3339), r.cfg.MaxFailingFor, cause)
+		reasons := make([]string, len(b.ids))
+		for i := range reasons {
+			reasons[i] = reason
+		}
+		if err := r.deadLetter(ctx, b, reasons, f.failures); err != nil {
 			return err
 		}
-		rd.DeadLettered += len(ids)
+		rd.DeadLettered += len(b.ids)
 		f.retryAt = now
 		log.WithField("failing_for", now.Sub(f.since).Round(time.Second).Seconds()).
-			Error("topic keeps failing: its rows were moved to dead_letters (idemd dlq replay puts them back once the topic works); other topics are not affected")
+			Error("destination keeps failing: its rows were moved to dead_letters (idemd dlq replay puts them back once it works); other destinations are not affected")
 		return nil
 	}
 	wait := retry.Backoff(r.cfg.BackoffMin, r.cfg.BackoffMax, f.failures)
@@ -112,8 +109,17 @@ func (r *Relay) topicFailed(ctx context.Context, topic string, ids []int64, msgs
 	if persistent && r.cfg.MaxFailingFor >= 0 {
 		log = log.WithField("dead_letter_in", (r.cfg.MaxFailingFor - now.Sub(f.since)).Round(time.Second).Seconds())
 	}
-	log.Warn("error publishing to a topic; its rows are kept and retried, other topics go on")
+	log.Warn("error publishing to a destination; its rows are kept and retried, other destinations go on")
 	return nil
+}
+
+// destinationNoun names a kind of destination for people: "Kafka topic", "Pub/Sub topic",
+// "SQS queue".
+func destinationNoun(kind string) string {
+	if kind == DestinationSQS {
+		return "SQS queue"
+	}
+	return brokerName(kind) + " topic"
 }
 
 // topicRecovered clears a topic's failure after a publish succeeded.
@@ -126,14 +132,14 @@ func (r *Relay) topicRecovered(topic string) {
 	r.log.WithField("topic", topic).Info("topic publishes again")
 }
 
-// forgetIdleFailures clears failing topics that have no row left: a round that was not
-// cut by its bounds saw every unpublished row of every topic it did not hold.
-func (r *Relay) forgetIdleFailures(batches []*topicBatch, rd *round) {
+// forgetIdleFailures clears failing destinations that have no row left: a round that was
+// not cut by its bounds saw every unpublished row of every destination it did not hold.
+func (r *Relay) forgetIdleFailures(batches []*batch, rd *round) {
 	if rd.More {
 		return
 	}
 	for topic := range r.failing {
-		if slices.Contains(rd.Held, topic) || slices.ContainsFunc(batches, func(b *topicBatch) bool { return b.topic == topic }) {
+		if slices.Contains(rd.Held, topic) || slices.ContainsFunc(batches, func(b *batch) bool { return b.dest == topic }) {
 			continue
 		}
 		delete(r.failing, topic)
@@ -150,26 +156,27 @@ func (r *Relay) clearFailing() {
 	r.failing = nil
 }
 
-// deadLetter moves outbox rows Kafka will not take (ids, in order, with their records) into
-// dead_letters, in one transaction, so that the rows after them are published. Each letter
-// keeps the payload and headers; `idemd dlq list` shows it with reason, and `idemd dlq
-// replay` puts the event back in the outbox with the same operation id and key.
-func (r *Relay) deadLetter(ctx context.Context, ids []int64, msgs []kafka.Message, reason string, attempts int) error {
+// deadLetter moves outbox rows their broker will not take (b's rows, in order, reasons[i]
+// being row i's) into dead_letters, in one transaction, so that the rows after them are
+// published. Each letter keeps the payload, headers, key, destination and operation id;
+// `idemd dlq list` shows it with its reason, and `idemd dlq replay` puts the event back in
+// the outbox, to the same destination with the same operation id and key.
+func (r *Relay) deadLetter(ctx context.Context, b *batch, reasons []string, attempts int) error {
 	ctx = context.WithoutCancel(ctx)
 	pipelines := map[string]int{}
 	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
-		for i, m := range msgs {
-			l := relayLetter(ids[i], m, reason, attempts)
+		for i := range b.events {
+			l := relayLetter(b.ids[i], b.dest, &b.events[i], reasons[i], attempts)
 			if _, err := r.letters.WriteTx(ctx, tx, l); err != nil {
 				return err
 			}
 			pipelines[l.Pipeline]++
 		}
-		_, err := tx.Exec(ctx, r.deleteSQL, ids)
+		_, err := tx.Exec(ctx, r.deleteSQL, b.ids)
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("error dead-lettering %d outbox rows: %w", len(ids), err)
+		return fmt.Errorf("error dead-lettering %d outbox rows: %w", len(b.ids), err)
 	}
 	for p, n := range pipelines {
 		metrics.DeadLettered.WithLabelValues(p).Add(float64(n))
@@ -177,26 +184,22 @@ func (r *Relay) deadLetter(ctx context.Context, ids []int64, msgs []kafka.Messag
 	return nil
 }
 
-// relayLetter is the dead letter of outbox row id, whose record is m.
-func relayLetter(id int64, m kafka.Message, reason string, attempts int) *deadletter.Letter {
-	headers := make(map[string][]string, len(m.Headers))
-	var causation, pipeline, op string
-	for _, h := range m.Headers {
-		headers[h.Key] = append(headers[h.Key], string(h.Value))
-		switch h.Key {
-		case HeaderCausationID:
-			causation = string(h.Value)
-		case HeaderPipeline:
-			pipeline = string(h.Value)
-		case HeaderOperationID:
-			op = string(h.Value)
-		}
+// relayLetter is the dead letter of outbox row id, bound for dest (its topic column), whose
+// event is e (Topic the broker's name). Its headers are those the broker would have
+// received; its scope is the kind and name of the destination ("kafka:orders",
+// "pubsub:orders", "sqs:payments.fifo"); metadata's topic is dest, which a replay writes
+// back.
+func relayLetter(id int64, dest string, e *Event, reason string, attempts int) *deadletter.Letter {
+	headers := make(map[string][]string, len(e.Headers)+3)
+	for k, v := range attributes(e) {
+		headers[k] = []string{v}
 	}
-	opID, _ := uuid.Parse(op)
+	kind, name := ParseDestination(dest)
+	op := opID(e)
 	return &deadletter.Letter{
-		Pipeline: pipeline, Origin: deadletter.Origin{Door: deadletter.DoorRelay, OutboxID: id, OperationID: opID},
-		Scope: "kafka:" + m.Topic, MessageID: causation, Payload: m.Value, Headers: headers,
-		Metadata: map[string]any{"door": "relay", "topic": m.Topic, "key": string(m.Key), "operation_id": op, "outbox_id": id},
+		Pipeline: e.Pipeline, Origin: deadletter.Origin{Door: deadletter.DoorRelay, OutboxID: id, OperationID: e.OperationID},
+		Scope: kind + ":" + name, MessageID: e.CausationID, Payload: e.Payload, Headers: headers,
+		Metadata: map[string]any{"door": "relay", "topic": dest, "key": string(e.Key), "operation_id": op, "outbox_id": id},
 		Reason:   reason,
 		Attempts: attempts,
 	}

@@ -12,53 +12,106 @@ import (
 	"github.com/idemd/idemd/internal/metrics"
 )
 
-// relayRoundBytes bounds the estimated size of one round's records. Kafka refuses a record
-// batch above the broker's message.max.bytes (1048588 by default) for good, so a round of
-// BatchSize large rows bound for one partition would fail on every retry and stall the
-// outbox; and a round the writer had to split into several batches per partition could land
-// a later batch while an earlier one failed, reordering a key. One round below this bound
-// makes one batch per partition that the default broker accepts.
+// relayRoundBytes bounds the estimated size of one round's rows, whatever their
+// destination. Kafka refuses a record batch above the broker's message.max.bytes (1048588
+// by default) for good, so a round of BatchSize large rows bound for one partition would
+// fail on every retry and stall the outbox; and a round the writer had to split into
+// several batches per partition could land a later batch while an earlier one failed,
+// reordering a key. One round below this bound makes one batch per partition that the
+// default broker accepts. Pub/Sub and SQS batch within their own limits, but the bound
+// also keeps what a round holds in memory small, and below the Pub/Sub client's buffer
+// (BufferedByteLimit, 100 MB), beyond which it refuses publishes until the round ends. A
+// row larger than the bound still makes a round of its own.
 const relayRoundBytes = 1_000_000
 
-// recordSize over-estimates the encoded size of m in a record batch.
-func recordSize(m *kafka.Message) int {
-	n := 32 + len(m.Key) + len(m.Value)
-	for _, h := range m.Headers {
-		n += 16 + len(h.Key) + len(h.Value)
+// eventSize over-estimates the encoded size of e's record (or message) with the three
+// headers the relay adds.
+func eventSize(e *Event) int {
+	n := 32 + len(e.Key) + len(e.Payload) + 3*16 + len(HeaderOperationID) + 36 +
+		len(HeaderCausationID) + len(e.CausationID) + len(HeaderPipeline) + len(e.Pipeline)
+	for k, v := range e.Headers {
+		n += 16 + len(k) + len(v)
 	}
 	return n
 }
 
 // round is what one publishing round did (and the value of the Round test signal).
 type round struct {
-	// Published rows were acknowledged by Kafka and marked.
+	// Published rows were acknowledged by their broker and marked.
 	Published int
-	// DeadLettered rows were moved to dead_letters: too large for the broker, or their
-	// topic kept failing for longer than MaxFailingFor.
+	// DeadLettered rows were moved to dead_letters: refused for good by their broker (too
+	// large, invalid), or their destination kept failing for longer than MaxFailingFor.
 	DeadLettered int
-	// Failed are the topics whose publish failed in this round; their rows wait for a retry.
+	// Failed are the destinations (outbox topics: a Kafka topic, "pubsub:…", "sqs:…")
+	// whose publish failed in this round; their rows wait for a retry.
 	Failed []string
-	// Held are the topics left out of this round because they wait for a retry.
+	// Held are the destinations left out of this round because they wait for a retry.
 	Held []string
 	// More reports that rows may be left beyond the round's bounds (BatchSize, bytes).
 	More bool
 }
 
 // clean reports whether the round published everything that was unpublished when it
-// started: no row was left beyond its bounds or behind a failing topic.
+// started: no row was left beyond its bounds or behind a failing destination.
 func (rd *round) clean() bool { return !rd.More && len(rd.Failed) == 0 && len(rd.Held) == 0 }
 
-// topicBatch is the rows of one topic in a round, in id order, and how writing them went.
-type topicBatch struct {
-	topic string
-	ids   []int64
-	msgs  []kafka.Message
-	err   error
+// batch is the rows of one destination in a round, in id order, and the outlet that
+// publishes them. events[i] is row ids[i], its Topic the name its broker knows.
+type batch struct {
+	dest   string // the rows' topic column: a Kafka topic, "pubsub:…", "sqs:…"
+	kind   string // DestinationKafka, DestinationPubSub, DestinationSQS
+	name   string // the topic or queue, as its broker knows it
+	out    outlet
+	ids    []int64
+	events []Event
+	errs   []error // the outcome of the round's publish, one per row
+}
+
+// pick returns the batch of b's rows at idx, in order.
+func (b *batch) pick(idx []int) *batch {
+	p := &batch{dest: b.dest, kind: b.kind, name: b.name, out: b.out, ids: make([]int64, len(idx)), events: make([]Event, len(idx))}
+	for j, i := range idx {
+		p.ids[j], p.events[j] = b.ids[i], b.events[i]
+	}
+	return p
+}
+
+// from returns the batch of b's rows from i on.
+func (b *batch) from(i int) *batch {
+	return &batch{dest: b.dest, kind: b.kind, name: b.name, out: b.out, ids: b.ids[i:], events: b.events[i:]}
+}
+
+// verdict is how the relay takes a row's failure.
+type verdict int
+
+const (
+	// retryLater: the destination failed (an outage, a missing topic or queue, a refused
+	// authorization); the row waits, in order, behind the destination's retry.
+	retryLater verdict = iota
+	// refused: the broker refuses this row for good (too large, invalid): it is
+	// dead-lettered and the destination goes on.
+	refused
+	// refusedAmongOthers: the broker refused a group of rows for good, one of them the
+	// culprit: the rows are sent again one at a time to find it.
+	refusedAmongOthers
+	// heldBehind: the row was not sent because an earlier row of its key failed; it follows
+	// that row.
+	heldBehind
+)
+
+// outlet is what publishes a destination's rows: Kafka's writer or a broker's Publisher.
+type outlet interface {
+	// publish sends b's events, all of one destination, and returns one outcome per event:
+	// nil when the broker acknowledged it.
+	publish(ctx context.Context, b *batch) []error
+	// verdict classifies the failure err of a row; alone says the row was sent by itself.
+	verdict(err error, alone bool) verdict
 }
 
 // publishRound publishes up to BatchSize unpublished rows in id order, within
-// relayRoundBytes, leaving out the topics that wait for a retry. Each topic is written
-// separately (concurrently), so that one failing topic holds back only its own rows.
+// relayRoundBytes, leaving out the destinations that wait for a retry. Each destination is
+// published separately (concurrently), so that one failing destination holds back only
+// its own rows.
 func (r *Relay) publishRound(ctx context.Context) (*round, error) {
 	rd := &round{Held: r.heldTopics()}
 	batches, more, err := r.selectRound(ctx, rd.Held)
@@ -73,41 +126,20 @@ func (r *Relay) publishRound(ctx context.Context) (*round, error) {
 
 	var wg sync.WaitGroup
 	for _, b := range batches {
-		wg.Go(func() { b.err = r.write(ctx, b.topic, b.msgs) })
+		wg.Go(func() { b.errs = r.send(ctx, b) })
 	}
 	wg.Wait()
 
 	var (
 		published []int64
-		perTopic  = map[string]int{}
+		perDest   = map[string]int{}
 	)
-	take := func(topic string, ids []int64) {
-		published = append(published, ids...)
-		perTopic[topic] += len(ids)
-	}
 	for _, b := range batches {
-		switch {
-		case b.err == nil:
-			take(b.topic, b.ids)
-			r.topicRecovered(b.topic)
-		case ctx.Err() != nil:
-			// Cut short by shutdown: what reached Kafka is marked below; the rest is
-			// published by the next round or the next leader.
-			take(b.topic, written(b))
-		case tooLarge(b.err):
-			// Kafka will never take some record of this topic's rows: find it by publishing
-			// them one at a time, in order.
-			if err := r.publishOneByOne(ctx, b, rd); err != nil {
-				return rd, err
-			}
-		default:
-			// Records of partitions that took theirs are published; the topic's other rows
-			// wait, in order, behind its retry.
-			take(b.topic, written(b))
-			ids, msgs := unwritten(b)
-			if err := r.topicFailed(ctx, b.topic, ids, msgs, b.err, rd); err != nil {
-				return rd, err
-			}
+		ids, err := r.settle(ctx, b, b.errs, rd)
+		published = append(published, ids...)
+		perDest[b.dest] += len(ids)
+		if err != nil {
+			return rd, err
 		}
 	}
 	r.forgetIdleFailures(batches, rd)
@@ -123,16 +155,147 @@ func (r *Relay) publishRound(ctx context.Context) (*round, error) {
 		return rd, err
 	}
 	rd.Published += len(published)
-	for topic, n := range perTopic {
-		metrics.OutboxPublished.WithLabelValues(topic).Add(float64(n))
+	for dest, n := range perDest {
+		if n > 0 {
+			metrics.OutboxPublished.WithLabelValues(dest).Add(float64(n))
+		}
 	}
 	r.log.WithField("count", len(published)).Debug("published outbox rows")
 	return rd, nil
 }
 
-// selectRound reads the round's rows, grouped by topic in the order their first row comes.
-// more reports that rows may be left beyond the round's bounds.
-func (r *Relay) selectRound(ctx context.Context, held []string) (batches []*topicBatch, more bool, err error) {
+// settle takes the outcome errs of publishing b: it returns the rows the broker has, to be
+// marked; dead-letters the rows refused for good; sends again the rows held behind those;
+// and leaves every other row waiting, in order, behind the destination's retry.
+func (r *Relay) settle(ctx context.Context, b *batch, errs []error, rd *round) (published []int64, err error) {
+	var (
+		failed, again, dead []int
+		cause               error // the first failure that is not a held row's
+		persistent          = true
+		alone               bool // the rows sent again go one at a time
+	)
+	for i, e := range errs {
+		if e == nil {
+			published = append(published, b.ids[i])
+			continue
+		}
+		if ctx.Err() != nil {
+			// Cut short by shutdown: what the broker has is marked; the rest is published
+			// by the next round or the next leader.
+			continue
+		}
+		switch b.out.verdict(e, len(errs) == 1) {
+		case refused:
+			dead = append(dead, i)
+		case refusedAmongOthers:
+			again, alone = append(again, i), true
+		case heldBehind:
+			again = append(again, i)
+		default:
+			failed = append(failed, i)
+			if cause == nil {
+				cause = e
+			}
+			persistent = persistent && persistentError(e)
+		}
+	}
+	if ctx.Err() != nil {
+		return published, nil
+	}
+	if len(dead) > 0 {
+		if err := r.refuse(ctx, b.pick(dead), pickErrs(errs, dead), rd); err != nil {
+			return published, err
+		}
+	}
+	if len(failed) == 0 && len(again) > 0 && len(dead) == 0 && !alone {
+		// Held behind a row that did not fail in this call (which a Publisher does not
+		// do): wait for the retry rather than loop.
+		failed, again, cause, persistent = again, nil, errs[again[0]], false
+	}
+	if len(failed) > 0 {
+		// Every row not published waits, in order: a key never overtakes itself.
+		rest := b.pick(merge(failed, again))
+		return published, r.topicFailed(ctx, rest, cause, persistent, rd)
+	}
+	if len(again) == 0 {
+		r.topicRecovered(b.dest)
+		return published, nil
+	}
+	var more []int64
+	if alone {
+		more, err = r.publishOneByOne(ctx, b.pick(again), rd)
+	} else {
+		sub := b.pick(again)
+		more, err = r.settle(ctx, sub, r.send(ctx, sub), rd)
+	}
+	return append(published, more...), err
+}
+
+// publishOneByOne publishes the rows of a batch the broker refused as a whole (Kafka: a
+// record batch too large) one at a time, in id order, dead-lettering the ones refused
+// alone. Another error makes the rest of the rows wait behind the destination's retry.
+func (r *Relay) publishOneByOne(ctx context.Context, b *batch, rd *round) ([]int64, error) {
+	var published []int64
+	for i := range b.ids {
+		one := b.pick([]int{i})
+		err := r.send(ctx, one)[0]
+		switch {
+		case err == nil:
+			published = append(published, b.ids[i])
+		case ctx.Err() != nil:
+			return published, nil
+		case b.out.verdict(err, true) == refused:
+			if err := r.refuse(ctx, one, []error{err}, rd); err != nil {
+				return published, err
+			}
+		default:
+			return published, r.topicFailed(ctx, b.from(i), err, persistentError(err), rd)
+		}
+	}
+	r.topicRecovered(b.dest)
+	return published, nil
+}
+
+// refuse dead-letters the rows of b that their broker refuses for good, errs[i] being row
+// i's refusal.
+func (r *Relay) refuse(ctx context.Context, b *batch, errs []error, rd *round) error {
+	reasons := make([]string, len(b.ids))
+	for i, e := range errs {
+		reasons[i] = fmt.Sprintf("%s refuses the event for good (%d bytes of payload): %v", brokerName(b.kind), len(b.events[i].Payload), e)
+		r.log.WithError(e).WithField("topic", b.dest).WithField("bytes", len(b.events[i].Payload)).
+			Error("outbox row refused by its broker: moved to dead_letters so that the outbox goes on")
+	}
+	if err := r.deadLetter(ctx, b, reasons, 1); err != nil {
+		return err
+	}
+	rd.DeadLettered += len(b.ids)
+	return nil
+}
+
+func pickErrs(errs []error, idx []int) []error {
+	out := make([]error, len(idx))
+	for j, i := range idx {
+		out[j] = errs[i]
+	}
+	return out
+}
+
+// merge merges two increasing lists of indexes.
+func merge(a, b []int) []int {
+	out := make([]int, 0, len(a)+len(b))
+	for len(a) > 0 || len(b) > 0 {
+		if len(b) == 0 || (len(a) > 0 && a[0] < b[0]) {
+			out, a = append(out, a[0]), a[1:]
+		} else {
+			out, b = append(out, b[0]), b[1:]
+		}
+	}
+	return out
+}
+
+// selectRound reads the round's rows, grouped by destination in the order their first row
+// comes. more reports that rows may be left beyond the round's bounds.
+func (r *Relay) selectRound(ctx context.Context, held []string) (batches []*batch, more bool, err error) {
 	if held == nil {
 		held = []string{}
 	}
@@ -143,34 +306,34 @@ func (r *Relay) selectRound(ctx context.Context, held []string) (batches []*topi
 	defer done() //nolint:errcheck // the rows' own error is checked below
 	defer rows.Close()
 	var (
-		byTopic = map[string]*topicBatch{}
-		n       int
-		bytes   int
+		byDest = map[string]*batch{}
+		n      int
+		bytes  int
 	)
 	for rows.Next() {
 		var (
-			id                         int64
-			op                         uuid.UUID
-			pipeline, causation, topic string
-			key, payload               []byte
-			headers                    map[string]string
+			id    int64
+			topic string
+			e     Event
 		)
-		if err := rows.Scan(&id, &op, &pipeline, &causation, &topic, &key, &payload, &headers); err != nil {
+		if err := rows.Scan(&id, &e.OperationID, &e.Pipeline, &e.CausationID, &topic, &e.Key, &e.Payload, &e.Headers); err != nil {
 			return nil, false, fmt.Errorf("error reading outbox: %w", err)
 		}
-		m := kafka.Message{Topic: topic, Key: key, Value: payload, Headers: recordHeaders(op, causation, pipeline, headers)}
-		if bytes += recordSize(&m); bytes > relayRoundBytes && n > 0 {
+		if bytes += eventSize(&e); bytes > relayRoundBytes && n > 0 {
 			// The rest waits for the next round, which starts at once.
 			more = true
 			break
 		}
-		b := byTopic[topic]
+		b := byDest[topic]
 		if b == nil {
-			b = &topicBatch{topic: topic}
-			byTopic[topic] = b
+			b = &batch{dest: topic}
+			b.kind, b.name = ParseDestination(topic)
+			b.out = r.outlets[b.kind]
+			byDest[topic] = b
 			batches = append(batches, b)
 		}
-		b.ids, b.msgs = append(b.ids, id), append(b.msgs, m)
+		e.Topic = b.name
+		b.ids, b.events = append(b.ids, id), append(b.events, e)
 		n++
 	}
 	rows.Close()
@@ -180,8 +343,8 @@ func (r *Relay) selectRound(ctx context.Context, held []string) (batches []*topi
 	return batches, more || n == r.cfg.BatchSize, nil
 }
 
-// mark records rows as published. Kafka has them: they are marked even if ctx is ending,
-// or they would be sent twice.
+// mark records rows as published. The broker has them: they are marked even if ctx is
+// ending, or they would be sent twice.
 func (r *Relay) mark(ctx context.Context, ids []int64) error {
 	if _, err := r.pool.Exec(context.WithoutCancel(ctx), r.markSQL, ids); err != nil {
 		return fmt.Errorf("error marking %d outbox rows published: %w", len(ids), err)
@@ -190,87 +353,109 @@ func (r *Relay) mark(ctx context.Context, ids []int64) error {
 	return nil
 }
 
-// written returns the ids of b's records that reached Kafka although the call failed: the
-// writer reports one error per record (kafka.WriteErrors) when some partitions took theirs.
-func written(b *topicBatch) []int64 {
-	var we kafka.WriteErrors
-	if !errors.As(b.err, &we) || len(we) != len(b.ids) {
-		return nil
-	}
-	var ids []int64
-	for i, e := range we {
-		if e == nil {
-			ids = append(ids, b.ids[i])
+// kafkaOutlet publishes to Kafka with the relay's writer.
+type kafkaOutlet struct{ w Writer }
+
+func (o kafkaOutlet) publish(ctx context.Context, b *batch) []error {
+	errs := make([]error, len(b.events))
+	if o.w == nil {
+		for i := range errs {
+			errs[i] = errNoClient(DestinationKafka)
 		}
+		return errs
 	}
-	return ids
+	msgs := make([]kafka.Message, len(b.events))
+	for i := range b.events {
+		e := &b.events[i]
+		msgs[i] = kafka.Message{Topic: e.Topic, Key: e.Key, Value: e.Payload, Headers: recordHeaders(e.OperationID, e.CausationID, e.Pipeline, e.Headers)}
+	}
+	err := o.w.WriteMessages(ctx, msgs...)
+	if err == nil {
+		return errs
+	}
+	// The writer reports one error per record (kafka.WriteErrors) when some partitions
+	// took theirs.
+	var we kafka.WriteErrors
+	if errors.As(err, &we) && len(we) == len(errs) {
+		copy(errs, we)
+		return errs
+	}
+	for i := range errs {
+		errs[i] = err
+	}
+	return errs
 }
 
-// unwritten returns b's rows that did not reach Kafka, in order.
-func unwritten(b *topicBatch) ([]int64, []kafka.Message) {
-	var we kafka.WriteErrors
-	if !errors.As(b.err, &we) || len(we) != len(b.ids) {
-		return b.ids, b.msgs
+func (kafkaOutlet) verdict(err error, alone bool) verdict {
+	switch {
+	case !errors.Is(err, kafka.MessageSizeTooLarge):
+		return retryLater
+	case alone:
+		return refused
+	default:
+		// Kafka refuses a record batch as a whole: find the record it will never take.
+		return refusedAmongOthers
 	}
-	var (
-		ids  []int64
-		msgs []kafka.Message
-	)
-	for i, e := range we {
-		if e != nil {
-			ids, msgs = append(ids, b.ids[i]), append(msgs, b.msgs[i])
-		}
-	}
-	return ids, msgs
 }
 
-// tooLarge reports whether the broker refused a record as larger than it accepts.
-func tooLarge(err error) bool {
-	var we kafka.WriteErrors
-	if errors.As(err, &we) {
-		for _, e := range we {
-			if e != nil && !errors.Is(e, kafka.MessageSizeTooLarge) {
-				return false
-			}
-		}
-		return we.Count() > 0
-	}
-	return errors.Is(err, kafka.MessageSizeTooLarge)
+// brokerOutlet publishes to Pub/Sub or SQS with a Publisher (nil: none was configured).
+type brokerOutlet struct {
+	kind string
+	p    Publisher
 }
 
-// publishOneByOne publishes a topic's rows whose batch the broker refused as too large one
-// record at a time, in id order, marking each as it goes and dead-lettering the ones refused
-// alone. Records that reached Kafka with the refused batch are published again, with the
-// same operation id. Another error makes the rest of the rows wait behind the topic's retry.
-func (r *Relay) publishOneByOne(ctx context.Context, b *topicBatch, rd *round) error {
-	for i := range b.msgs {
-		err := r.write(ctx, b.topic, b.msgs[i:i+1])
-		switch {
-		case err != nil && tooLarge(err):
-			reason := fmt.Sprintf("the broker refuses the record as too large (%d bytes of value): %v", len(b.msgs[i].Value), err)
-			if err := r.deadLetter(ctx, b.ids[i:i+1], b.msgs[i:i+1], reason, 1); err != nil {
-				return err
-			}
-			rd.DeadLettered++
-			r.log.WithField("topic", b.topic).WithField("bytes", len(b.msgs[i].Value)).
-				Error("outbox row too large for the broker: moved to dead_letters so that the outbox goes on")
-			continue
-		case err != nil && ctx.Err() != nil:
-			return nil
-		case err != nil:
-			return r.topicFailed(ctx, b.topic, b.ids[i:], b.msgs[i:], err, rd)
+func (o brokerOutlet) publish(ctx context.Context, b *batch) []error {
+	if o.p == nil {
+		errs := make([]error, len(b.events))
+		for i := range errs {
+			errs[i] = errNoClient(o.kind)
 		}
-		if r.cfg.AfterPublish != nil {
-			if err := r.cfg.AfterPublish(b.ids[i : i+1]); err != nil {
-				return hookError{err}
-			}
-		}
-		if err := r.mark(ctx, b.ids[i:i+1]); err != nil {
-			return err
-		}
-		rd.Published++
-		metrics.OutboxPublished.WithLabelValues(b.topic).Inc()
+		return errs
 	}
-	r.topicRecovered(b.topic)
-	return nil
+	return o.p.Publish(ctx, b.events)
+}
+
+func (brokerOutlet) verdict(err error, _ bool) verdict {
+	switch {
+	case heldBack(err):
+		return heldBehind
+	case errors.Is(err, ErrNoDestination):
+		// An operator can create the topic or queue: wait for it, up to MaxFailingFor.
+		return retryLater
+	case errors.Is(err, ErrPermanent):
+		// The Publisher has found the culprit itself.
+		return refused
+	}
+	return retryLater
+}
+
+// errNoClient is the failure of an event whose kind of destination the relay has no
+// client for.
+func errNoClient(kind string) error {
+	switch kind {
+	case DestinationPubSub:
+		return errors.New("the relay has no Pub/Sub client (RelayConfig.PubSub): the daemon makes one when a pipeline publishes to Pub/Sub, from PUBSUB_PROJECT_ID or GOOGLE_CLOUD_PROJECT")
+	case DestinationSQS:
+		return errors.New("the relay has no SQS client (RelayConfig.SQS): the daemon makes one when a pipeline publishes to SQS, from AWS_REGION and the AWS credential chain")
+	}
+	return errors.New("the relay has no Kafka client: set IDEMD_KAFKA_BROKERS (RelayConfig.Brokers)")
+}
+
+// brokerName names a kind of destination for people.
+func brokerName(kind string) string {
+	switch kind {
+	case DestinationPubSub:
+		return "Pub/Sub"
+	case DestinationSQS:
+		return "SQS"
+	}
+	return "Kafka"
+}
+
+// opID is e's operation id as text, for letters and spans.
+func opID(e *Event) string {
+	if e.OperationID == uuid.Nil {
+		return ""
+	}
+	return e.OperationID.String()
 }
