@@ -18,3 +18,15 @@ CREATE TABLE IF NOT EXISTS ledger (
     body       jsonb       NOT NULL,
     created_at timestamptz NOT NULL DEFAULT now()
 );
+CREATE TABLE IF NOT EXISTS gcp_payments (
+    operation_id text        PRIMARY KEY,
+    payment_id   text,
+    body         jsonb       NOT NULL,
+    created_at   timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE IF NOT EXISTS aws_payments (
+    operation_id text        PRIMARY KEY,
+    payment_id   text,
+    body         jsonb       NOT NULL,
+    created_at   timestamptz NOT NULL DEFAULT now()
+);

@@ -19,6 +19,7 @@ import (
 	"github.com/idemd/idemd/admin"
 	"github.com/idemd/idemd/config"
 	"github.com/idemd/idemd/consumer"
+	"github.com/idemd/idemd/internal/brokerenv"
 	"github.com/idemd/idemd/internal/metrics"
 	"github.com/idemd/idemd/internal/testsignal"
 	"github.com/idemd/idemd/migrations"
@@ -43,8 +44,13 @@ type daemonConfig struct {
 	MaxConns int32
 	// Schema holds idemd's tables. Defaults to "idemd".
 	Schema string
-	// Brokers are the Kafka bootstrap addresses. Required by the consumer and relay roles.
+	// Brokers are the Kafka bootstrap addresses. Required by the consumer role when a
+	// subscription reads Kafka, and by the relay role when the pipelines publish to Kafka
+	// (or name no Pub/Sub or SQS target).
 	Brokers []string
+	// Lookup reads the environment of the Pub/Sub and SQS clients (brokerenv). Defaults to
+	// none: pipelines that name those brokers are refused.
+	Lookup brokerenv.Lookup
 	// CreateTopics creates every topic the pipelines name before serving. Defaults to
 	// false (topics are the Kafka operator's).
 	CreateTopics bool
@@ -122,6 +128,8 @@ type daemon struct {
 	log     *logrus.Entry
 	admin   *admin.Server
 	pool    *pgxpool.Pool
+	res     config.Resources
+	clients *brokerenv.Clients
 	tls     *tls.Config
 	signals daemonSignals
 }
@@ -161,9 +169,21 @@ func newDaemon(cfg *daemonConfig) (*daemon, error) {
 	if c.DatabaseURL == "" {
 		errs = append(errs, errNoDatabaseURL)
 	}
-	needsKafka := (c.has(roleConsumer) && c.Pipelines != nil && len(c.Pipelines.Subscriptions) > 0) || c.has(roleRelay)
-	if needsKafka && len(c.Brokers) == 0 {
-		errs = append(errs, errors.New("IDEMD_KAFKA_BROKERS is required by the consumer and relay roles"))
+	var res config.Resources
+	if c.Pipelines != nil {
+		res = c.Pipelines.Resources()
+	}
+	if len(c.Brokers) == 0 {
+		if c.has(roleConsumer) && res.KafkaSubscriptions {
+			errs = append(errs, errors.New("IDEMD_KAFKA_BROKERS is required by the consumer role: subscriptions read Kafka topics"))
+		}
+		if c.has(roleRelay) && res.KafkaTargets() {
+			errs = append(errs, errors.New("IDEMD_KAFKA_BROKERS is required by the relay role: the pipelines publish to Kafka topics"))
+		}
+	}
+	clients, err := brokerClients(&c, &res)
+	if err != nil {
+		errs = append(errs, err)
 	}
 	if c.ShutdownTimeout < 0 {
 		errs = append(errs, errors.New("IDEMD_SHUTDOWN_TIMEOUT must be positive"))
@@ -173,12 +193,14 @@ func newDaemon(cfg *daemonConfig) (*daemon, error) {
 		errs = append(errs, err)
 	}
 	if len(errs) > 0 {
+		closeClients(clients, c.Logger)
 		return nil, errors.Join(errs...)
 	}
 
 	pc, err := pgxpool.ParseConfig(c.DatabaseURL)
 	if err != nil {
 		// pgx's message may quote the URL, password included: say only what is wrong.
+		closeClients(clients, c.Logger)
 		return nil, errors.New("IDEMD_DATABASE_URL is not a valid PostgreSQL connection string")
 	}
 	pc.MaxConns = c.MaxConns
@@ -187,19 +209,23 @@ func newDaemon(cfg *daemonConfig) (*daemon, error) {
 	}
 	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
 	if err != nil {
+		closeClients(clients, c.Logger)
 		return nil, fmt.Errorf("error creating the connection pool: %w", err)
 	}
 	adm, err := newAdmin(&c, pool)
 	if err != nil {
 		pool.Close()
+		closeClients(clients, c.Logger)
 		return nil, err
 	}
 	return &daemon{
-		cfg:   c,
-		log:   c.Logger.WithField("component", "daemon"),
-		admin: adm,
-		pool:  pool,
-		tls:   tlsConf,
+		cfg:     c,
+		log:     c.Logger.WithField("component", "daemon"),
+		admin:   adm,
+		pool:    pool,
+		tls:     tlsConf,
+		res:     res,
+		clients: clients,
 	}, nil
 }
 
@@ -232,7 +258,7 @@ func (p *part) cancelAndWait(ctx context.Context, cancel context.CancelFunc) err
 // Run serves until ctx ends, then drains within ShutdownTimeout. It returns nil after a
 // clean drain; an error when starting failed, a role failed, or the drain overran.
 func (d *daemon) Run(ctx context.Context) error {
-	defer d.pool.Close()
+	defer d.close()
 	defer metrics.WatchPool(d.pool)()
 	log := d.log
 
@@ -410,6 +436,9 @@ func (d *daemon) startConsumers(start starter) error {
 	cfgs := d.cfg.Pipelines.Consumers()
 	var consumers []*consumer.Consumer
 	for _, cfg := range cfgs {
+		if err := d.subscriptionClient(cfg); err != nil {
+			return fmt.Errorf("error starting subscription %q: %w", cfg.Name, err)
+		}
 		cfg.Brokers = d.cfg.Brokers
 		cfg.Schema = d.cfg.Schema
 		cfg.Logger = d.cfg.Logger
@@ -433,9 +462,15 @@ func (d *daemon) startConsumers(start starter) error {
 }
 
 func (d *daemon) startRelay(start starter) error {
+	pubsubPub, sqsPub, err := d.publishers()
+	if err != nil {
+		return fmt.Errorf("error starting the relay: %w", err)
+	}
 	relay, err := outbox.NewRelay(d.pool, &outbox.RelayConfig{
 		Schema:         d.cfg.Schema,
 		Brokers:        d.cfg.Brokers,
+		PubSub:         pubsubPub,
+		SQS:            sqsPub,
 		MaxFailingFor:  d.cfg.RelayMaxFailingFor,
 		KeepPublished:  d.cfg.OutboxKeepPublished,
 		Logger:         d.cfg.Logger.WithField("component", "relay"),

@@ -14,11 +14,13 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/sirupsen/logrus"
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/idemd/idemd/admin"
 	"github.com/idemd/idemd/config"
 	"github.com/idemd/idemd/deploy"
+	"github.com/idemd/idemd/internal/brokerenv"
 )
 
 // Development-only defaults. They are used by `idemd dev` (and `idemd sign` without a
@@ -114,6 +116,11 @@ func (c *cli) dev(args []string) int {
 		log.WithField("brokers", strings.Join(e.KafkaBrokers, ",")).
 			Warn("DEVELOPMENT ONLY: using an in-process, in-memory Kafka-protocol broker (kfake); every record is lost when idemd stops. Set IDEMD_KAFKA_BROKERS to use a real Kafka.")
 	}
+	fakes, err := startDevFakes(f, c.env, log)
+	if err != nil {
+		return c.fail("dev", exitFailure, err)
+	}
+	defer fakes.Close() //nolint:errcheck // in memory: nothing to keep
 	if example {
 		// The example's tables live in a schema of their own, first on the search_path so
 		// that the example SQL names them unqualified.
@@ -126,9 +133,38 @@ func (c *cli) dev(args []string) int {
 		}
 	}
 	onReady := func(httpAddr, adminAddr string) {
-		printDevBanner(c.stdout, f, example, inMemory, e, httpAddr, adminAddr, c.env[tokensEnvDev] == "", devToken)
+		printDevBanner(c.stdout, f, example, inMemory, fakes, e, httpAddr, adminAddr, c.env[tokensEnvDev] == "", devToken)
 	}
 	return c.runDaemon("dev", e, f, onReady)
+}
+
+// startDevFakes starts the in-process Pub/Sub and SQS the pipelines need, unless the
+// environment points their clients elsewhere, creates the topics, subscriptions and queues
+// the pipelines name in them, and points the clients at them (env gets their variables).
+func startDevFakes(f *config.File, env environment, log *logrus.Entry) (*brokerenv.Dev, error) {
+	res := f.Resources()
+	need := brokerenv.DevNeeds{PubSubTopics: res.PubSubTopics, SQSQueues: append(append([]string{}, res.SQSSubscriptions...), res.SQSTargets...)}
+	for _, s := range res.PubSubSubscriptions {
+		need.PubSubSubscriptions = append(need.PubSubSubscriptions, s.Name)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	fakes, err := brokerenv.StartDev(ctx, need, env.lookup)
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range fakes.Env {
+		env[k] = v
+	}
+	if fakes.PubSubAddr != "" {
+		log.WithField("pubsub_emulator_host", fakes.PubSubAddr).
+			Warn("DEVELOPMENT ONLY: using an in-process, in-memory Pub/Sub (Google's pstest), where each topic the pipelines name has a subscription of the same id; every message is lost when idemd stops. Set PUBSUB_EMULATOR_HOST, or the Google credentials and project, to use another.")
+	}
+	if fakes.SQSURL != "" {
+		log.WithField("sqs_endpoint", fakes.SQSURL).
+			Warn("DEVELOPMENT ONLY: using an in-process, in-memory SQS (goaws); every message is lost when idemd stops. Set AWS_ENDPOINT_URL_SQS, or the AWS region and credentials, to use another.")
+	}
+	return fakes, nil
 }
 
 // startDevBroker starts kfake on localhost:9092 when free (so that Kafka tools find it at
@@ -174,7 +210,7 @@ func createDevTables(url, schema string) error {
 }
 
 // printDevBanner says, loudly, what dev runs and how to try it.
-func printDevBanner(w io.Writer, f *config.File, example, inMemory bool, e *Env, httpAddr, adminAddr string, showToken bool, devToken string) {
+func printDevBanner(w io.Writer, f *config.File, example, inMemory bool, fakes *brokerenv.Dev, e *Env, httpAddr, adminAddr string, showToken bool, devToken string) {
 	base := "http://" + localAddr(httpAddr)
 	var b strings.Builder
 	rule := strings.Repeat("=", 78)
@@ -184,6 +220,12 @@ func printDevBanner(w io.Writer, f *config.File, example, inMemory bool, e *Env,
 		fmt.Fprintf(&b, " Kafka: IN-MEMORY broker at %s; all records are lost when idemd stops.\n", strings.Join(e.KafkaBrokers, ","))
 	} else {
 		fmt.Fprintf(&b, " Kafka: %s\n", strings.Join(e.KafkaBrokers, ","))
+	}
+	if fakes.PubSubAddr != "" {
+		fmt.Fprintf(&b, " Pub/Sub: IN-MEMORY fake (pstest) at %s, project %s; lost when idemd stops.\n", fakes.PubSubAddr, brokerenv.DevProject)
+	}
+	if fakes.SQSURL != "" {
+		fmt.Fprintf(&b, " SQS: IN-MEMORY fake (goaws) at %s; lost when idemd stops.\n", fakes.SQSURL)
 	}
 	fmt.Fprintf(&b, " PostgreSQL: %s (schema %s)\n", databaseLabel(e.DatabaseURL), e.DBSchema)
 	fmt.Fprintf(&b, " Pipelines: %s\n", f.Path)
@@ -218,8 +260,8 @@ func printDevBanner(w io.Writer, f *config.File, example, inMemory bool, e *Env,
 	}
 	fmt.Fprintf(&b, "\n# a fresh signed request at any time:\n#   %s -source <name> [-body '<json>']\n", sign)
 	if example {
-		fmt.Fprintf(&b, "\n# effects:\n#   psql %s -c 'SELECT * FROM %s_dev.payments; SELECT * FROM %s_dev.ledger; SELECT * FROM %s_dev.orders'\n",
-			psqlTarget(e.DatabaseURL), e.DBSchema, e.DBSchema, e.DBSchema)
+		fmt.Fprintf(&b, "\n# effects (the stripe webhook reaches ledger through Kafka, and gcp_payments then aws_payments through Pub/Sub and SQS):\n#   psql %s -c 'SELECT * FROM %[2]s_dev.payments; SELECT * FROM %[2]s_dev.ledger; SELECT * FROM %[2]s_dev.gcp_payments; SELECT * FROM %[2]s_dev.aws_payments; SELECT * FROM %[2]s_dev.orders'\n",
+			psqlTarget(e.DatabaseURL), e.DBSchema)
 	}
 	fmt.Fprintln(&b)
 	_, _ = io.WriteString(w, b.String())

@@ -32,7 +32,10 @@ func TestDevBecomesReady(t *testing.T) {
 	require.Contains(t, p.Stdout(), "IN-MEMORY")
 	require.Contains(t, p.Stdout(), "Console:  http://"+adminAddr+"/")
 	require.Contains(t, p.Stdout(), "Console token for this run")
-	require.Len(t, linesWith(p.Stderr(), "level=warning msg=\"DEVELOPMENT ONLY"), 1)
+	require.Contains(t, p.Stdout(), "Pub/Sub: IN-MEMORY")
+	require.Contains(t, p.Stdout(), "SQS: IN-MEMORY")
+	// One loud warning per fake: Kafka, Pub/Sub, SQS.
+	require.Len(t, linesWith(p.Stderr(), "level=warning msg=\"DEVELOPMENT ONLY"), 3)
 
 	curls := linesWith(p.Stdout(), "curl ")
 	require.Len(t, curls, 2, p.Stdout())
@@ -47,8 +50,8 @@ func TestDevBecomesReady(t *testing.T) {
 	require.NoError(t, err, "%s\n%s", sign, out)
 	require.Contains(t, string(out), "curl ")
 	if _, err := exec.LookPath("curl"); err == nil {
-		ledger := schema + "_dev.ledger"
-		w := pgtest.Watch(t, ledger)
+		ledger, aws := schema+"_dev.ledger", schema+"_dev.aws_payments"
+		w := pgtest.Watch(t, ledger, aws)
 		for _, c := range curls {
 			c = strings.TrimPrefix(c, "#   ")
 			for range 2 {
@@ -58,14 +61,17 @@ func TestDevBecomesReady(t *testing.T) {
 				require.Regexp(t, `^HTTP/1.1 20[01] `, status, string(out))
 			}
 		}
-		// The subscription consumed what the stripe source published.
+		// The subscriptions consumed what the stripe source published: through Kafka to
+		// the ledger, through Pub/Sub and SQS to aws_payments.
 		pool := pgtest.Pool(t, 1)
-		count := func() (n int) {
-			require.NoError(t, pool.QueryRow(t.Context(), "SELECT count(*) FROM "+ledger).Scan(&n))
+		count := func(table string) (n int) {
+			require.NoError(t, pool.QueryRow(t.Context(), "SELECT count(*) FROM "+table).Scan(&n))
 			return n
 		}
-		w.Until(t, 20*time.Second, "the ledger row", func() bool { return count() >= 1 })
-		require.Equal(t, 1, count())
+		w.Until(t, 30*time.Second, "the ledger row and the aws_payments row", func() bool { return count(ledger) >= 1 && count(aws) >= 1 })
+		require.Equal(t, 1, count(ledger))
+		require.Equal(t, 1, count(aws))
+		require.Equal(t, 1, count(schema+"_dev.gcp_payments"))
 	}
 
 	code, _ := stopIdemd(t, p, 30*time.Second)

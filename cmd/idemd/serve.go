@@ -17,6 +17,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/idemd/idemd/config"
+	"github.com/idemd/idemd/internal/brokerenv"
 	"github.com/idemd/idemd/internal/tracing"
 	"github.com/idemd/idemd/migrations"
 )
@@ -53,7 +54,7 @@ func (c *cli) serve(args []string) int {
 // runDaemon runs the daemon until SIGTERM/SIGINT.
 func (c *cli) runDaemon(cmd string, e *Env, f *config.File, onReady func(httpAddr, adminAddr string)) int {
 	log := newLogger(e, c.stderr)
-	cfg := daemonConfigFrom(e, f, log, onReady)
+	cfg := daemonConfigFrom(e, f, c.env.lookup, log, onReady)
 	tr, err := tracing.Setup(context.Background(), &tracing.Config{
 		Getenv: c.env.lookup, ServiceVersion: versionString(), Logger: log, Console: c.stderr,
 	})
@@ -94,9 +95,10 @@ func (c *cli) runDaemon(cmd string, e *Env, f *config.File, onReady func(httpAdd
 }
 
 // daemonConfigFrom maps the environment onto the daemon's configuration.
-func daemonConfigFrom(e *Env, f *config.File, log *logrus.Entry, onReady func(string, string)) *daemonConfig {
+func daemonConfigFrom(e *Env, f *config.File, lookup brokerenv.Lookup, log *logrus.Entry, onReady func(string, string)) *daemonConfig {
 	return &daemonConfig{
 		DatabaseURL:                 e.DatabaseURL,
+		Lookup:                      lookup,
 		SearchPath:                  e.DBSearchPath,
 		MaxConns:                    e.DBMaxConns,
 		Schema:                      e.DBSchema,
@@ -219,10 +221,10 @@ func (c *cli) check(args []string) int {
 	// pair, the database URL. The daemon is built and dropped: nothing connects.
 	quiet := logrus.New()
 	quiet.SetOutput(io.Discard)
-	if d, err := newDaemon(daemonConfigFrom(e, f, logrus.NewEntry(quiet), nil)); err != nil {
+	if d, err := newDaemon(daemonConfigFrom(e, f, c.env.lookup, logrus.NewEntry(quiet), nil)); err != nil {
 		problems.add(err)
 	} else {
-		d.pool.Close()
+		d.close()
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

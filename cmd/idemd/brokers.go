@@ -1,0 +1,147 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/idemd/idemd/config"
+	"github.com/idemd/idemd/consumer"
+	"github.com/idemd/idemd/internal/brokerenv"
+	"github.com/idemd/idemd/outbox"
+)
+
+// The Pub/Sub and SQS side of the daemon: the clients the pipelines need, made from their
+// usual environment (internal/brokerenv) when the daemon is built, so that serve refuses to
+// start, and check says so, when a project, a region or credentials are missing.
+
+// clientsTimeout bounds making the clients (the AWS configuration is read from files; the
+// Google credentials may be looked up on the metadata server).
+const clientsTimeout = 30 * time.Second
+
+// brokerClients makes the clients the roles of c need for the resources res names: the
+// Pub/Sub clients of every project named, the SQS client. nil when none is needed.
+func brokerClients(c *daemonConfig, res *config.Resources) (*brokerenv.Clients, error) {
+	consumes, publishes := c.has(roleConsumer), c.has(roleRelay)
+	needPubSub := (consumes && len(res.PubSubSubscriptions) > 0) || (publishes && len(res.PubSubTopics) > 0)
+	needSQS := (consumes && len(res.SQSSubscriptions) > 0) || (publishes && len(res.SQSTargets) > 0)
+	if !needPubSub && !needSQS {
+		return nil, nil
+	}
+	lookup := c.Lookup
+	if lookup == nil {
+		lookup = func(string) (string, bool) { return "", false }
+	}
+	clients := brokerenv.New(lookup)
+	ctx, cancel := context.WithTimeout(context.Background(), clientsTimeout)
+	defer cancel()
+	var errs []error
+	if needPubSub {
+		if consumes {
+			for _, s := range res.PubSubSubscriptions {
+				if _, err := clients.PubSub(ctx, subscriptionProject(s)); err != nil {
+					errs = append(errs, fmt.Errorf("subscription %q (pubsub.subscription %s): %w", s.Pipeline, s.Name, err))
+				}
+			}
+		}
+		if publishes && len(res.PubSubTopics) > 0 {
+			if _, err := clients.PubSub(ctx, publishProject(lookup, res)); err != nil {
+				errs = append(errs, fmt.Errorf("the relay (publish targets on Pub/Sub topics %v): %w", res.PubSubTopics, err))
+			}
+		}
+	}
+	if needSQS {
+		if _, err := clients.SQS(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("SQS (queues %v): %w", append(append([]string{}, res.SQSSubscriptions...), res.SQSTargets...), err))
+		}
+	}
+	if len(errs) > 0 {
+		_ = clients.Close()
+		return nil, errors.Join(errs...)
+	}
+	return clients, nil
+}
+
+// subscriptionProject is the project of a subscription's client: its project:, else the
+// project of its full name, else the environment's ("").
+func subscriptionProject(s config.PubSubName) string {
+	if s.Project != "" {
+		return s.Project
+	}
+	return config.ProjectOf(s.Name)
+}
+
+// publishProject is the project of the relay's Pub/Sub client: the environment's, else the
+// project of the first target named in full (a client publishes to full names of any
+// project).
+func publishProject(lookup brokerenv.Lookup, res *config.Resources) string {
+	if p := brokerenv.PubSubProject(lookup); p != "" {
+		return p
+	}
+	for _, t := range res.PubSubTopics {
+		if p := config.ProjectOf(t); p != "" {
+			return p
+		}
+	}
+	return ""
+}
+
+// subscriptionClient gives a Pub/Sub or SQS subscription its client.
+func (d *daemon) subscriptionClient(cfg *consumer.Config) error {
+	ctx, cancel := context.WithTimeout(context.Background(), clientsTimeout)
+	defer cancel()
+	var err error
+	switch cfg.Door() {
+	case consumer.DoorPubSub:
+		cfg.PubSubClient, err = d.clients.PubSub(ctx, subscriptionProject(config.PubSubName{Name: cfg.PubSub.Subscription, Project: cfg.PubSub.Project}))
+	case consumer.DoorSQS:
+		cfg.SQSClient, err = d.clients.SQS(ctx)
+	}
+	return err
+}
+
+// publishers are the relay's Pub/Sub and SQS publishers, for the targets the pipelines name
+// (nil for a broker they do not name).
+func (d *daemon) publishers() (pubsubPub, sqsPub outbox.Publisher, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), clientsTimeout)
+	defer cancel()
+	if len(d.res.PubSubTopics) > 0 {
+		cl, err := d.clients.PubSub(ctx, publishProject(d.cfg.Lookup, &d.res))
+		if err != nil {
+			return nil, nil, err
+		}
+		p, err := outbox.NewPubSubPublisher(cl, &outbox.PubSubPublisherConfig{})
+		if err != nil {
+			return nil, nil, err
+		}
+		pubsubPub = p
+	}
+	if len(d.res.SQSTargets) > 0 {
+		cl, err := d.clients.SQS(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		if sqsPub, err = outbox.NewSQSPublisher(cl); err != nil {
+			return nil, nil, err
+		}
+	}
+	return pubsubPub, sqsPub, nil
+}
+
+// close releases what newDaemon made: the pool and the broker clients.
+func (d *daemon) close() {
+	d.pool.Close()
+	closeClients(d.clients, d.log)
+}
+
+func closeClients(c *brokerenv.Clients, log *logrus.Entry) {
+	if c == nil {
+		return
+	}
+	if err := c.Close(); err != nil {
+		log.WithError(err).Warn("error closing the Pub/Sub clients")
+	}
+}
