@@ -17,18 +17,23 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/sirupsen/logrus"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/idemd/idemd/deadletter"
 	"github.com/idemd/idemd/internal/kafkatest"
+	"github.com/idemd/idemd/internal/metrics"
 	"github.com/idemd/idemd/internal/pgtest"
 	"github.com/idemd/idemd/internal/pubsubtest"
 	"github.com/idemd/idemd/internal/sqsfake"
 	"github.com/idemd/idemd/internal/sqstest"
+	"github.com/idemd/idemd/internal/tracing"
 	"github.com/idemd/idemd/outbox"
 )
 
@@ -647,4 +652,35 @@ func TestNewRelayNeedsAPublisher(t *testing.T) {
 	require.NoError(t, err)
 	_, err = outbox.NewRelay(db.Pool, &outbox.RelayConfig{Schema: db.Schema, SQS: p})
 	require.NoError(t, err)
+}
+
+// TestRelayTracesPubSubAndSQSSends: the relay's send span of a Pub/Sub or SQS destination
+// names the broker (messaging.system gcp_pubsub, aws_sqs) and the topic or queue as the
+// broker knows it; the published counter is labelled with the encoded destination.
+func TestRelayTracesPubSubAndSQSSends(t *testing.T) {
+	t.Parallel()
+	b := setupBrokerRelay(t, pubsubtest.Client(t), sqstest.Client(t))
+	topic := pubsubtest.ID(pubsubtest.Topic(t))
+	queue := sqstest.Queue(t, nil)
+	psDest, sqsDest := outbox.PubSubDestination(topic), outbox.SQSDestination(queue)
+	before := testutil.ToFloat64(metrics.OutboxPublished.WithLabelValues(psDest))
+	b.enqueue(t, append(brokerEvents(psDest, "ps", 3, "a"), brokerEvents(sqsDest, "sq", 1, "b")...)...)
+	provider, exporter := tracing.InMemory()
+	cfg := b.config()
+	cfg.TracerProvider = provider
+	r, _ := b.startRelay(t, cfg)
+	b.drain(t, r, 30*time.Second)
+
+	for name, system := range map[string]string{topic: "gcp_pubsub", queue: "aws_sqs"} {
+		sends := tracing.Named(exporter.GetSpans(), "send "+name)
+		require.Len(t, sends, 1, name)
+		require.Equal(t, trace.SpanKindProducer, sends[0].SpanKind)
+		for key, want := range map[string]string{"messaging.system": system, "messaging.destination.name": name, "messaging.operation.type": "send"} {
+			got, _ := tracing.Attr(sends[0], attribute.Key(key))
+			require.Equal(t, want, got, key)
+		}
+	}
+	sqsSend := tracing.Named(exporter.GetSpans(), "send "+queue)[0]
+	require.Equal(t, "4bf92f3577b34da6a3ce929d0e0e4736", sqsSend.SpanContext.TraceID().String(), "the send of one traced row is its child")
+	require.Equal(t, float64(3), testutil.ToFloat64(metrics.OutboxPublished.WithLabelValues(psDest))-before)
 }
