@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemd/idemd/outbox"
@@ -45,4 +46,14 @@ func TestCheckDestinationNames(t *testing.T) {
 	}
 	require.True(t, outbox.SQSFIFO("https://sqs.eu-west-1.amazonaws.com/1/payments.fifo"))
 	require.False(t, outbox.SQSFIFO("payments"))
+}
+
+// An event whose encoded destination names nothing is refused when enqueued.
+func TestEnqueueRefusesAnEmptyDestination(t *testing.T) {
+	t.Parallel()
+	for _, topic := range []string{outbox.SQSDestination(""), outbox.PubSubDestination("")} {
+		err := outbox.New(nil).Queue(&pgx.Batch{}, outbox.Event{Topic: topic, Pipeline: "p", CausationID: "m"})
+		require.ErrorIs(t, err, outbox.ErrInvalidEvent, topic)
+	}
+	require.NoError(t, outbox.New(nil).Queue(&pgx.Batch{}, outbox.Event{Topic: outbox.SQSDestination("q"), Pipeline: "p", CausationID: "m"}))
 }
