@@ -21,13 +21,9 @@ var typedSchemes = []string{"stripe", "standard-webhooks", "github", "shopify", 
 // (publish: {topic: …}) is named "publish", a list's targets "publish[i]", as the file
 // writes them.
 func (p *parser) targets(w *where, ts pipeline.Targets, effectSQL, scheme string) {
-	list := w.set("publish[0]")
 	names := map[string]string{}
 	for i := range ts {
-		field := "publish"
-		if list || len(ts) > 1 {
-			field = fmt.Sprintf("publish[%d]", i)
-		}
+		field := targetField(w, len(ts), i)
 		p.target(w, field, &ts[i], effectSQL, scheme)
 		name := ts.Name(i)
 		if other, ok := names[name]; ok {
@@ -37,13 +33,22 @@ func (p *parser) targets(w *where, ts pipeline.Targets, effectSQL, scheme string
 	}
 }
 
+// targetField is how the file names target i of n: "publish" when publish is one mapping,
+// "publish[i]" in a list.
+func targetField(w *where, n, i int) string {
+	if n > 1 || (w != nil && w.set("publish[0]")) {
+		return fmt.Sprintf("publish[%d]", i)
+	}
+	return "publish"
+}
+
 func (p *parser) target(w *where, field string, t *pipeline.Publish, effectSQL, scheme string) {
 	sub := scheme == ""
 	if t.Name != "" && !pipeline.ValidName(t.Name) {
 		p.errf(w, field+".name", "%q is not a valid name: letters, digits, '.', '_' and '-', at most 100", t.Name)
 	}
-	if t.Topic == "" && t.HTTP == nil {
-		p.errf(w, field, "want topic, http or both")
+	if err := t.ValidateDestination(); err != nil {
+		p.subErr(w, field, err)
 	}
 	if t.Key != nil {
 		p.field(w, field+".key", t.Key, sub)
@@ -72,13 +77,18 @@ func (p *parser) filter(w *where, field string, f *pipeline.Filter, scheme strin
 		p.errf(w, field+".type", "scheme %s carries no event type (stripe, standard-webhooks, github, shopify and slack do): filter on a value with json and in instead", scheme)
 	}
 	if err := f.Validate(scheme == ""); err != nil {
-		// "type[1]: …", "in: …", "json: …" name the sub-field.
-		if sub, msg, ok := strings.Cut(err.Error(), ": "); ok && !strings.Contains(sub, " ") {
-			p.errf(w, field+"."+sub, "%s", msg)
-			return
-		}
-		p.errf(w, field, "%v", err)
+		p.subErr(w, field, err)
 	}
+}
+
+// subErr reports err about field, or about its sub-field when err starts with one
+// ("type[1]: …", "in: …", "sqs.queue: …").
+func (p *parser) subErr(w *where, field string, err error) {
+	if sub, msg, ok := strings.Cut(err.Error(), ": "); ok && !strings.ContainsAny(sub, " ,") {
+		p.errf(w, field+"."+sub, "%s", msg)
+		return
+	}
+	p.errf(w, field, "%v", err)
 }
 
 func (p *parser) http(w *where, field string, h *pipeline.HTTP) {

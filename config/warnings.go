@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/idemd/idemd/outbox"
 	"github.com/idemd/idemd/pipeline"
 	"github.com/idemd/idemd/receiver"
 )
@@ -12,7 +13,8 @@ import (
 // Warnings lists what the file allows but probably should not: a webhook source whose
 // retention (the default when unset) is shorter than its sender's retry horizon
 // (receiver.RetryHorizons, SPEC 3.2), so that a late retry would find its record gone and
-// be applied again. Each is an *Error naming the file, line, pipeline and field.
+// be applied again; a target with a key on a standard SQS queue, which keeps no order.
+// Each is an *Error naming the file, line, pipeline and field.
 func (f *File) Warnings() []error {
 	var out []error
 	for _, s := range f.Sources {
@@ -25,6 +27,25 @@ func (f *File) Warnings() []error {
 			out = append(out, f.Errorf(s, "retention", "%s is shorter than how long %s retries a webhook (%s): a retry after the retention is applied again; keep it at least %s",
 				formatDuration(retention), s.Verify.Scheme, formatDuration(horizon), formatDuration(horizon)))
 		}
+	}
+	for _, s := range f.Sources {
+		out = append(out, f.targetWarnings(s, s.Publish)...)
+	}
+	for _, s := range f.Subscriptions {
+		out = append(out, f.targetWarnings(s, s.Publish)...)
+	}
+	return out
+}
+
+// targetWarnings are the warnings of pipeline p's targets ts.
+func (f *File) targetWarnings(p any, ts pipeline.Targets) []error {
+	var out []error
+	for i := range ts {
+		t := &ts[i]
+		if t.SQS == nil || t.Key == nil || outbox.SQSFIFO(t.SQS.Queue) {
+			continue
+		}
+		out = append(out, f.Errorf(p, targetField(f.locs[p], len(ts), i)+".sqs.queue", "%s is a standard queue, which keeps no order: events of one key may arrive out of order; use a FIFO queue (a name ending in .fifo), whose MessageGroupId is the key", t.SQS.Queue))
 	}
 	return out
 }

@@ -1,10 +1,14 @@
-// Package outbox writes events to be published to Kafka in the caller's transaction, and
-// relays them. Guarantee: an outbox row commits if and only if the caller's transaction
-// commits; every committed row is then published at least once, with an operation id that
-// is the same on every attempt, so that a consumer deduping on it applies it exactly once —
-// unless Kafka refuses it for good (too large, or its topic kept refusing every publish for
-// RelayConfig.MaxFailingFor): then it is moved to dead_letters, from where a replay
-// publishes it with the same operation id. One failing topic never holds back the others.
+// Package outbox writes events to be published to Kafka, Google Cloud Pub/Sub or Amazon SQS
+// in the caller's transaction, and relays them. Guarantee: an outbox row commits if and
+// only if the caller's transaction commits; every committed row is then published at least
+// once, with an operation id that is the same on every attempt (a header, an attribute, and
+// on an SQS FIFO queue the MessageDeduplicationId), so that a consumer deduping on it
+// applies it exactly once — unless its broker refuses it for good (too large, invalid, or
+// its topic or queue kept refusing every publish for RelayConfig.MaxFailingFor): then it is
+// moved to dead_letters, from where a replay publishes it to the same destination with the
+// same operation id. Events of one key are published in order. One failing destination
+// never holds back the others. An event's destination is encoded in Event.Topic
+// (ParseDestination): a Kafka topic, PubSubDestination(topic) or SQSDestination(queue).
 // Events with an HTTP endpoint are written to http_deliveries in the same transaction and
 // delivered by package delivery with the same operation id as Idempotency-Key.
 package outbox
@@ -83,7 +87,8 @@ func operationID(pipeline, messageID string, target []byte) uuid.UUID {
 
 // Event is one record to publish.
 type Event struct {
-	// Topic is the Kafka topic. Required unless Endpoint is set.
+	// Topic is the destination: a Kafka topic, PubSubDestination(topic) or
+	// SQSDestination(queue) (see ParseDestination). Required unless Endpoint is set.
 	Topic string
 	// Endpoint names the HTTP endpoint (a delivery.Endpoint of the same name) the event is
 	// POSTed to, beside or instead of Topic. It is written to the http_deliveries table
@@ -286,12 +291,19 @@ func (e Event) validate() error {
 	switch {
 	case e.Topic == "" && e.Endpoint == "":
 		return fmt.Errorf("topic is required unless an HTTP endpoint is set")
+	case e.Topic != "" && destinationName(e.Topic) == "":
+		return fmt.Errorf("topic %q names no Pub/Sub topic or SQS queue", e.Topic)
 	case e.Pipeline == "":
 		return fmt.Errorf("pipeline is required")
 	case e.CausationID == "" && e.OperationID == uuid.Nil:
 		return fmt.Errorf("causation id (or an explicit operation id) is required")
 	}
 	return nil
+}
+
+func destinationName(topic string) string {
+	_, name := ParseDestination(topic)
+	return name
 }
 
 // deliverableHeaders returns h, or a copy whose values are valid HTTP field values and

@@ -109,7 +109,7 @@ func (r *Relay) topicFailed(ctx context.Context, b *batch, cause error, persiste
 	if persistent && r.cfg.MaxFailingFor >= 0 {
 		log = log.WithField("dead_letter_in", (r.cfg.MaxFailingFor - now.Sub(f.since)).Round(time.Second).Seconds())
 	}
-	log.Warn("error publishing to a destination; its rows are kept and retried, other destinations go on")
+	log.Warn("error publishing to a topic or queue; its rows are kept and retried, other destinations go on")
 	return nil
 }
 

@@ -46,7 +46,7 @@ func quietLogger() *logrus.Entry {
 func (b *relayBundle) startRelay(t testing.TB, cfg outbox.RelayConfig, init ...func(*outbox.RelaySignals)) (r *outbox.Relay, stop func() error) {
 	t.Helper()
 	cfg.Schema = b.db.Schema
-	if cfg.Brokers == nil {
+	if cfg.Brokers == nil && cfg.Writer == nil && cfg.PubSub == nil && cfg.SQS == nil {
 		cfg.Brokers = kafkatest.Brokers(t)
 	}
 	if cfg.Logger == nil {

@@ -155,13 +155,19 @@ type Publish struct {
 	// HTTP endpoint (Targets.OperationID, Targets.Endpoint). Letters, digits, '.', '_' and
 	// '-'. Defaults to the target's position in the list: "0", "1"…
 	Name string `yaml:"name"`
-	// Topic is the Kafka topic. Required unless HTTP is set.
+	// Topic is the Kafka topic. One of Topic, PubSub and SQS is required unless HTTP is
+	// set; they exclude each other.
 	Topic string `yaml:"topic"`
+	// PubSub publishes to a Google Cloud Pub/Sub topic instead (targets.go). Defaults to
+	// none.
+	PubSub *PubSubTarget `yaml:"pubsub"`
+	// SQS publishes to an Amazon SQS queue instead (targets.go). Defaults to none.
+	SQS *SQSTarget `yaml:"sqs"`
 	// Key is where the event key comes from. Defaults to no key.
 	Key *Field `yaml:"key"`
 	// Body is BodyPayload or BodyEffect (API sources). Defaults to BodyPayload.
 	Body string `yaml:"body"`
-	// HTTP delivers the event by POST to an endpoint, beside or instead of Topic. The
+	// HTTP delivers the event by POST to an endpoint, beside or instead of a broker. The
 	// endpoint is named after the pipeline and the target (Targets.Endpoint). Defaults to
 	// none.
 	HTTP *HTTP `yaml:"http"`
@@ -194,8 +200,8 @@ type HTTP struct {
 
 // Validate checks p for a door; keyAllowed says whether the door has a record key.
 func (p *Publish) Validate(keyAllowed bool) error {
-	if p.Topic == "" && p.HTTP == nil {
-		return errors.New("want topic, http or both")
+	if err := p.ValidateDestination(); err != nil {
+		return err
 	}
 	if p.Name != "" && !ValidName(p.Name) {
 		return fmt.Errorf("name: %q is not a valid name: letters, digits, '.', '_' and '-', at most 100", p.Name)

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/google/uuid"
 
@@ -94,7 +95,8 @@ type Routed struct {
 
 // Route returns the events that msg, a message of pipeline with id in scope, sends: one per
 // target whose filter matches, in the targets' order. Each is base (payload, headers,
-// causation) sent to the target: its topic and endpoint, its key, its operation id.
+// causation) sent to the target: its destination (Publish.Destination) and endpoint, its
+// key, its operation id.
 func (ts Targets) Route(pipeline, scope, id string, base outbox.Event, msg Message) []Routed {
 	var out []Routed
 	for i := range ts {
@@ -108,7 +110,7 @@ func (ts Targets) Route(pipeline, scope, id string, base outbox.Event, msg Messa
 			ev.Headers = maps.Clone(base.Headers)
 		}
 		ev.Pipeline, ev.CausationID = pipeline, id
-		ev.Topic = t.Topic
+		ev.Topic = t.Destination()
 		ev.OperationID = ts.OperationID(scope, id, i)
 		if t.HTTP != nil {
 			ev.Endpoint = ts.Endpoint(pipeline, i)
@@ -121,6 +123,85 @@ func (ts Targets) Route(pipeline, scope, id string, base outbox.Event, msg Messa
 		out = append(out, Routed{Target: t, Index: i, Event: ev})
 	}
 	return out
+}
+
+// PubSubTarget is a Google Cloud Pub/Sub topic a target publishes to (SPEC 2.5b): one
+// message per event, the event key as ordering key, operation-id, causation-id and
+// idemd-pipeline as attributes (outbox.PubSubPublisher).
+type PubSubTarget struct {
+	// Topic is a topic id of the client's project (PUBSUB_PROJECT_ID or
+	// GOOGLE_CLOUD_PROJECT) or a full name, projects/PROJECT/topics/ID. idemd does not
+	// create it outside `idemd dev`. Required.
+	Topic string `yaml:"topic"`
+}
+
+// SQSTarget is an Amazon SQS queue a target publishes to (SPEC 2.5b): one message per
+// event with operation-id, causation-id and idemd-pipeline as String message attributes;
+// on a FIFO queue the event key is the MessageGroupId and the operation id the
+// MessageDeduplicationId (outbox.SQSPublisher).
+type SQSTarget struct {
+	// Queue is a queue name (resolved with GetQueueUrl; a FIFO queue's ends in .fifo) or a
+	// queue URL. idemd does not create it outside `idemd dev`. Required.
+	Queue string `yaml:"queue"`
+}
+
+// Destination is where the target's events go, as outbox.Event.Topic encodes it: the
+// Kafka topic, outbox.PubSubDestination(topic) or outbox.SQSDestination(queue); "" for an
+// HTTP-only target.
+func (p *Publish) Destination() string {
+	switch {
+	case p.PubSub != nil:
+		return outbox.PubSubDestination(p.PubSub.Topic)
+	case p.SQS != nil:
+		return outbox.SQSDestination(p.SQS.Queue)
+	}
+	return p.Topic
+}
+
+// Brokers lists the broker destinations p names, as the pipelines file writes them
+// ("topic", "pubsub", "sqs"): one at most is valid.
+func (p *Publish) Brokers() []string {
+	var out []string
+	if p.Topic != "" {
+		out = append(out, "topic")
+	}
+	if p.PubSub != nil {
+		out = append(out, "pubsub")
+	}
+	if p.SQS != nil {
+		out = append(out, "sqs")
+	}
+	return out
+}
+
+// ValidateDestination checks that p names one broker destination (topic, pubsub or sqs),
+// or HTTP alone, and that the name is one its broker takes. An error about one field
+// starts with its path ("sqs.queue: required").
+func (p *Publish) ValidateDestination() error {
+	brokers := p.Brokers()
+	switch {
+	case len(brokers) == 0 && p.HTTP == nil:
+		return errors.New("want topic, pubsub, sqs or http (http may go with one of the others)")
+	case len(brokers) > 1:
+		return fmt.Errorf("%s: one broker per target; list a target for each", strings.Join(brokers, ", "))
+	case p.Topic != "":
+		if err := outbox.CheckKafkaTopic(p.Topic); err != nil {
+			return fmt.Errorf("topic: %w", err)
+		}
+	case p.PubSub != nil && p.PubSub.Topic == "":
+		return errors.New("pubsub.topic: required")
+	case p.PubSub != nil:
+		if err := outbox.CheckPubSubTopic(p.PubSub.Topic); err != nil {
+			return fmt.Errorf("pubsub.topic: %w", err)
+		}
+	case p.SQS != nil && p.SQS.Queue == "":
+		return errors.New("sqs.queue: required")
+	case p.SQS != nil:
+		if err := outbox.CheckSQSQueue(p.SQS.Queue); err != nil {
+			return fmt.Errorf("sqs.queue: %w", err)
+		}
+	}
+	return nil
 }
 
 // Filter narrows the messages a target receives: by event type, by a value, or both (both

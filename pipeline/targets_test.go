@@ -1,6 +1,7 @@
 package pipeline_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -115,6 +116,56 @@ func TestTargetsValidate(t *testing.T) {
 	require.ErrorContains(t, pipeline.Targets{{Topic: "a", Filter: &pipeline.Filter{JSON: "/x"}}}.Validate(false), "in: required")
 	require.ErrorContains(t, pipeline.Targets{{Topic: "a", Filter: &pipeline.Filter{In: []string{"x"}}}}.Validate(false), "in: needs")
 	require.NoError(t, pipeline.Targets{{Topic: "a", Filter: &pipeline.Filter{Type: []string{"push"}, Header: "X-Kind", In: []string{"x"}}}}.Validate(true))
+}
+
+// A Pub/Sub or SQS target's events carry their destination encoded in Event.Topic, with
+// HTTP beside it when set; the relay decodes it (outbox.ParseDestination).
+func TestTargetsRouteToBrokers(t *testing.T) {
+	t.Parallel()
+	ts := pipeline.Targets{
+		{PubSub: &pipeline.PubSubTarget{Topic: "orders"}, Key: &pipeline.Field{JSON: "/id"}},
+		{SQS: &pipeline.SQSTarget{Queue: "payments.fifo"}, HTTP: &pipeline.HTTP{URL: "https://x.example"}},
+		{Topic: "kafka.orders"},
+	}
+	require.NoError(t, ts.Validate(false))
+	got := ts.Route("p", "p", "m1", outbox.Event{Payload: []byte(`{}`)}, msg{fields: map[string]string{"json:/id": "o-1"}})
+	require.Len(t, got, 3)
+	require.Equal(t, "pubsub:orders", got[0].Event.Topic)
+	require.Equal(t, []byte("o-1"), got[0].Event.Key)
+	require.Equal(t, "sqs:payments.fifo", got[1].Event.Topic)
+	require.Equal(t, "p:1", got[1].Event.Endpoint)
+	require.Equal(t, "kafka.orders", got[2].Event.Topic)
+	for i, want := range [][2]string{{"pubsub", "orders"}, {"sqs", "payments.fifo"}, {"kafka", "kafka.orders"}} {
+		kind, name := outbox.ParseDestination(got[i].Event.Topic)
+		require.Equal(t, want, [2]string{kind, name})
+	}
+}
+
+func TestTargetsValidateBrokers(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		target pipeline.Publish
+		err    string
+	}{
+		{pipeline.Publish{}, "want topic, pubsub, sqs or http"},
+		{pipeline.Publish{Topic: "a", SQS: &pipeline.SQSTarget{Queue: "q"}}, "topic, sqs: one broker per target"},
+		{pipeline.Publish{PubSub: &pipeline.PubSubTarget{Topic: "abc"}, SQS: &pipeline.SQSTarget{Queue: "q"}}, "pubsub, sqs: one broker per target"},
+		{pipeline.Publish{SQS: &pipeline.SQSTarget{}}, "sqs.queue: required"},
+		{pipeline.Publish{PubSub: &pipeline.PubSubTarget{}}, "pubsub.topic: required"},
+		{pipeline.Publish{PubSub: &pipeline.PubSubTarget{Topic: "a"}}, "pubsub.topic: \"a\" is not a Pub/Sub topic id"},
+		{pipeline.Publish{SQS: &pipeline.SQSTarget{Queue: strings.Repeat("q", 81)}}, "not an SQS queue name"},
+		{pipeline.Publish{Topic: "pubsub:orders"}, "topic: \"pubsub:orders\" is not a Kafka topic"},
+	} {
+		require.ErrorContains(t, c.target.Validate(false), c.err)
+	}
+	for _, ok := range []pipeline.Publish{
+		{PubSub: &pipeline.PubSubTarget{Topic: "projects/my-project/topics/orders"}},
+		{SQS: &pipeline.SQSTarget{Queue: "https://sqs.eu-west-1.amazonaws.com/123456789012/payments.fifo"}},
+		{SQS: &pipeline.SQSTarget{Queue: "http://localhost:4100/100010001000/q"}, HTTP: &pipeline.HTTP{URL: "https://x.example"}},
+		{HTTP: &pipeline.HTTP{URL: "https://x.example"}},
+	} {
+		require.NoError(t, ok.Validate(false), "%+v", ok)
+	}
 }
 
 func TestOrderRead(t *testing.T) {
