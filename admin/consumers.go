@@ -16,11 +16,18 @@ import (
 // Consumer is one inbound subscription as the console shows it.
 type Consumer struct {
 	Pipeline string `json:"pipeline"`
-	// Door is the broker: kafka (pubsub and sqs when they exist).
-	Door   string   `json:"door"`
+	// Door is the broker: kafka, pubsub or sqs.
+	Door string `json:"door"`
+	// Group and Topics are a Kafka subscription's.
 	Group  string   `json:"group"`
 	Topics []string `json:"topics"`
-	// Partitions are the group's committed and end offsets per partition.
+	// Subscription is the Pub/Sub subscription or the SQS queue.
+	Subscription string `json:"subscription,omitempty"`
+	// Backlog is the messages of an SQS queue not yet acknowledged (visible and in flight);
+	// nil where the broker does not report it to its client (Pub/Sub: Cloud Monitoring's
+	// subscription/num_undelivered_messages has it).
+	Backlog *int64 `json:"backlog,omitempty"`
+	// Partitions are the group's committed and end offsets per partition (Kafka).
 	Partitions []Partition `json:"partitions"`
 	// Lag is the sum of the partitions' lag.
 	Lag int64 `json:"lag"`
@@ -55,6 +62,18 @@ type KafkaSubscription struct {
 	Topics   []string
 }
 
+// BrokerSubscription names a Pub/Sub or SQS subscription that KafkaConsumers reports on.
+type BrokerSubscription struct {
+	Pipeline string
+	// Door is "pubsub" or "sqs".
+	Door string
+	// Subscription is the subscription or queue as the pipeline names it.
+	Subscription string
+	// Backlog, when set, reads the backlog from the broker (consumer.Consumer.Backlog of
+	// an SQS subscription). Defaults to nil: no backlog shown.
+	Backlog func(ctx context.Context) (int64, error)
+}
+
 // KafkaConsumers reports Kafka subscriptions from what the broker and the database know,
 // without asking the consumers themselves: the group's committed offsets and the partitions'
 // end offsets (hence the lag, whichever replica holds the partitions), and the last batch
@@ -65,6 +84,9 @@ type KafkaConsumers struct {
 	Schema        string
 	Brokers       []string
 	Subscriptions []KafkaSubscription
+	// Brokered are the Pub/Sub and SQS subscriptions, reported after the Kafka ones with
+	// their backlog (where known) and last committed batch. Defaults to none.
+	Brokered []BrokerSubscription
 	// Timeout bounds the broker requests. Defaults to 5 s.
 	Timeout time.Duration
 }
@@ -80,20 +102,36 @@ func (k *KafkaConsumers) Consumers(ctx context.Context) ([]Consumer, error) {
 		timeout = 5 * time.Second
 	}
 	client := &kafka.Client{Addr: kafka.TCP(k.Brokers...), Timeout: timeout}
-	out := make([]Consumer, 0, len(k.Subscriptions))
+	out := make([]Consumer, 0, len(k.Subscriptions)+len(k.Brokered))
 	for _, sub := range k.Subscriptions {
 		c := Consumer{Pipeline: sub.Pipeline, Door: "kafka", Group: sub.Group, Topics: sub.Topics, Partitions: []Partition{}}
 		if err := kafkaLag(ctx, client, &c); err != nil {
 			c.Error = err.Error()
 		}
-		b, err := store.LastBatchOf(ctx, k.Pool, sub.Pipeline)
+		out = append(out, c)
+	}
+	for _, sub := range k.Brokered {
+		c := Consumer{Pipeline: sub.Pipeline, Door: sub.Door, Subscription: sub.Subscription, Topics: []string{}, Partitions: []Partition{}}
+		if sub.Backlog != nil {
+			bctx, cancel := context.WithTimeout(ctx, timeout)
+			n, err := sub.Backlog(bctx)
+			cancel()
+			if err != nil {
+				c.Error = err.Error()
+			} else {
+				c.Backlog = &n
+			}
+		}
+		out = append(out, c)
+	}
+	for i := range out {
+		b, err := store.LastBatchOf(ctx, k.Pool, out[i].Pipeline)
 		if err != nil {
 			return nil, err
 		}
 		if b != nil {
-			c.LastBatch = &Batch{CommittedAt: b.CommittedAt, Messages: b.Messages, LastMessageID: b.LastMessageID}
+			out[i].LastBatch = &Batch{CommittedAt: b.CommittedAt, Messages: b.Messages, LastMessageID: b.LastMessageID}
 		}
-		out = append(out, c)
 	}
 	return out, nil
 }

@@ -9,7 +9,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemd/idemd/admin"
+	"github.com/idemd/idemd/consumer"
 	"github.com/idemd/idemd/internal/kafkatest"
+	"github.com/idemd/idemd/internal/sqstest"
 )
 
 // The consumers view reads the group's committed offsets and the partitions' end offsets
@@ -63,4 +65,44 @@ func TestConsumersLagAndLastBatch(t *testing.T) {
 	require.EqualValues(t, 2, last["messages"])
 	require.Equal(t, "c", last["last_message_id"])
 	require.Equal(t, "2026-03-01T11:00:00Z", last["committed_at"])
+}
+
+// Pub/Sub and SQS subscriptions are listed with their subscription or queue, the backlog
+// where the broker reports it (an SQS queue's, read by the consumer from goaws), and their
+// last committed batch.
+func TestConsumersOfBrokerSubscriptions(t *testing.T) {
+	t.Parallel()
+	url := sqstest.Queue(t, nil)
+	sqstest.Send(t, url, sqstest.Message{Body: "a"}, sqstest.Message{Body: "b"})
+	kc := &admin.KafkaConsumers{}
+	b := setup(t, options{tokens: testToken, consumers: kc})
+	kc.Pool, kc.Schema = b.db.Pool, b.db.Schema
+	c, err := consumer.New(b.db.Pool, &consumer.Config{
+		Name: "payments", Schema: b.db.Schema, SQS: &consumer.SQS{Queue: url}, SQSClient: sqstest.Client(t),
+	})
+	require.NoError(t, err)
+	kc.Brokered = []admin.BrokerSubscription{
+		{Pipeline: "orders", Door: "pubsub", Subscription: "orders-idemd"},
+		{Pipeline: "payments", Door: "sqs", Subscription: url, Backlog: c.Backlog},
+	}
+	b.db.Exec(t, b.db.Q(`INSERT INTO {schema}.processed_messages (scope, message_id, fingerprint, status, received_at, expires_at) VALUES
+		('orders', 'a', '\x00', 'done', '2026-03-01T10:00:00Z', now() + interval '1 day')`))
+
+	r := b.get(t, "/api/v1/consumers")
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	cs := r.data(t)
+	require.Len(t, cs, 2)
+	orders, payments := cs[0], cs[1]
+	require.Equal(t, "pubsub", orders["door"])
+	require.Equal(t, "orders-idemd", orders["subscription"])
+	require.NotContains(t, orders, "backlog", "Pub/Sub does not report it")
+	require.Equal(t, "a", orders["last_batch"].(map[string]any)["last_message_id"])
+	require.Equal(t, "sqs", payments["door"])
+	require.EqualValues(t, 2, payments["backlog"])
+	require.Empty(t, payments["error"])
+
+	page := b.get(t, "/ui/consumers")
+	require.Equal(t, http.StatusOK, page.status)
+	require.Contains(t, string(page.body), "orders-idemd")
+	require.Contains(t, string(page.body), "Backlog: <strong>2</strong>")
 }

@@ -1,5 +1,5 @@
 // Package config reads and validates the pipelines file (idemd.yaml): the HTTP sources and
-// the Kafka subscriptions idemd runs. Guarantee: Load returns a File only when every problem
+// the subscriptions (Kafka, Pub/Sub, SQS) idemd runs. Guarantee: Load returns a File only when every problem
 // of the file is absent; otherwise it returns all of them at once (errors.Join of *Error),
 // each naming the file, the line, the pipeline and the field, so that an operator fixes the
 // file in one pass. Secrets never live in the file: it names environment variables, which
@@ -36,7 +36,7 @@ type File struct {
 	Path string `yaml:"-"`
 	// Sources are the inbound HTTP pipelines.
 	Sources []*receiver.Source `yaml:"sources"`
-	// Subscriptions are the inbound Kafka pipelines.
+	// Subscriptions are the inbound broker pipelines (Kafka, Pub/Sub, SQS).
 	Subscriptions []*consumer.Config `yaml:"subscriptions"`
 
 	// locs locates each pipeline's fields for errors found after Load.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemd/idemd/consumer"
 	"github.com/idemd/idemd/internal/pgtest"
 	"github.com/idemd/idemd/pipeline"
 )
@@ -344,4 +345,72 @@ func TestHeaderIDOnHMACIsOptIn(t *testing.T) {
 	require.NoError(t, err, "an id inside the signed body")
 	path, err = loadErr(t, strings.Replace(valid, "    retention: 30d\n", "    retention: 30d\n    allow_unsigned_message_id: true\n", 1))
 	requireNames(t, err, path, 8, `sources[0] "stripe"`, "allow_unsigned_message_id", "only for verify.scheme hmac-sha256")
+}
+
+const brokers = `subscriptions:
+  - name: gcp-orders
+    pubsub: {subscription: orders-idemd, project: shop}
+    message_id: {attribute: operation-id}
+    order: {entity: {attribute: order}, version: {json: /version}}
+    effect: {sql: "INSERT INTO orders_applied (id, body) VALUES (@message_id, @payload)"}
+    publish: {topic: orders.applied, key: {key: true}}
+  - name: aws-payments
+    sqs: {queue: payments.fifo}
+    message_id: [{attribute: tenant}, {json: /id}]
+    dead_letter: {max_attempts: 3}
+  - name: aws-default-id
+    sqs: {queue: "https://sqs.eu-west-1.amazonaws.com/123456789012/refunds"}
+`
+
+// TestBrokerSubscriptions: pubsub: and sqs: subscriptions load into consumer.Config with
+// their door; message ids read attributes.
+func TestBrokerSubscriptions(t *testing.T) {
+	t.Parallel()
+	f, err := Load(write(t, brokers), lookup)
+	require.NoError(t, err)
+	require.Len(t, f.Subscriptions, 3)
+	gcp, aws, def := f.Subscriptions[0], f.Subscriptions[1], f.Subscriptions[2]
+	require.Equal(t, "pubsub", gcp.Door())
+	require.Equal(t, &consumer.PubSub{Subscription: "orders-idemd", Project: "shop"}, gcp.PubSub)
+	require.Equal(t, "operation-id", gcp.MessageID.Attribute)
+	require.Equal(t, "order", gcp.Order.Entity.Attribute)
+	require.Equal(t, "sqs", aws.Door())
+	require.Equal(t, "payments.fifo", aws.SQS.Queue)
+	require.Equal(t, []pipeline.Field{{Attribute: "tenant"}, {JSON: "/id"}}, aws.MessageID.Parts)
+	require.Nil(t, def.MessageID, "the broker's message id")
+	require.Equal(t, []string{"orders.applied"}, f.Topics(), "brokers' sources are not Kafka topics")
+}
+
+// TestBrokerSubscriptionErrors: one source per subscription, attributes on broker doors and
+// headers on Kafka, each error naming file, line, pipeline and field.
+func TestBrokerSubscriptionErrors(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, old, new  string
+		line            int
+		pipeline, field string
+		msg             string
+	}{
+		{"no source", "    sqs: {queue: payments.fifo}\n", "", 8, `subscriptions[1] "aws-payments"`, "topics", "required: name the source"},
+		{"two sources", "    sqs: {queue: payments.fifo}\n", "    sqs: {queue: payments.fifo}\n    topics: [payments]\n", 9, `subscriptions[1] "aws-payments"`, "sqs", "reads one source, and topics is given too"},
+		{"header id on sqs", "message_id: [{attribute: tenant}", "message_id: [{header: tenant}", 10, `subscriptions[1] "aws-payments"`, "message_id[0].header", "attributes, not headers"},
+		{"header id on pubsub", "message_id: {attribute: operation-id}", "message_id: {header: operation-id}", 4, `subscriptions[0] "gcp-orders"`, "message_id.header", "use attribute"},
+		{"header order on pubsub", "entity: {attribute: order}", "entity: {header: order}", 5, `subscriptions[0] "gcp-orders"`, "order.entity.header", "attributes, not headers"},
+		{"header key on pubsub", "key: {key: true}", "key: {header: k}", 7, `subscriptions[0] "gcp-orders"`, "publish.key", "attributes, not headers"},
+		{"group on pubsub", "    pubsub: {subscription: orders-idemd, project: shop}\n", "    pubsub: {subscription: orders-idemd, project: shop}\n    group: g\n", 4, `subscriptions[0] "gcp-orders"`, "group", "only Kafka subscriptions"},
+		{"no subscription", "pubsub: {subscription: orders-idemd, project: shop}", "pubsub: {project: shop}", 3, `subscriptions[0] "gcp-orders"`, "pubsub.subscription", "required"},
+		{"full name and project", "subscription: orders-idemd, project: shop", "subscription: projects/a/subscriptions/b, project: shop", 3, `subscriptions[0] "gcp-orders"`, "pubsub.project", "full name"},
+		{"no queue", "sqs: {queue: payments.fifo}", "sqs: {}", 9, `subscriptions[1] "aws-payments"`, "sqs.queue", "required"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			require.Contains(t, brokers, tc.old)
+			path, err := loadErr(t, strings.Replace(brokers, tc.old, tc.new, 1))
+			requireNames(t, err, path, tc.line, tc.pipeline, tc.field, tc.msg)
+		})
+	}
+
+	// An attribute on a Kafka subscription.
+	path, err := loadErr(t, strings.Replace(valid, "message_id: {header: operation-id}", "message_id: {attribute: operation-id}", 1))
+	requireNames(t, err, path, 18, `subscriptions[0] "ledger"`, "message_id.attribute", "only Pub/Sub and SQS subscriptions have message attributes")
 }

@@ -193,8 +193,18 @@ func (p *parser) secret(w *where, field, name string) (string, bool) {
 // field checks a pipeline.Field, naming the sub-field at fault; the parts of a composite
 // are named as the file lists them (message_id[1].json).
 func (p *parser) field(w *where, name string, f *pipeline.Field, keyAllowed bool) {
+	p.fieldWith(w, name, f, func(f *pipeline.Field) error { return f.Validate(keyAllowed) })
+}
+
+// brokerField is field for a Pub/Sub or SQS subscription: attributes, no headers.
+func (p *parser) brokerField(w *where, name string, f *pipeline.Field) {
+	p.fieldWith(w, name, f, (*pipeline.Field).ValidateBroker)
+}
+
+// fieldWith is field, with the door's validation of a plain field.
+func (p *parser) fieldWith(w *where, name string, f *pipeline.Field, validate func(*pipeline.Field) error) {
 	if len(f.Parts) > 0 {
-		if f.JSON != "" || f.Header != "" || f.Key {
+		if f.JSON != "" || f.Header != "" || f.Attribute != "" || f.Key {
 			p.errf(w, name, "a composite lists its parts only: want a list of {json: …} or {header: …}")
 		}
 		for i := range f.Parts {
@@ -203,16 +213,16 @@ func (p *parser) field(w *where, name string, f *pipeline.Field, keyAllowed bool
 				p.errf(w, part, "a part is one json pointer or header, not a list")
 				continue
 			}
-			p.field(w, part, &f.Parts[i], keyAllowed)
+			p.fieldWith(w, part, &f.Parts[i], validate)
 		}
 		return
 	}
 	if f.Header != "" && !validHeader.MatchString(f.Header) {
 		p.errf(w, name+".header", "%q is not a header name", f.Header)
 	}
-	if err := f.Validate(keyAllowed); err != nil {
+	if err := validate(f); err != nil {
 		sub, msg, ok := strings.Cut(err.Error(), ": ")
-		if ok && (sub == "json" || sub == "key") {
+		if ok && (sub == "json" || sub == "key" || sub == "header" || sub == "attribute") {
 			p.errf(w, name+"."+sub, "%s", msg)
 			return
 		}
@@ -247,18 +257,31 @@ func sqlParameters(sql string) []string {
 
 func (p *parser) subscription(w *where, s *consumer.Config, names map[string]string) {
 	p.name(w, s.Name, names)
-	if len(s.Topics) == 0 {
-		p.errf(w, "topics", "required: at least one topic")
-	}
-	for i, t := range s.Topics {
-		if t == "" {
-			p.errf(w, fmt.Sprintf("topics[%d]", i), "empty topic")
+	door := p.subscriptionSource(w, s)
+	if door == consumer.DoorKafka {
+		if s.MessageID != nil {
+			p.field(w, "message_id", s.MessageID, true)
+		}
+		p.order(w, s.Order, true)
+	} else {
+		if s.MessageID != nil {
+			p.brokerField(w, "message_id", s.MessageID)
+		}
+		if s.Order != nil {
+			p.brokerField(w, "order.entity", &s.Order.Entity)
+			p.brokerField(w, "order.version", &s.Order.Version)
+		}
+		list := w.set("publish[0]") || len(s.Publish) > 1
+		for i, t := range s.Publish {
+			if t.Key != nil && t.Key.UsesHeader() {
+				field := "publish"
+				if list {
+					field = fmt.Sprintf("publish[%d]", i)
+				}
+				p.errf(w, field+".key", "Pub/Sub and SQS messages have attributes, not headers: key by json or key (the ordering key or group id)")
+			}
 		}
 	}
-	if s.MessageID != nil {
-		p.field(w, "message_id", s.MessageID, true)
-	}
-	p.order(w, s.Order, true)
 	if w.set("effect") {
 		p.effect(w, s.Effect.SQL)
 	}
@@ -266,4 +289,54 @@ func (p *parser) subscription(w *where, s *consumer.Config, names map[string]str
 	if s.DeadLetter.MaxAttempts < 0 || (w.set("dead_letter.max_attempts") && s.DeadLetter.MaxAttempts == 0) {
 		p.errf(w, "dead_letter.max_attempts", "must be at least 1")
 	}
+}
+
+// subscriptionSource checks the subscription's source — exactly one of topics (Kafka),
+// pubsub and sqs — and returns its door.
+func (p *parser) subscriptionSource(w *where, s *consumer.Config) string {
+	var set []string
+	for _, k := range []string{"topics", "pubsub", "sqs"} {
+		if w.set(k) {
+			set = append(set, k)
+		}
+	}
+	switch {
+	case len(set) == 0:
+		p.errf(w, "topics", "required: name the source, topics: [TOPIC] (Kafka), pubsub: {subscription: ID} or sqs: {queue: NAME}")
+		return consumer.DoorKafka
+	case len(set) > 1:
+		p.errf(w, set[1], "a subscription reads one source, and %s is given too: keep one of %s", set[0], strings.Join(set, ", "))
+	}
+	// "pubsub:" or "sqs:" without a value still names the door.
+	if w.set("pubsub") && s.PubSub == nil {
+		s.PubSub = &consumer.PubSub{}
+	}
+	if w.set("sqs") && s.SQS == nil {
+		s.SQS = &consumer.SQS{}
+	}
+	door := s.Door()
+	if door != consumer.DoorKafka && w.set("group") {
+		p.errf(w, "group", "only Kafka subscriptions have a consumer group (a Pub/Sub subscription or an SQS queue is shared as it is)")
+	}
+	switch door {
+	case consumer.DoorKafka:
+		if len(s.Topics) == 0 {
+			p.errf(w, "topics", "required: at least one topic")
+		}
+		for i, t := range s.Topics {
+			if t == "" {
+				p.errf(w, fmt.Sprintf("topics[%d]", i), "empty topic")
+			}
+		}
+	case consumer.DoorPubSub:
+		if err := s.PubSub.Validate(); err != nil {
+			sub, msg, _ := strings.Cut(err.Error(), ": ")
+			p.errf(w, "pubsub."+sub, "%s", msg)
+		}
+	case consumer.DoorSQS:
+		if s.SQS.Queue == "" {
+			p.errf(w, "sqs.queue", "required: a queue name or a queue URL")
+		}
+	}
+	return door
 }

@@ -386,8 +386,8 @@ func (c *Config) checkDoor() error {
 			}
 		}
 	case DoorPubSub:
-		if field, err := c.PubSub.validate(); err != nil {
-			return fmt.Errorf("consumer %s: PubSub.%s: %w", c.Name, field, err)
+		if err := c.PubSub.Validate(); err != nil {
+			return fmt.Errorf("consumer %s: PubSub: %w", c.Name, err)
 		}
 	case DoorSQS:
 		if c.SQS.Queue == "" {
@@ -397,21 +397,22 @@ func (c *Config) checkDoor() error {
 	return nil
 }
 
-// validate checks the subscription's name; field is the one at fault.
-func (p *PubSub) validate() (field string, err error) {
+// Validate checks the subscription's name; an error starts with the field at fault
+// ("subscription: …", "project: …").
+func (p *PubSub) Validate() error {
 	switch full := strings.HasPrefix(p.Subscription, "projects/"); {
 	case p.Subscription == "":
-		return "Subscription", errors.New("required")
+		return errors.New("subscription: required")
 	case full && !pubsubName.MatchString(p.Subscription):
-		return "Subscription", fmt.Errorf("%q is not projects/PROJECT/subscriptions/ID", p.Subscription)
+		return fmt.Errorf("subscription: %q is not projects/PROJECT/subscriptions/ID", p.Subscription)
 	case full && p.Project != "":
-		return "Project", errors.New("the subscription is a full name, which names its project")
+		return errors.New("project: the subscription is a full name, which names its project")
 	case !full && strings.Contains(p.Subscription, "/"):
-		return "Subscription", fmt.Errorf("%q is neither an id nor projects/PROJECT/subscriptions/ID", p.Subscription)
+		return fmt.Errorf("subscription: %q is neither an id nor projects/PROJECT/subscriptions/ID", p.Subscription)
 	case strings.Contains(p.Project, "/"):
-		return "Project", fmt.Errorf("%q is not a project id", p.Project)
+		return fmt.Errorf("project: %q is not a project id", p.Project)
 	}
-	return "", nil
+	return nil
 }
 
 var pubsubName = regexp.MustCompile(`^projects/[^/]+/subscriptions/[^/]+$`)

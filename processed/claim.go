@@ -276,14 +276,21 @@ func (s *Store) claimBatch(ctx context.Context, tx pgx.Tx, claims []Claim, xid *
 			results[i].Outcome = Duplicate
 		}
 	}
-	// Repeats inside the batch follow their first occurrence.
+	// Repeats inside the batch follow their first occurrence, and compare with what is
+	// stored: the first occurrence's payload when it claimed the id, else the stored record
+	// (a repeat of the stored payload after a conflicting first occurrence is a duplicate,
+	// not a second conflict).
 	for i := range claims {
 		j := results[i].FirstIndex
 		if j < 0 {
 			continue
 		}
+		ref := claims[j].Fingerprint
+		if rec := results[j].Record; results[j].Outcome == Conflict && rec != nil {
+			ref = rec.Fingerprint
+		}
 		switch {
-		case !bytes.Equal(claims[i].Fingerprint, claims[j].Fingerprint):
+		case !bytes.Equal(claims[i].Fingerprint, ref):
 			results[i].Outcome = Conflict
 			stored := &Record{Scope: claims[j].Scope, MessageID: claims[j].MessageID, Fingerprint: claims[j].Fingerprint, State: StateInFlight}
 			if results[j].Record != nil {
@@ -293,6 +300,11 @@ func (s *Store) claimBatch(ctx context.Context, tx pgx.Tx, claims []Claim, xid *
 			conflicts = append(conflicts, i)
 		case results[j].Outcome == Claimed:
 			results[i].Outcome = Duplicate
+		case results[j].Outcome == Conflict: // the stored payload again
+			results[i].Outcome, results[i].Record = Duplicate, results[j].Record
+			if results[j].Record.State == StateInFlight {
+				results[i].Outcome = InFlight
+			}
 		default:
 			results[i].Outcome = results[j].Outcome
 			results[i].Record = results[j].Record

@@ -167,9 +167,10 @@ func TestClaimBatch(t *testing.T) {
 	b := setup(t, pgtest.Options{}, processed.Config{})
 	ctx := context.Background()
 	require.NoError(t, b.inTx(t, func(tx pgx.Tx) error {
-		_, err := b.store.ClaimTx(ctx, tx, "s", "old", fp)
-		if err != nil {
-			return err
+		for _, id := range []string{"kept", "old"} {
+			if _, err := b.store.ClaimTx(ctx, tx, "s", id, fp); err != nil {
+				return err
+			}
 		}
 		return b.store.CompleteTx(ctx, tx, "s", "old", &processed.Response{Status: 201, Body: []byte(`{"id":1}`), Headers: map[string]string{"Content-Type": "application/json"}})
 	}))
@@ -180,6 +181,8 @@ func TestClaimBatch(t *testing.T) {
 		{Scope: "s", MessageID: "b", Fingerprint: fp},              // repeat of index 0
 		{Scope: "s", MessageID: "a", Fingerprint: []byte("other")}, // conflicting repeat of index 2
 		{Scope: "other", MessageID: "a", Fingerprint: fp},          // another scope: new
+		{Scope: "s", MessageID: "kept", Fingerprint: []byte("x")},  // conflicts with the stored record
+		{Scope: "s", MessageID: "kept", Fingerprint: fp},           // the stored payload again: duplicate
 	}
 	var res []processed.Result
 	require.NoError(t, b.inTx(t, func(tx pgx.Tx) error {
@@ -191,13 +194,17 @@ func TestClaimBatch(t *testing.T) {
 	for i, r := range res {
 		got[i] = r.Outcome
 	}
-	require.Equal(t, []processed.Outcome{processed.Claimed, processed.Duplicate, processed.Claimed, processed.Duplicate, processed.Conflict, processed.Claimed}, got)
+	require.Equal(t, []processed.Outcome{
+		processed.Claimed, processed.Duplicate, processed.Claimed, processed.Duplicate, processed.Conflict, processed.Claimed,
+		processed.Conflict, processed.Duplicate,
+	}, got)
 	require.Equal(t, 201, res[1].Record.Response.Status)
 	require.Equal(t, `{"id":1}`, string(res[1].Record.Response.Body))
 	require.Equal(t, "application/json", res[1].Record.Response.Headers["Content-Type"])
 	require.Equal(t, 0, res[3].FirstIndex)
 	require.Equal(t, 2, res[4].FirstIndex)
-	require.Equal(t, 4, b.db.Count(t, "{schema}.processed_messages"))
+	require.Equal(t, 5, b.db.Count(t, "{schema}.processed_messages"))
+	require.Equal(t, 1, b.db.Count(t, "{schema}.conflicts WHERE message_id = 'kept'"), "one conflict, not two")
 }
 
 func TestRetentionAndPrune(t *testing.T) {

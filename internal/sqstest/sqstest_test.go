@@ -192,6 +192,22 @@ func TestGoawsLimitations(t *testing.T) {
 		require.Equal(t, []string{"a-1", "b-1", "a-3"}, bodies(Receive(t, url, 10, time.Second, 0)))
 	})
 
+	t.Run("ApproximateNumberOfMessages counts the messages in flight", func(t *testing.T) {
+		// SQS counts the visible messages only; in flight are ApproximateNumberOfMessagesNotVisible.
+		url := Queue(t, nil)
+		Send(t, url, Message{Body: "a"}, Message{Body: "b"})
+		require.Len(t, Receive(t, url, 1, time.Second, 30*time.Second), 1)
+		out, err := Client(t).GetQueueAttributes(context.Background(), &sqs.GetQueueAttributesInput{
+			QueueUrl: aws.String(url),
+			AttributeNames: []types.QueueAttributeName{
+				types.QueueAttributeNameApproximateNumberOfMessages, types.QueueAttributeNameApproximateNumberOfMessagesNotVisible,
+			},
+		})
+		require.NoError(t, err)
+		require.Equal(t, "2", out.Attributes["ApproximateNumberOfMessages"], "SQS would say 1")
+		require.Equal(t, "1", out.Attributes["ApproximateNumberOfMessagesNotVisible"])
+	})
+
 	t.Run("deduplication ends when the message is deleted", func(t *testing.T) {
 		url := FIFOQueue(t, nil)
 		Send(t, url, Message{Body: "first", GroupID: "g", DeduplicationID: "op"})
