@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/idemd/idemd/consumer"
 	"github.com/idemd/idemd/pipeline"
@@ -293,6 +294,23 @@ func (p *parser) subscription(w *where, s *consumer.Config, names map[string]str
 
 // subscriptionSource checks the subscription's source — exactly one of topics (Kafka),
 // pubsub and sqs — and returns its door.
+// lease checks a broker subscription's lease and max_lease.
+func (p *parser) lease(w *where, s *consumer.Config, door string) {
+	for _, k := range []string{"lease", "max_lease"} {
+		if door == consumer.DoorKafka && w.set(k) {
+			p.errf(w, k, "only Pub/Sub and SQS subscriptions lease their messages (a Kafka partition is held by its consumer group)")
+		}
+	}
+	switch {
+	case door == consumer.DoorSQS && s.Lease%time.Second != 0:
+		p.errf(w, "lease", "SQS visibility timeouts are whole seconds, got %s", s.Lease)
+	case door == consumer.DoorPubSub && s.Lease != 0 && s.Lease < 6*time.Second:
+		p.errf(w, "lease", "at least 6s (the Pub/Sub client extends a deadline 5 s after the stream opens), got %s", s.Lease)
+	case s.MaxLease != 0 && s.MaxLease < s.Lease:
+		p.errf(w, "max_lease", "shorter than lease (%s < %s)", s.MaxLease, s.Lease)
+	}
+}
+
 func (p *parser) subscriptionSource(w *where, s *consumer.Config) string {
 	var set []string
 	for _, k := range []string{"topics", "pubsub", "sqs"} {
@@ -318,6 +336,7 @@ func (p *parser) subscriptionSource(w *where, s *consumer.Config) string {
 	if door != consumer.DoorKafka && w.set("group") {
 		p.errf(w, "group", "only Kafka subscriptions have a consumer group (a Pub/Sub subscription or an SQS queue is shared as it is)")
 	}
+	p.lease(w, s, door)
 	switch door {
 	case consumer.DoorKafka:
 		if len(s.Topics) == 0 {

@@ -126,10 +126,10 @@ type Config struct {
 	// Lease/3; whole seconds; default 30 s); Pub/Sub, the ack deadline asked at receipt and
 	// on each extension (at least 6 s; default: the client's choice, 10 s to 10 minutes
 	// following the observed processing time).
-	Lease time.Duration `yaml:"-"`
+	Lease time.Duration `yaml:"lease"`
 	// MaxLease bounds how long a held Pub/Sub or SQS message's lease is extended; after it
 	// the broker redelivers the message and its id deduplicates it. Defaults to 10 minutes.
-	MaxLease time.Duration `yaml:"-"`
+	MaxLease time.Duration `yaml:"max_lease"`
 	// BacklogInterval is how often a running SQS subscription exports its queue's backlog
 	// (idemd_subscription_backlog, Backlog). Defaults to 15 s.
 	BacklogInterval time.Duration `yaml:"-"`

@@ -31,7 +31,7 @@ func TestBrokersEndToEnd(t *testing.T) {
 	schema := testSchema(t)
 	pool := pgtest.Pool(t, 2)
 	ctx := context.Background()
-	app := pgx.Identifier{schema + "_app"}.Sanitize()
+	app := schema + "_app" // lower case letters, digits and _: no quoting needed in the YAML's SQL
 	_, err := pool.Exec(ctx, "CREATE SCHEMA "+app+"; CREATE TABLE "+app+".hops (seq bigserial PRIMARY KEY, hop text NOT NULL, message_id text NOT NULL, event text NOT NULL, key text NOT NULL)")
 	require.NoError(t, err)
 	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), "DROP SCHEMA "+app+" CASCADE") })

@@ -14,6 +14,9 @@ import (
 func (d *daemon) startLagMonitors(start starter, consumers []*consumer.Consumer) error {
 	for _, c := range consumers {
 		cfg := c.Config()
+		if cfg.Door() != consumer.DoorKafka {
+			continue // a Pub/Sub or SQS subscription exports its own backlog, where the broker tells it
+		}
 		m, err := consumer.NewLagMonitor(&consumer.LagConfig{
 			Name: cfg.Name, Brokers: d.cfg.Brokers, Topics: cfg.Topics, Group: cfg.Group, Logger: d.cfg.Logger,
 			Owned: c.Owns,

@@ -79,7 +79,7 @@ func TestBrokerCrashLoop(t *testing.T) {
 		out := sqstest.FIFOQueue(t, nil)
 		brokerCrashLoop(t, "sqs", brokerDoor{
 			// A short lease, so that the messages a killed process held come back soon.
-			source: fmt.Sprintf("sqs: {queue: %s, visibility: 3s}", in),
+			source: fmt.Sprintf("sqs: {queue: %s}\n    lease: 3s", in),
 			target: fmt.Sprintf("{sqs: {queue: %s}, key: {json: /id}}", out),
 			env: map[string]string{"AWS_ENDPOINT_URL_SQS": sqstest.Endpoint(t), "AWS_REGION": "us-east-1",
 				"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test"},

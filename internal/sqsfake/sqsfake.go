@@ -29,6 +29,7 @@ import (
 	"github.com/Admiral-Piett/goaws/app/gosqs"
 	"github.com/Admiral-Piett/goaws/app/interfaces"
 	"github.com/Admiral-Piett/goaws/app/models"
+	"github.com/sirupsen/logrus"
 )
 
 // AccountID is the account in the fake's queue URLs and ARNs.
@@ -63,6 +64,10 @@ func Start(addr string) (*Server, error) {
 		return nil, fmt.Errorf("sqsfake: %w", err)
 	}
 	host, port, _ := net.SplitHostPort(ln.Addr().String())
+	// goaws logs through logrus's standard logger, every message body at info: above
+	// error, nothing of it is wanted in idemd dev's output or the tests'. (idemd's own
+	// loggers are logrus.New() ones.)
+	logrus.SetLevel(logrus.ErrorLevel)
 	models.SyncQueues.Lock()
 	models.SyncQueues.Queues = map[string]*models.Queue{}
 	// Region is left empty here: goaws would put it in front of the host of queue URLs
