@@ -28,11 +28,8 @@ type Resources struct {
 }
 
 // KafkaTargets reports whether the relay needs Kafka: the pipelines publish to a Kafka topic
-// (a target or a dead-letter topic), or they name no Pub/Sub or SQS target, so that the
-// relay's only broker is Kafka (the outbox rows library users write name Kafka topics).
-func (r *Resources) KafkaTargets() bool {
-	return r.kafkaTargets || len(r.PubSubTopics)+len(r.SQSTargets) == 0
-}
+// (a target or a dead-letter topic).
+func (r *Resources) KafkaTargets() bool { return r.kafkaTargets }
 
 // PubSubName is a Pub/Sub subscription as a pipeline names it.
 type PubSubName struct {

@@ -4,9 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/smithy-go"
 	"github.com/sirupsen/logrus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/idemd/idemd/config"
 	"github.com/idemd/idemd/consumer"
@@ -144,4 +151,111 @@ func closeClients(c *brokerenv.Clients, log *logrus.Entry) {
 	if err := c.Close(); err != nil {
 		log.WithError(err).Warn("error closing the Pub/Sub clients")
 	}
+}
+
+// checkBrokers reaches Pub/Sub and SQS as the roles would (check). A subscription whose
+// Pub/Sub subscription or SQS queue does not exist is a problem: serve would stop. A publish
+// target whose topic or queue does not exist is a warning: the relay holds its events until
+// it exists (IDEMD_RELAY_MAX_FAILING_FOR). reached says which broker answered.
+func (d *daemon) checkBrokers(ctx context.Context) (problems, warnings []error, reached []string) {
+	if d.clients == nil {
+		return nil, nil, nil
+	}
+	consumes, publishes := d.cfg.has(roleConsumer), d.cfg.has(roleRelay)
+	answered := map[string]bool{}
+	note := func(broker string, err error) error {
+		if err == nil {
+			answered[broker] = true
+		}
+		return err
+	}
+	if consumes {
+		for _, s := range d.res.PubSubSubscriptions {
+			missing, err := d.pubsubMissing(ctx, subscriptionProject(s), "subscriptions", s.Name)
+			switch {
+			case note("Pub/Sub", err) != nil:
+				warnings = append(warnings, fmt.Errorf("subscription %q: Pub/Sub does not answer: %w", s.Pipeline, err))
+			case missing != "":
+				problems = append(problems, fmt.Errorf("subscription %q: the Pub/Sub subscription %s does not exist: serve would stop (idemd creates none outside idemd dev)", s.Pipeline, missing))
+			}
+		}
+		for _, q := range d.res.SQSSubscriptions {
+			exists, err := d.sqsExists(ctx, q)
+			switch {
+			case note("SQS", err) != nil:
+				warnings = append(warnings, fmt.Errorf("SQS does not answer (queue %s): %w", q, err))
+			case !exists:
+				problems = append(problems, fmt.Errorf("the SQS queue %s does not exist: serve would stop (idemd creates none outside idemd dev)", q))
+			}
+		}
+	}
+	if publishes {
+		for _, t := range d.res.PubSubTopics {
+			missing, err := d.pubsubMissing(ctx, publishProject(d.cfg.Lookup, &d.res), "topics", t)
+			switch {
+			case note("Pub/Sub", err) != nil:
+				warnings = append(warnings, fmt.Errorf("Pub/Sub does not answer (topic %s): %w", t, err))
+			case missing != "":
+				warnings = append(warnings, fmt.Errorf("the Pub/Sub topic %s does not exist: serve starts, but the relay holds its events until it does (and dead-letters them after IDEMD_RELAY_MAX_FAILING_FOR)", missing))
+			}
+		}
+		for _, q := range d.res.SQSTargets {
+			exists, err := d.sqsExists(ctx, q)
+			switch {
+			case note("SQS", err) != nil:
+				warnings = append(warnings, fmt.Errorf("SQS does not answer (queue %s): %w", q, err))
+			case !exists:
+				warnings = append(warnings, fmt.Errorf("the SQS queue %s does not exist: serve starts, but the relay holds its events until it does (and dead-letters them after IDEMD_RELAY_MAX_FAILING_FOR)", q))
+			}
+		}
+	}
+	for _, b := range []string{"Pub/Sub", "SQS"} {
+		if answered[b] {
+			reached = append(reached, b+" answers")
+		}
+	}
+	return problems, warnings, reached
+}
+
+// pubsubMissing returns the full name of the Pub/Sub resource (kind "subscriptions" or
+// "topics") when it does not exist, "" when it does.
+func (d *daemon) pubsubMissing(ctx context.Context, project, kind, name string) (string, error) {
+	cl, err := d.clients.PubSub(ctx, project)
+	if err != nil {
+		return "", err
+	}
+	full := name
+	if config.ProjectOf(name) == "" {
+		full = "projects/" + cl.Project() + "/" + kind + "/" + name
+	}
+	if kind == "subscriptions" {
+		_, err = cl.SubscriptionAdminClient.GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: full})
+	} else {
+		_, err = cl.TopicAdminClient.GetTopic(ctx, &pubsubpb.GetTopicRequest{Topic: full})
+	}
+	if status.Code(err) == codes.NotFound {
+		return full, nil
+	}
+	return "", err
+}
+
+// sqsExists reports whether queue (a name or a URL) exists.
+func (d *daemon) sqsExists(ctx context.Context, queue string) (bool, error) {
+	cl, err := d.clients.SQS(ctx)
+	if err != nil {
+		return false, err
+	}
+	if strings.Contains(queue, "://") {
+		_, err = cl.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: aws.String(queue)})
+	} else {
+		_, err = cl.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(queue)})
+	}
+	var api smithy.APIError
+	if errors.As(err, &api) {
+		switch strings.TrimPrefix(api.ErrorCode(), "AWS.SimpleQueueService.") {
+		case "QueueDoesNotExist", "NonExistentQueue":
+			return false, nil
+		}
+	}
+	return err == nil, err
 }

@@ -13,6 +13,8 @@ import (
 	"github.com/idemd/idemd/internal/kafkatest"
 	"github.com/idemd/idemd/internal/pgtest"
 	"github.com/idemd/idemd/internal/proctest"
+	"github.com/idemd/idemd/internal/pubsubtest"
+	"github.com/idemd/idemd/internal/sqstest"
 )
 
 // TestCheckAgreesWithServe: for each configuration, `idemd check` exits 0 exactly when
@@ -27,6 +29,27 @@ func TestCheckAgreesWithServe(t *testing.T) {
 	}
 	withSubscription := func(in string) string {
 		return sourcesOnly(topic()) + "subscriptions:\n  - name: ledger\n    topics: [" + in + "]\n"
+	}
+	// Pub/Sub and SQS: the fakes of the tests, with a subscription and a queue that exist.
+	psTopic := pubsubtest.Topic(t)
+	psSub := pubsubtest.Subscription(t, psTopic, pubsubtest.SubscriptionConfig{})
+	queue := sqstest.Queue(t, nil)
+	pubsubEnv := map[string]string{"IDEMD_ROLES": "consumer,relay", "PUBSUB_EMULATOR_HOST": pubsubtest.Addr(t)}
+	sqsEnv := map[string]string{"IDEMD_ROLES": "consumer,relay", "AWS_ENDPOINT_URL_SQS": sqstest.Endpoint(t),
+		"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+		"AWS_CONFIG_FILE": "/nonexistent/aws-config", "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent/aws-credentials"}
+	with := func(base map[string]string, kv ...string) map[string]string {
+		m := maps.Clone(base)
+		for i := 0; i < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return m
+	}
+	pubsubSub := func(name string) string {
+		return "subscriptions:\n  - name: gcp\n    pubsub: {subscription: " + name + "}\n    publish: {pubsub: {topic: " + psTopic + "}}\n"
+	}
+	sqsSub := func(queue string) string {
+		return "subscriptions:\n  - name: aws\n    sqs: {queue: " + queue + "}\n"
 	}
 	for _, tc := range []struct {
 		name   string
@@ -58,6 +81,20 @@ func TestCheckAgreesWithServe(t *testing.T) {
 			vars: map[string]string{"IDEMD_ROLES": "receiver", "IDEMD_DB_MAX_CONNS": "1"}, starts: false},
 		{name: "tracing on", file: sourcesOnly(topic()),
 			vars: map[string]string{"IDEMD_ROLES": "receiver", "OTEL_TRACES_EXPORTER": "console", "OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.5"}, starts: true},
+		{name: "pubsub subscription and topic", file: pubsubSub(pubsubtest.ID(psSub)),
+			vars: with(pubsubEnv, "PUBSUB_PROJECT_ID", pubsubtest.Project), starts: true},
+		{name: "pubsub subscription named in full, no project", file: pubsubSub(psSub),
+			vars: pubsubEnv, starts: true},
+		{name: "pubsub subscription without a project", file: pubsubSub(pubsubtest.ID(psSub)),
+			vars: pubsubEnv, starts: false},
+		{name: "pubsub subscription that does not exist", file: pubsubSub(pubsubtest.SubscriptionName("nonexistent-subscription")),
+			vars: pubsubEnv, starts: false},
+		{name: "sqs queue", file: sqsSub(queue),
+			vars: with(sqsEnv, "AWS_REGION", "us-east-1"), starts: true},
+		{name: "sqs without a region", file: sqsSub(queue),
+			vars: sqsEnv, starts: false},
+		{name: "sqs queue that does not exist", file: sqsSub("nonexistent-queue"),
+			vars: with(sqsEnv, "AWS_REGION", "us-east-1"), starts: false},
 		{name: "tracing with an unknown sampler", file: sourcesOnly(topic()),
 			vars: map[string]string{"IDEMD_ROLES": "receiver", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318", "OTEL_TRACES_SAMPLER": "sometimes"}, starts: false},
 	} {

@@ -357,6 +357,15 @@ func (d *daemon) prepare(ctx context.Context) error {
 	if err := d.cfg.Pipelines.PrepareSQL(ctx, d.pool); err != nil {
 		return fmt.Errorf("the pipelines file is not valid:\n%w", err)
 	}
+	// Pub/Sub subscriptions and SQS queues must exist (idemd creates none); a missing
+	// publish target only holds its events.
+	problems, warnings, _ := d.checkBrokers(ctx)
+	for _, w := range warnings {
+		d.log.WithError(w).Warn("a Pub/Sub or SQS resource is not ready")
+	}
+	if len(problems) > 0 {
+		return errors.Join(problems...)
+	}
 	if d.cfg.CreateTopics && len(d.cfg.Brokers) > 0 {
 		topics := d.cfg.Pipelines.Topics()
 		if err := createTopics(ctx, d.cfg.Brokers, topics); err != nil {
@@ -465,6 +474,11 @@ func (d *daemon) startRelay(start starter) error {
 	pubsubPub, sqsPub, err := d.publishers()
 	if err != nil {
 		return fmt.Errorf("error starting the relay: %w", err)
+	}
+	if len(d.cfg.Brokers) == 0 && pubsubPub == nil && sqsPub == nil {
+		// Nothing names a broker to publish to (HTTP targets have their deliverer).
+		d.log.Info("no Kafka brokers and no Pub/Sub or SQS publish target: the outbox relay is not started")
+		return nil
 	}
 	relay, err := outbox.NewRelay(d.pool, &outbox.RelayConfig{
 		Schema:         d.cfg.Schema,

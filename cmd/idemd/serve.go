@@ -221,15 +221,21 @@ func (c *cli) check(args []string) int {
 	// pair, the database URL. The daemon is built and dropped: nothing connects.
 	quiet := logrus.New()
 	quiet.SetOutput(io.Discard)
-	if d, err := newDaemon(daemonConfigFrom(e, f, c.env.lookup, logrus.NewEntry(quiet), nil)); err != nil {
-		problems.add(err)
-	} else {
-		d.close()
-	}
-
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	reached := []string{}
+	if d, err := newDaemon(daemonConfigFrom(e, f, c.env.lookup, logrus.NewEntry(quiet), nil)); err != nil {
+		problems.add(err)
+	} else {
+		p, w, r := d.checkBrokers(ctx)
+		problems.add(errors.Join(p...))
+		for _, err := range w {
+			warnings.add(err)
+		}
+		reached = append(reached, r...)
+		d.close()
+	}
+
 	if e.DatabaseURL != "" {
 		if pool, err := connect(ctx, e); err != nil {
 			problems.add(err)
