@@ -509,8 +509,9 @@ func TestRelayDeadLettersAMissingQueueAfterMaxFailingFor(t *testing.T) {
 	rp := deadletter.NewReplayer(b.db.Pool, deadletter.New(b.db.Schema))
 	b.store.RegisterReplay(rp)
 	for _, l := range letters {
-		_, err := rp.Replay(context.Background(), l.ID)
+		out, err := rp.Replay(context.Background(), l.ID)
 		require.NoError(t, err)
+		require.Contains(t, out, fmt.Sprintf("event requeued to SQS queue %q with the same operation id", missing))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
