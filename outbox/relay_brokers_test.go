@@ -134,6 +134,13 @@ func pullAll(t *testing.T, sub string, want, total int) []*pubsubpb.PubsubMessag
 	return out
 }
 
+// orderedTopic creates a topic and an ordered subscription on it (for pullAll).
+func orderedTopic(t *testing.T) (topic, sub string) {
+	t.Helper()
+	topic = pubsubtest.Topic(t)
+	return topic, pubsubtest.Subscription(t, topic, pubsubtest.SubscriptionConfig{Ordered: true})
+}
+
 // receiveFIFO reads n messages of a FIFO queue of one group in order, deleting each (goaws
 // hands out a group's next message once the previous one is deleted).
 func receiveFIFO(t *testing.T, url string, n int) []types.Message {
@@ -221,8 +228,7 @@ func requireOrder(t *testing.T, records []recordLike, want int) {
 func TestRelayPublishesToPubSubAndSQS(t *testing.T) {
 	t.Parallel()
 	b := setupBrokerRelay(t, pubsubtest.Client(t), sqstest.Client(t))
-	topic := pubsubtest.Topic(t)
-	sub := pubsubtest.Subscription(t, topic, pubsubtest.SubscriptionConfig{Ordered: true})
+	topic, sub := orderedTopic(t)
 	fifo := sqstest.FIFOQueue(t, nil)
 	queue := fifo[strings.LastIndexByte(fifo, '/')+1:]
 
@@ -276,8 +282,7 @@ func TestRelayPublishesToPubSubAndSQS(t *testing.T) {
 func TestRelayBrokersCrashBetweenPublishAndMark(t *testing.T) {
 	t.Parallel()
 	b := setupBrokerRelay(t, pubsubtest.Client(t), sqstest.Client(t))
-	topic := pubsubtest.Topic(t)
-	sub := pubsubtest.Subscription(t, topic, pubsubtest.SubscriptionConfig{Ordered: true})
+	topic, sub := orderedTopic(t)
 	fifo := sqstest.FIFOQueue(t, nil)
 	toPubSub := brokerEvents(outbox.PubSubDestination(pubsubtest.ID(topic)), "ps", 30, "a", "b")
 	toSQS := brokerEvents(outbox.SQSDestination(fifo), "sq", 30, "g")
@@ -398,8 +403,7 @@ func TestRelayPubSubAndSQSOutage(t *testing.T) {
 	sqsClient := sqs.New(sqs.Options{Region: sqsfake.Region, BaseEndpoint: aws.String("http://" + sqsProxy.addr()),
 		Credentials: credentials.NewStaticCredentialsProvider("test", "test", "")})
 	b := setupBrokerRelay(t, psClient, sqsClient)
-	topic := pubsubtest.Topic(t)
-	sub := pubsubtest.Subscription(t, topic, pubsubtest.SubscriptionConfig{Ordered: true})
+	topic, sub := orderedTopic(t)
 	fifo := sqstest.FIFOQueue(t, nil)
 	psDest, sqsDest := outbox.PubSubDestination(topic), outbox.SQSDestination(fifo)
 
@@ -505,8 +509,9 @@ func TestRelayDeadLettersAMissingQueueAfterMaxFailingFor(t *testing.T) {
 	rp := deadletter.NewReplayer(b.db.Pool, deadletter.New(b.db.Schema))
 	b.store.RegisterReplay(rp)
 	for _, l := range letters {
-		_, err := rp.Replay(context.Background(), l.ID)
+		out, err := rp.Replay(context.Background(), l.ID)
 		require.NoError(t, err)
+		require.Contains(t, out, fmt.Sprintf("event requeued to SQS queue %q with the same operation id", missing))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -526,8 +531,7 @@ func TestRelayDeadLettersAnEventItsBrokerRefuses(t *testing.T) {
 	t.Parallel()
 	b := setupBrokerRelay(t, pubsubtest.Client(t), sqstest.Client(t))
 	queue := sqstest.FIFOQueue(t, map[string]string{"MaximumMessageSize": "1024"})
-	topic := pubsubtest.Topic(t)
-	sub := pubsubtest.Subscription(t, topic, pubsubtest.SubscriptionConfig{Ordered: true})
+	topic, sub := orderedTopic(t)
 
 	toSQS := brokerEvents(outbox.SQSDestination(queue), "sq", 6, "g")
 	bigSQS := outbox.Event{Topic: outbox.SQSDestination(queue), Key: []byte("g"), Payload: []byte(strings.Repeat("x", 2000)), Pipeline: "p", CausationID: "big-sqs"}
@@ -584,8 +588,7 @@ func TestRelayMixedDestinations(t *testing.T) {
 	ps, err := outbox.NewPubSubPublisher(pubsubtest.Client(t), nil)
 	require.NoError(t, err)
 	b.pubsub, b.sqs = ps, &recordingSQS{Client: sqstest.Client(t)}
-	topic := pubsubtest.Topic(t)
-	sub := pubsubtest.Subscription(t, topic, pubsubtest.SubscriptionConfig{Ordered: true})
+	topic, sub := orderedTopic(t)
 	queue := sqstest.Queue(t, nil)
 	missing := sqstest.Name(t) + "-missing"
 

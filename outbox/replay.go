@@ -10,8 +10,9 @@ import (
 )
 
 // RegisterReplay tells rp how the relay's letters (deadletter.DoorRelay: events the broker
-// refused) are replayed, once the cause is fixed (the topic's max.message.bytes, the
-// topic itself): the event goes back to the outbox with its operation id, and the letter is
+// refused) are replayed, once the cause is fixed (the topic's max.message.bytes, the queue's
+// MaximumMessageSize, the topic or queue itself): the event goes back to the outbox with its
+// destination (a Kafka topic, "pubsub:…", "sqs:…"), key and operation id, and the letter is
 // marked replayed, in one transaction under the letter's lock.
 func (s *Store) RegisterReplay(rp *deadletter.Replayer) {
 	rp.Register(deadletter.DoorRelay, "", s.replay)
@@ -39,5 +40,10 @@ func (s *Store) replay(ctx context.Context, tx pgx.Tx, l *deadletter.Letter) (st
 	if err := s.EnqueueTx(ctx, tx, ev); err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("event requeued to topic %q with the same operation id %s", topic, op), nil
+	kind, name := ParseDestination(topic)
+	noun := "topic"
+	if kind != DestinationKafka {
+		noun = destinationNoun(kind)
+	}
+	return fmt.Sprintf("event requeued to %s %q with the same operation id %s", noun, name, op), nil
 }

@@ -229,7 +229,7 @@ func TestNewErrors(t *testing.T) {
 		{Source{Name: "x", Verify: Verify{Scheme: "none"}, MessageID: &pipeline.Field{Header: "X-Id"}}, `source 0 ("x"): verify.scheme none is refused`},
 		{Source{Name: "x", Verify: Verify{Scheme: "github", Secrets: []string{"s-0123456789abcdef"}}, Effect: Effect{SQL: "INSERT INTO nowhere VALUES (@message_id)"}}, `source 0 ("x"): effect.sql does not prepare`},
 		{Source{Name: "x", Verify: Verify{Scheme: "hmac-sha256", Secrets: []string{"s-0123456789abcdef"}, Header: "X-S"}}, "message_id is required"},
-		{Source{Name: "x", Verify: Verify{Scheme: "github", Secrets: []string{"s-0123456789abcdef"}}, Publish: pipeline.Targets{{}}}, "publish[0]: want topic, http or both"},
+		{Source{Name: "x", Verify: Verify{Scheme: "github", Secrets: []string{"s-0123456789abcdef"}}, Publish: pipeline.Targets{{}}}, "publish[0]: want topic, pubsub, sqs or http"},
 		{Source{Verify: Verify{Scheme: "github", Secrets: []string{"s-0123456789abcdef"}}}, "name is required"},
 	} {
 		_, err := New(db.Pool, &Config{Schema: db.Schema, Sources: []Source{tc.src}})
