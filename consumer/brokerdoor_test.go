@@ -2,7 +2,6 @@ package consumer_test
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -176,13 +175,4 @@ func (d *brokerDoor) Restart(t *testing.T) {
 
 func (d *brokerDoor) RegisterReplay(_ *testing.T, rp *deadletter.Replayer) {
 	d.current.RegisterReplay(rp)
-}
-
-// brokerMessages sends n JSON messages {"id": prefix+i} and returns their bodies.
-func brokerBodies(prefix string, n int) []string {
-	out := make([]string, n)
-	for i := range out {
-		out[i] = fmt.Sprintf(`{"id":"%s%d"}`, prefix, i)
-	}
-	return out
 }
