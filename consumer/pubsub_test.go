@@ -3,10 +3,12 @@ package consumer
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"cloud.google.com/go/pubsub/v2/pstest"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemd/idemd/internal/pubsubtest"
@@ -96,8 +98,14 @@ func TestPubSubSourceOrderingKeys(t *testing.T) {
 	require.Equal(t, []string{"k2-0", "k2-1", "k2-2", "k2-3", "k2-4"}, lanes["k2"])
 }
 
-// TestPubSubSourceCloseReleases: what the source holds at Close is nacked, so that another
-// consumer gets it at once; a missing subscription fails Receive.
+// TestPubSubSourceCloseReleases: what the source holds at Close is nacked (a modack to 0 s
+// reaches the server) and never acked, so that the broker redelivers it at once rather than
+// after its 60 s deadline; a missing subscription fails Receive.
+//
+// The redelivery itself is pstest's to do and is not asserted here: the client sends its
+// last nacks while its streams are still open, and pstest may hand the message out again on
+// a closing stream, which the client then drops; that copy comes back after its ack
+// deadline (docs/brokers.md). Nothing is lost either way.
 func TestPubSubSourceCloseReleases(t *testing.T) {
 	t.Parallel()
 	fake := pubsubtest.Fake(t)
@@ -108,9 +116,10 @@ func TestPubSubSourceCloseReleases(t *testing.T) {
 	receiveN(t, s, 1)
 	require.NoError(t, s.Close())
 	require.NoError(t, s.Close(), "Close is safe twice")
-	next := newTestPubSubSource(t, pubsubSourceConfig{Subscription: sub})
-	require.Equal(t, id, receiveN(t, next, 1)[0].ID, "redelivered before its 60 s deadline")
-	require.Zero(t, fake.Message(id).Acks)
+	m := fake.Message(id)
+	require.Zero(t, m.Acks)
+	require.True(t, slices.ContainsFunc(m.Modacks, func(x pstest.Modack) bool { return x.AckDeadline == 0 }),
+		"Close nacked the held message (a modack to 0 s): %+v", m.Modacks)
 
 	missing := newTestPubSubSource(t, pubsubSourceConfig{Subscription: pubsubtest.SubscriptionName(pubsubtest.Name(t))})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -2,6 +2,9 @@ package main
 
 import (
 	"cmp"
+	"context"
+	"errors"
+	"sync"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -11,7 +14,8 @@ import (
 
 // newAdmin builds the admin server of the daemon (package admin): it starts before the
 // migrations, so that a probe can tell "alive but not ready" from "dead".
-func newAdmin(c *daemonConfig, pool *pgxpool.Pool) (*admin.Server, error) {
+// running is the daemon's running consumers, whose SQS backlog the console shows.
+func newAdmin(c *daemonConfig, pool *pgxpool.Pool, running *runningConsumers) (*admin.Server, error) {
 	cfg := &admin.Config{
 		Schema: c.Schema, Tokens: c.AdminTokens, InsecureReads: c.AdminInsecureReads,
 		OutboxKeepsPublished: c.OutboxKeepPublished, Logger: c.Logger,
@@ -20,9 +24,18 @@ func newAdmin(c *daemonConfig, pool *pgxpool.Pool) (*admin.Server, error) {
 	if subs := c.Pipelines.Consumers(); len(subs) > 0 {
 		kc := &admin.KafkaConsumers{Pool: pool, Schema: c.Schema, Brokers: c.Brokers}
 		for _, s := range subs {
-			kc.Subscriptions = append(kc.Subscriptions, admin.KafkaSubscription{
-				Pipeline: s.Name, Group: cmp.Or(s.Group, consumer.GroupPrefix+s.Name), Topics: s.Topics,
-			})
+			switch s.Door() {
+			case consumer.DoorKafka:
+				kc.Subscriptions = append(kc.Subscriptions, admin.KafkaSubscription{
+					Pipeline: s.Name, Group: cmp.Or(s.Group, consumer.GroupPrefix+s.Name), Topics: s.Topics,
+				})
+			case consumer.DoorPubSub:
+				kc.Brokered = append(kc.Brokered, admin.BrokerSubscription{Pipeline: s.Name, Door: s.Door(), Subscription: s.PubSub.Subscription})
+			case consumer.DoorSQS:
+				kc.Brokered = append(kc.Brokered, admin.BrokerSubscription{
+					Pipeline: s.Name, Door: s.Door(), Subscription: s.SQS.Queue, Backlog: running.backlog(s.Name),
+				})
+			}
 		}
 		cfg.Consumers = kc
 	}
@@ -30,4 +43,33 @@ func newAdmin(c *daemonConfig, pool *pgxpool.Pool) (*admin.Server, error) {
 		cfg.Replayer = c.NewReplayer(pool)
 	}
 	return admin.New(pool, cfg)
+}
+
+// runningConsumers are the consumers this process runs, by pipeline (filled by
+// startConsumers).
+type runningConsumers struct {
+	mu sync.Mutex
+	m  map[string]*consumer.Consumer
+}
+
+func (r *runningConsumers) add(c *consumer.Consumer) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.m == nil {
+		r.m = map[string]*consumer.Consumer{}
+	}
+	r.m[c.Name()] = c
+}
+
+// backlog reads the backlog of pipeline's subscription through its running consumer.
+func (r *runningConsumers) backlog(pipeline string) func(ctx context.Context) (int64, error) {
+	return func(ctx context.Context) (int64, error) {
+		r.mu.Lock()
+		c := r.m[pipeline]
+		r.mu.Unlock()
+		if c == nil {
+			return 0, errors.New("this process does not run the subscription (role consumer)")
+		}
+		return c.Backlog(ctx)
+	}
 }

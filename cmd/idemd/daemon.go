@@ -130,6 +130,7 @@ type daemon struct {
 	pool    *pgxpool.Pool
 	res     config.Resources
 	clients *brokerenv.Clients
+	running *runningConsumers
 	tls     *tls.Config
 	signals daemonSignals
 }
@@ -212,7 +213,8 @@ func newDaemon(cfg *daemonConfig) (*daemon, error) {
 		closeClients(clients, c.Logger)
 		return nil, fmt.Errorf("error creating the connection pool: %w", err)
 	}
-	adm, err := newAdmin(&c, pool)
+	running := &runningConsumers{}
+	adm, err := newAdmin(&c, pool, running)
 	if err != nil {
 		pool.Close()
 		closeClients(clients, c.Logger)
@@ -226,6 +228,7 @@ func newDaemon(cfg *daemonConfig) (*daemon, error) {
 		tls:     tlsConf,
 		res:     res,
 		clients: clients,
+		running: running,
 	}, nil
 }
 
@@ -460,6 +463,7 @@ func (d *daemon) startConsumers(start starter) error {
 			return fmt.Errorf("error starting subscription %q: %w", cfg.Name, err)
 		}
 		consumers = append(consumers, c)
+		d.running.add(c)
 	}
 	for _, c := range consumers {
 		cctx, cancel := context.WithCancel(context.Background())

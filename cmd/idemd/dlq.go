@@ -453,7 +453,7 @@ func newReplayer(pool *pgxpool.Pool, e *Env, f *config.File, log *logrus.Entry) 
 	for _, cfg := range f.Consumers() {
 		cfg.Schema, cfg.Logger, cfg.Brokers = e.DBSchema, log, e.KafkaBrokers
 		if c, err := consumer.New(pool, cfg); err != nil {
-			refuse(deadletter.DoorKafka, cfg.Name, err)
+			refuse(deadletter.Door(cfg.Door()), cfg.Name, err)
 		} else {
 			c.RegisterReplay(rp)
 		}
