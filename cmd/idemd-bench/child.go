@@ -21,6 +21,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/idemd/idemd/consumer"
+	"github.com/idemd/idemd/internal/brokerenv"
 	"github.com/idemd/idemd/internal/metrics"
 	"github.com/idemd/idemd/outbox"
 	"github.com/idemd/idemd/pipeline"
@@ -50,6 +51,15 @@ type childConfig struct {
 	// KeepPublished is the relay's (-keep-published).
 	KeepPublished bool `json:"keep_published,omitempty"`
 	Prune         bool `json:"prune,omitempty"`
+	// PubSubSubscription or SQSQueue, when set, is what the consumer reads instead of Topic
+	// (the brokers section), with the clients idemd builds from BrokerEnv (the variables
+	// of internal/brokerenv: the fakes' addresses), the message id in the attribute
+	// IDAttribute, and Lease as consumer.Config.Lease (0: its default).
+	PubSubSubscription string            `json:"pubsub_subscription,omitempty"`
+	SQSQueue           string            `json:"sqs_queue,omitempty"`
+	BrokerEnv          map[string]string `json:"broker_env,omitempty"`
+	IDAttribute        string            `json:"id_attribute,omitempty"`
+	Lease              time.Duration     `json:"lease,omitempty"`
 }
 
 // effectSQL is the effect of every pipeline of the bench: one row per applied message.
@@ -93,6 +103,7 @@ func serveChild(ctx context.Context, kind, raw string, stdout io.Writer) error {
 		runFn  func(context.Context) error
 		detail string
 		after  func()
+		door   string // the consumer's
 	)
 	q := quote(c.Schema)
 	// parts run beside the door: the relay and the pruner, as in the daemon.
@@ -123,19 +134,39 @@ func serveChild(ctx context.Context, kind, raw string, stdout io.Writer) error {
 	}
 	switch kind {
 	case "consumer":
-		con, err := consumer.New(pool, &consumer.Config{
+		cfg := &consumer.Config{
 			Name:      "bench",
 			Brokers:   c.Brokers,
-			Topics:    []string{c.Topic},
-			Group:     c.Group,
 			Schema:    c.Schema,
 			Effect:    consumer.Effect{SQL: fmt.Sprintf(effectSQL, q)},
 			Publish:   pipeline.Targets{{Topic: c.OutboxTopic}},
 			BatchSize: c.Batch,
+			Lease:     c.Lease,
+			Logger:    log,
+		}
+		clients := brokerenv.New(func(name string) (string, bool) { v, ok := c.BrokerEnv[name]; return v, ok })
+		defer clients.Close() //nolint:errcheck // the clients of the bench's fakes
+		switch {
+		case c.PubSubSubscription != "":
+			cfg.PubSub = &consumer.PubSub{Subscription: c.PubSubSubscription}
+			if cfg.PubSubClient, err = clients.PubSub(ctx, ""); err != nil {
+				return err
+			}
+		case c.SQSQueue != "":
+			cfg.SQS = &consumer.SQS{Queue: c.SQSQueue}
+			if cfg.SQSClient, err = clients.SQS(ctx); err != nil {
+				return err
+			}
+		default:
+			cfg.Topics, cfg.Group = []string{c.Topic}, c.Group
 			// Short group timings: the run starts with a join.
-			HeartbeatInterval: 250 * time.Millisecond,
-			Logger:            log,
-		})
+			cfg.HeartbeatInterval = 250 * time.Millisecond
+		}
+		if c.IDAttribute != "" {
+			cfg.MessageID = &pipeline.Field{Attribute: c.IDAttribute}
+		}
+		door = cfg.Door()
+		con, err := consumer.New(pool, cfg)
 		if err != nil {
 			return err
 		}
@@ -191,7 +222,7 @@ func serveChild(ctx context.Context, kind, raw string, stdout io.Writer) error {
 	case "receiver":
 		fmt.Fprintf(os.Stderr, "%s child: %s\n", kind, txSummary("http"))
 	case "consumer":
-		fmt.Fprintf(os.Stderr, "%s child: %s\n", kind, txSummary("kafka"))
+		fmt.Fprintf(os.Stderr, "%s child: %s\n", kind, txSummary(door))
 	}
 	return err
 }

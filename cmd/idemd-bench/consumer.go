@@ -179,8 +179,8 @@ func (e *env) runConsumer(ctx context.Context, m consumerRun) (*Row, error) {
 	if _, err := e.pool.Exec(ctx, "TRUNCATE "+e.q()+".effects"); err != nil {
 		return nil, err
 	}
-	var before int64
-	if err := e.pool.QueryRow(ctx, "SELECT coalesce(max(id), 0) FROM "+e.q()+".outbox").Scan(&before); err != nil {
+	before, err := e.outboxMax(ctx)
+	if err != nil {
 		return nil, err
 	}
 	recs, unique := m.recs, m.unique
@@ -245,25 +245,9 @@ func (e *env) runConsumer(ctx context.Context, m consumerRun) (*Row, error) {
 		counted, window, total = len(recs)-int(w.atFirst), w.end.Sub(w.first), w.end.Sub(begin)
 	}
 	cpu := e.cpuPerMessage(ctx, c, len(recs))
-	rss, effects, err := e.stopAndCount(ctx, c)
+	rss, err := e.checkOnce(ctx, c, before, outTopic, m.partitions, unique, m.relay)
 	if err != nil {
 		return nil, err
-	}
-	// Every distinct id has its event, still waiting in the outbox or on the relay's topic
-	// (the relay deletes what it published, or marks it with -keep-published). A record may
-	// be on the topic twice and a published row still be waiting (at least once: the relay
-	// was stopped between a publish and its mark).
-	events, err := e.waitingCausations(ctx, before)
-	if err != nil {
-		return nil, err
-	}
-	if m.relay {
-		if err := e.readCausations(ctx, outTopic, m.partitions, events); err != nil {
-			return nil, err
-		}
-	}
-	if effects != unique || len(events) != unique {
-		return nil, fmt.Errorf("consumer applied %d effects and enqueued events of %d ids for %d distinct ids: not exactly once", effects, len(events), unique)
 	}
 	rate := float64(counted) / window.Seconds()
 	e.logf("consumer %s: %d msgs in %s (%d msgs, %s from start): %.0f msgs/s, peak RSS %.1f MiB",
@@ -275,6 +259,39 @@ func (e *env) runConsumer(ctx context.Context, m consumerRun) (*Row, error) {
 	return &Row{Section: "consumer", Mode: m.name, Count: counted, Seconds: window.Seconds(), Rate: rate, Unit: "msgs/s",
 		PeakRSSMiB: rss, CPU: cpu, Note: fmt.Sprintf("%d records, %d distinct ids, %d duplicates on %d partitions; each effect and outbox row once; %s (all %d from child start: %.0f msgs/s)",
 			len(recs), unique, len(recs)-unique, m.partitions, how, len(recs), float64(len(recs))/total.Seconds())}, nil
+}
+
+// outboxMax is the last outbox id so far: the rows of a run come after it.
+func (e *env) outboxMax(ctx context.Context) (int64, error) {
+	var before int64
+	err := e.pool.QueryRow(ctx, "SELECT coalesce(max(id), 0) FROM "+e.q()+".outbox").Scan(&before)
+	return before, err
+}
+
+// checkOnce stops the consumer child c and checks that the run applied exactly one effect
+// per distinct id and enqueued its event: every distinct id's event is still waiting in
+// the outbox (rows after before) or, with the relay running, on its topic (the relay deletes
+// what it published, or marks it with -keep-published). A record may be on the topic twice
+// and a published row still be waiting (at least once: the relay was stopped between a
+// publish and its mark). It returns the child's peak RSS.
+func (e *env) checkOnce(ctx context.Context, c *child, before int64, outTopic string, partitions, unique int, relay bool) (float64, error) {
+	rss, effects, err := e.stopAndCount(ctx, c)
+	if err != nil {
+		return rss, err
+	}
+	events, err := e.waitingCausations(ctx, before)
+	if err != nil {
+		return rss, err
+	}
+	if relay {
+		if err := e.readCausations(ctx, outTopic, partitions, events); err != nil {
+			return rss, err
+		}
+	}
+	if effects != unique || len(events) != unique {
+		return rss, fmt.Errorf("consumer applied %d effects and enqueued events of %d ids for %d distinct ids: not exactly once", effects, len(events), unique)
+	}
+	return rss, nil
 }
 
 // stopAndCount stops c and returns its peak RSS and how many effects the run wrote.

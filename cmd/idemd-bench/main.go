@@ -48,6 +48,10 @@ type options struct {
 	growthRows     []int
 	growthMessages int
 	pruneRows      int
+	brokerMessages int
+	pubsubMessages int
+	sqsPollers     []int
+	brokerDoors    string
 	only           string
 	jsonOut        bool
 	profileDir     string
@@ -57,10 +61,10 @@ type options struct {
 	brokers        string
 }
 
-var sections = []string{"limit", "consumer", "receiver", "relay", "peers", "growth", "prune", "amplification"}
+var sections = []string{"limit", "consumer", "brokers", "receiver", "relay", "peers", "growth", "prune", "amplification"}
 
 // defaultSections run without -only; the slow ones are asked for by name.
-var defaultSections = []string{"limit", "consumer", "receiver", "relay", "peers", "growth", "prune", "amplification"}
+var defaultSections = []string{"limit", "consumer", "brokers", "receiver", "relay", "peers", "growth", "prune", "amplification"}
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
@@ -91,6 +95,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	growthRows := fs.String("growth-rows", "0,1000000", "sizes to pre-fill processed_messages and the published outbox to before measuring the consumer and the limit (comma list; 10000000 takes a few minutes)")
 	fs.IntVar(&o.growthMessages, "growth-messages", 100000, "records consumed (and limit messages) at each growth size")
 	fs.IntVar(&o.pruneRows, "prune-rows", 1000000, "rows pre-filled for the pruning run, one seventh of them expired (a day of a 7-day retention)")
+	fs.IntVar(&o.brokerMessages, "broker-messages", 20000, "messages published to each Pub/Sub subscription and SQS queue of the brokers section (20% of them repeats: new broker messages with an earlier operation-id)")
+	fs.IntVar(&o.pubsubMessages, "pubsub-messages", 2000, "messages of the Pub/Sub runs of the brokers section (pstest delivers about 100 messages/s per streaming pull: see BENCHMARKS.md)")
+	fs.StringVar(&o.brokerDoors, "broker-doors", "pubsub,sqs", "doors the brokers section measures: pubsub, sqs or both")
+	sqsPollers := fs.String("sqs-pollers", "1,8", "concurrent ReceiveMessage pollers of the broker-only SQS client (comma list; the fastest is its baseline)")
 	fs.StringVar(&o.only, "only", "", "comma list of sections to run: "+strings.Join(sections, ",")+" (default all)")
 	fs.BoolVar(&o.jsonOut, "json", false, "print the results as JSON instead of a table")
 	fs.StringVar(&o.profileDir, "profile-dir", "", "write CPU, heap, allocation and block profiles of each idemd child process into this directory")
@@ -114,6 +122,10 @@ baseline from the same run, and prints a table (or JSON with -json):
   consumer       exactly-once messages/s over -messages pre-produced records with 20%%
                  duplicates, with the relay running (as in production), without it, and
                  with one transaction per message;
+  brokers        idemd's Pub/Sub and SQS subscriptions on in-process fakes (pstest,
+                 goaws) over -broker-messages (SQS) and -pubsub-messages messages with 20%% repeats, each beside
+                 the limit and beside the official client receiving and acknowledging
+                 the same messages with no database (-sqs-pollers);
   receiver       Stripe-signed webhooks/s at -concurrency keep-alive connections with
                  p50/p99/p999 latency: idemd (group commit, and MaxBatch 1) and a naive
                  net/http receiver with one transaction per request;
@@ -174,6 +186,10 @@ Flags:
 		fmt.Fprintf(stderr, "idemd-bench: -limit-workers: %v\n", perr)
 		return 2
 	}
+	if o.sqsPollers, perr = intList(*sqsPollers); perr != nil {
+		fmt.Fprintf(stderr, "idemd-bench: -sqs-pollers: %v\n", perr)
+		return 2
+	}
 	if o.growthRows, perr = intList(*growthRows); perr != nil {
 		fmt.Fprintf(stderr, "idemd-bench: -growth-rows: %v\n", perr)
 		return 2
@@ -209,6 +225,8 @@ func (o *options) validate() error {
 	switch {
 	case o.messages < 1, o.messagesOne < 1, o.relayEvents < 1:
 		return errors.New("-messages, -messages-one and -relay-events must be positive")
+	case o.brokerMessages < 1, o.pubsubMessages < 1, len(o.sqsPollers) == 0, slices.ContainsFunc(o.sqsPollers, nonPositive):
+		return errors.New("-broker-messages, -pubsub-messages and -sqs-pollers must be positive")
 	case o.partitions < 1, o.batch < 1, o.maxBatch < 1, o.relayBatch < 1, o.peerPartitions < 1, o.peerMessages < 1, o.growthMessages < 1:
 		return errors.New("-partitions, -batch, -max-batch, -relay-batch, -peer-partitions, -peer-messages and -growth-messages must be positive")
 	case slices.ContainsFunc(o.limitBatches, nonPositive), slices.ContainsFunc(o.limitWorkers, nonPositive), len(o.limitBatches) == 0:
@@ -274,6 +292,7 @@ func bench(ctx context.Context, o *options, logw io.Writer) (*Results, error) {
 	}{
 		{"limit", benchLimit},
 		{"consumer", benchConsumer},
+		{"brokers", benchBrokers},
 		{"receiver", benchReceiver},
 		{"relay", benchRelay},
 		{"relay", benchRelayUnderLoad},

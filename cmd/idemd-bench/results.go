@@ -75,6 +75,12 @@ type Results struct {
 	Consumer        *Row           `json:"consumer,omitempty"`
 	ConsumerNoRelay *Row           `json:"consumer_no_relay,omitempty"`
 	ConsumerOne     *Row           `json:"consumer_one_tx,omitempty"`
+	Brokers         []*Row         `json:"brokers,omitempty"`
+	PubSub          *Row           `json:"-"`
+	PubSubOnly      *Row           `json:"-"`
+	SQS             *Row           `json:"-"`
+	SQSShortLease   *Row           `json:"-"`
+	SQSOnly         *Row           `json:"-"`
 	Receiver        *Row           `json:"receiver,omitempty"`
 	ReceiverOne     *Row           `json:"receiver_one_tx,omitempty"`
 	Naive           *Row           `json:"naive_receiver,omitempty"`
@@ -103,7 +109,7 @@ func (o *options) public() map[string]any {
 		"receiver_conns": o.receiverConns, "relay_events": o.relayEvents, "relay_batch": o.relayBatch,
 		"relay_rate": o.relayRate, "relay_duration": o.relayDuration.String(), "peer_messages": o.peerMessages,
 		"peer_partitions": o.peerPartitions, "growth_rows": o.growthRows, "growth_messages": o.growthMessages,
-		"prune_rows": o.pruneRows, "only": o.only, "keep_published": o.keepPublished,
+		"prune_rows": o.pruneRows, "broker_messages": o.brokerMessages, "pubsub_messages": o.pubsubMessages, "sqs_pollers": o.sqsPollers, "only": o.only, "keep_published": o.keepPublished,
 	}
 }
 
@@ -114,15 +120,29 @@ func (r *Results) ratios() []Ratio {
 		out = append(out, Ratio{Name: name, Value: v, Goal: goal, Met: met})
 	}
 	info := func(name string, v float64) { add(name, v, "(info)", true) }
-	if r.Consumer != nil && r.Limit != nil {
-		limit := r.Limit.Rate
-		if r.LimitAgain != nil {
-			limit = max(limit, r.LimitAgain.Rate)
-		}
+	limit := r.limitRate()
+	if r.Consumer != nil && limit > 0 {
 		v := r.Consumer.Rate / limit
 		add("consumer (relay running) / limit", v, ">= 0.70", v >= 0.7)
 		if r.ConsumerNoRelay != nil {
 			info("consumer (no relay) / limit", r.ConsumerNoRelay.Rate/limit)
+		}
+	}
+	for _, b := range []struct {
+		name       string
+		idemd, own *Row
+	}{{"Pub/Sub subscription", r.PubSub, r.PubSubOnly}, {"SQS subscription", r.SQS, r.SQSOnly}, {"SQS subscription, lease 2 s", r.SQSShortLease, r.SQSOnly}} {
+		if b.idemd == nil {
+			continue
+		}
+		if limit > 0 {
+			info(b.name+" (relay running) / limit", b.idemd.Rate/limit)
+		}
+		if b.own != nil {
+			info(b.name+" / broker-only client, same fake", b.idemd.Rate/b.own.Rate)
+		}
+		if r.Consumer != nil {
+			info(b.name+" / Kafka consumer (relay running)", b.idemd.Rate/r.Consumer.Rate)
 		}
 	}
 	if r.Consumer != nil && r.ConsumerOne != nil {
@@ -193,6 +213,19 @@ func (r *Results) ratios() []Ratio {
 	return out
 }
 
+// limitRate is the limit the consumers are compared to: the faster of the limit and its
+// measurement again after the consumer; 0 when the limit was not measured.
+func (r *Results) limitRate() float64 {
+	if r.Limit == nil {
+		return 0
+	}
+	limit := r.Limit.Rate
+	if r.LimitAgain != nil {
+		limit = max(limit, r.LimitAgain.Rate)
+	}
+	return limit
+}
+
 // growthEnds are the growth points the goal compares: the largest size, and the empty
 // tables measured closest in time to it (the last 0-row point before or after it).
 func (r *Results) growthEnds() (g0, gn GrowthPoint, ok bool) {
@@ -226,8 +259,10 @@ func abs(n int) int {
 
 // all are the rows of the run in print order.
 func (r *Results) all() []*Row {
-	rows := []*Row{r.Limit, r.LimitAgain, r.LimitOne, r.Consumer, r.ConsumerNoRelay, r.ConsumerOne, r.Receiver, r.ReceiverOne, r.Naive,
-		r.Relay, r.RelayLatency, r.RelayUnderLoad}
+	rows := []*Row{r.Limit, r.LimitAgain, r.LimitOne, r.Consumer, r.ConsumerNoRelay, r.ConsumerOne}
+	rows = append(rows, r.Brokers...)
+	rows = append(rows, r.Receiver, r.ReceiverOne, r.Naive,
+		r.Relay, r.RelayLatency, r.RelayUnderLoad)
 	rows = append(rows, r.Peers...)
 	for _, g := range r.Growth {
 		rows = append(rows, g.Limit, g.LimitClaim, g.Consumer)
