@@ -66,7 +66,9 @@ func devPipelines(e *Env, env environment) (*config.File, bool, error) {
 
 func (c *cli) dev(args []string) int {
 	fs := c.flags("dev", "", "One-command local run. Applies the migrations, starts an in-memory Kafka-protocol broker\n"+
-		"(development only: nothing survives a restart) unless IDEMD_KAFKA_BROKERS is set, serves the\n"+
+		"(development only: nothing survives a restart) unless IDEMD_KAFKA_BROKERS is set, and in-memory\n"+
+		"Pub/Sub and SQS fakes (pstest, goaws) for pipelines that name them unless PUBSUB_EMULATOR_HOST or\n"+
+		"AWS_ENDPOINT_URL_SQS is set, creating their topics, subscriptions and queues; serves the\n"+
 		"example pipelines of deploy/idemd.dev.yaml (or IDEMD_PIPELINES_FILE), creates their effect\n"+
 		"tables, and prints example requests ready to paste. IDEMD_DATABASE_URL defaults to\n"+databaseURLDev+".", true)
 	pipelines := fs.String("pipelines", "", "pipelines file (overrides IDEMD_PIPELINES_FILE and the dev example)")
