@@ -71,6 +71,25 @@ func ClientOptions(tb testing.TB) []option.ClientOption {
 	}
 }
 
+var (
+	sharedOnce sync.Once
+	shared     *pubsub.Client
+	sharedErr  error
+)
+
+// admin is the client of the helpers below, one for the whole test binary: a client per
+// call would keep a connection of its own until the test's cleanup, and a long test pulling
+// in a loop would run the process out of descriptors.
+func admin(tb testing.TB) *pubsub.Client {
+	tb.Helper()
+	opts := ClientOptions(tb)
+	sharedOnce.Do(func() { shared, sharedErr = pubsub.NewClient(context.Background(), Project, opts...) })
+	if sharedErr != nil {
+		tb.Fatalf("pubsubtest: client: %v", sharedErr)
+	}
+	return shared
+}
+
 // Client returns a new client on the tests' Pub/Sub, closed at cleanup.
 func Client(tb testing.TB) *pubsub.Client {
 	tb.Helper()
@@ -100,7 +119,7 @@ func SubscriptionName(id string) string { return "projects/" + Project + "/subsc
 // Topic creates a topic unique to this test and returns its full name.
 func Topic(tb testing.TB) string {
 	tb.Helper()
-	c := Client(tb)
+	c := admin(tb)
 	name := TopicName(Name(tb))
 	if _, err := c.TopicAdminClient.CreateTopic(ctx(tb), &pubsubpb.Topic{Name: name}); err != nil {
 		tb.Fatalf("pubsubtest: creating topic %s: %v", name, err)
@@ -128,7 +147,7 @@ type SubscriptionConfig struct {
 // Subscription creates a subscription unique to this test on topic and returns its full name.
 func Subscription(tb testing.TB, topic string, cfg SubscriptionConfig) string {
 	tb.Helper()
-	c := Client(tb)
+	c := admin(tb)
 	name := SubscriptionName(Name(tb))
 	s := &pubsubpb.Subscription{
 		Name: name, Topic: topic, EnableMessageOrdering: cfg.Ordered,
@@ -158,7 +177,7 @@ type Message struct {
 // enabled, waits for every result and returns the message ids.
 func Publish(tb testing.TB, topic string, msgs ...Message) []string {
 	tb.Helper()
-	p := Client(tb).Publisher(topic)
+	p := admin(tb).Publisher(topic)
 	p.EnableMessageOrdering = true
 	defer p.Stop()
 	results := make([]*pubsub.PublishResult, len(msgs))
@@ -180,7 +199,7 @@ func Publish(tb testing.TB, topic string, msgs ...Message) []string {
 // for the first when none is ready.
 func Pull(tb testing.TB, subscription string, max int32) []*pubsubpb.ReceivedMessage {
 	tb.Helper()
-	out, err := Client(tb).SubscriptionAdminClient.Pull(ctx(tb), &pubsubpb.PullRequest{Subscription: subscription, MaxMessages: max})
+	out, err := admin(tb).SubscriptionAdminClient.Pull(ctx(tb), &pubsubpb.PullRequest{Subscription: subscription, MaxMessages: max})
 	if err != nil {
 		tb.Fatalf("pubsubtest: pulling %s: %v", subscription, err)
 	}

@@ -59,14 +59,25 @@ func Kind(tb testing.TB) string {
 	return kind
 }
 
-// Client returns an SQS client on the test endpoint with static test credentials.
+var (
+	clientOnce sync.Once
+	client     *sqs.Client
+)
+
+// Client returns the SQS client on the test endpoint, with static test credentials: one for
+// the whole test binary, so that its connections are reused (a client per call would open
+// connections of its own, kept idle for 90 s, until the process runs out of descriptors).
 func Client(tb testing.TB) *sqs.Client {
 	tb.Helper()
-	return sqs.New(sqs.Options{
-		Region:       sqsfake.Region,
-		BaseEndpoint: aws.String(Endpoint(tb)),
-		Credentials:  credentials.NewStaticCredentialsProvider("test", "test", ""),
+	endpoint := Endpoint(tb)
+	clientOnce.Do(func() {
+		client = sqs.New(sqs.Options{
+			Region:       sqsfake.Region,
+			BaseEndpoint: aws.String(endpoint),
+			Credentials:  credentials.NewStaticCredentialsProvider("test", "test", ""),
+		})
 	})
+	return client
 }
 
 var unsafeName = regexp.MustCompile(`[^a-zA-Z0-9_-]+`)
