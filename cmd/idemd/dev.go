@@ -158,6 +158,7 @@ func startDevFakes(f *config.File, env environment, log *logrus.Entry) (*brokere
 	for k, v := range fakes.Env {
 		env[k] = v
 	}
+	devFakesRunning.Store(fakes.SQSURL != "")
 	if fakes.PubSubAddr != "" {
 		log.WithField("pubsub_emulator_host", fakes.PubSubAddr).
 			Warn("DEVELOPMENT ONLY: using an in-process, in-memory Pub/Sub (Google's pstest), where each topic the pipelines name has a subscription of the same id; every message is lost when idemd stops. Set PUBSUB_EMULATOR_HOST, or the Google credentials and project, to use another.")

@@ -5,6 +5,7 @@ import (
 	"io"
 	"maps"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -49,12 +50,20 @@ func newLogger(cfg *Env, w io.Writer) *logrus.Entry {
 	} else {
 		l.SetFormatter(secondsFormatter{&logrus.JSONFormatter{TimestampFormat: time.RFC3339Nano}})
 	}
-	// Libraries that log through the standard logger get the same settings.
+	// Libraries that log through the standard logger get the same settings, but for dev's
+	// SQS fake (goaws), which logs every poll of an empty queue as a warning: errors only
+	// while it runs.
 	logrus.SetOutput(w)
+	if devFakesRunning.Load() {
+		level = min(level, logrus.ErrorLevel)
+	}
 	logrus.SetLevel(level)
 	logrus.SetFormatter(l.Formatter)
 	return logrus.NewEntry(l)
 }
+
+// devFakesRunning is set while dev's in-process Pub/Sub and SQS fakes run.
+var devFakesRunning atomic.Bool
 
 // secondsFormatter writes a time.Duration field as a number of seconds, so that every
 // duration of the logs has one unit whatever the call site passed ("1.5", never "1.5s").
