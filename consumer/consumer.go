@@ -129,10 +129,11 @@ type Config struct {
 	// (docs/brokers.md). Defaults to 4.
 	Receivers int `yaml:"-"`
 	// Lease is how long a received Pub/Sub or SQS message stays leased before it is
-	// extended: SQS, the visibility timeout asked at receipt and on each extension (every
-	// Lease/3; whole seconds; default 30 s); Pub/Sub, the ack deadline asked at receipt and
-	// on each extension (at least 6 s; default: the client's choice, 10 s to 10 minutes
-	// following the observed processing time).
+	// extended: SQS, the visibility timeout asked at receipt and on each extension (a
+	// message is extended once Lease/3 has passed since its receipt or last extension, by
+	// a heartbeat every Lease/6; whole seconds; default 30 s); Pub/Sub, the ack deadline
+	// asked at receipt and on each extension (at least 6 s; default: the client's choice,
+	// 10 s to 10 minutes following the observed processing time).
 	Lease time.Duration `yaml:"lease"`
 	// MaxLease bounds how long a held Pub/Sub or SQS message's lease is extended; after it
 	// the broker redelivers the message and its id deduplicates it. Defaults to 10 minutes.
