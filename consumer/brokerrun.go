@@ -13,9 +13,10 @@ import (
 	"github.com/idemd/idemd/internal/metrics"
 )
 
-// The Pub/Sub and SQS doors. One goroutine receives from the brokerSource and hands the
-// messages, numbered in order of receipt, to a collector that cuts batches (BatchSize,
-// Linger). Each batch runs in a goroutine of its own, at most BatchesInFlight at once,
+// The Pub/Sub and SQS doors. Receivers receive from the brokerSource (Pub/Sub: one goroutine
+// draining the client's Receivers streams; SQS: Receivers ReceiveMessage pollers) and hand
+// the messages, numbered in order of receipt, to a collector that cuts batches (BatchSize,
+// Linger) as slots free up. Each batch runs in a goroutine of its own, at most BatchesInFlight at once,
 // through the same unit of work as Kafka's batches (process), and is acknowledged only after
 // its transaction committed. Lanes (an ordering key, a FIFO group) keep their order: a batch
 // waits for the earlier batches that hold messages of its lanes. When a batch fails, its
@@ -67,10 +68,14 @@ func (c *Consumer) runBroker(ctx context.Context) error {
 	sem := make(chan struct{}, c.cfg.BatchesInFlight)
 	var wg sync.WaitGroup
 	for {
+		// A batch is cut once a slot is free: while every slot is taken, the messages
+		// received meanwhile wait in in, and the next batch takes them (up to BatchSize).
+		sem <- struct{}{}
 		batch, open := collect(in, c.cfg.BatchSize, c.cfg.Linger)
-		if len(batch) > 0 {
+		if len(batch) == 0 {
+			<-sem
+		} else {
 			wait, done := b.lanes.enqueue(batch)
-			sem <- struct{}{}
 			wg.Go(func() {
 				defer func() { <-sem }()
 				defer b.lanes.finish(batch, done)
@@ -107,6 +112,7 @@ func (c *Consumer) openSource(ctx context.Context) (brokerSource, error) {
 		return newPubSubSource(c.cfg.PubSubClient, pubsubSourceConfig{
 			Subscription: c.cfg.PubSub.name(), MaxOutstanding: max(pubsubMaxOutstandingDefault, 2*c.cfg.BatchSize),
 			MaxExtension: c.cfg.MaxLease, ExtensionPeriod: c.cfg.Lease, ReceiveMax: c.cfg.BatchSize,
+			Streams: c.cfg.Receivers,
 		})
 	case DoorSQS:
 		if c.cfg.SQSClient == nil {
@@ -130,8 +136,32 @@ type brokerRun struct {
 
 // receive hands the source's messages to in, in order of receipt, until ctx ends; then it
 // closes in. Messages received and not handed over stay held, and Close releases them.
+//
+// A Pub/Sub source is drained by one goroutine (its streams are the client's). An SQS source
+// is polled by Receivers goroutines, each a ReceiveMessage call in flight. Each poller numbers
+// and hands over what one call returned as a whole, under handOff, so that in's order is the
+// order of the numbers. That is a lane's order: SQS does not hand out a FIFO group's next
+// messages while earlier ones are in flight (received and neither deleted nor visible again),
+// so two calls in flight never hold messages of one lane, and the later messages of a lane
+// come only after the earlier ones were numbered, applied and deleted.
 func (b *brokerRun) receive(ctx context.Context, in chan<- *record) {
 	defer close(in)
+	pollers := 1
+	if b.c.cfg.Door() == DoorSQS {
+		pollers = b.c.cfg.Receivers
+	}
+	var (
+		handOff sync.Mutex
+		wg      sync.WaitGroup
+	)
+	for range pollers {
+		wg.Go(func() { b.poll(ctx, in, &handOff) })
+	}
+	wg.Wait()
+}
+
+// poll is one receiving goroutine of receive.
+func (b *brokerRun) poll(ctx context.Context, in chan<- *record, handOff *sync.Mutex) {
 	door, source := b.c.cfg.Door(), b.c.cfg.source()
 	backoff := time.Second
 	for {
@@ -155,16 +185,27 @@ func (b *brokerRun) receive(ctx context.Context, in chan<- *record) {
 		}
 		backoff = time.Second
 		metrics.Received.WithLabelValues(b.c.cfg.Name, door).Add(float64(len(msgs)))
-		for _, m := range msgs {
-			r := newBrokerRecord(b.c.cfg.Name, door, source, m)
-			b.lanes.number(r)
-			select {
-			case in <- r:
-			case <-ctx.Done():
-				return
-			}
+		if !b.handOver(ctx, in, handOff, door, source, msgs) {
+			return
 		}
 	}
+}
+
+// handOver numbers msgs and sends them to in, all of them before any other poller's; false
+// when ctx ended first.
+func (b *brokerRun) handOver(ctx context.Context, in chan<- *record, handOff *sync.Mutex, door, source string, msgs []*brokerMessage) bool {
+	handOff.Lock()
+	defer handOff.Unlock()
+	for _, m := range msgs {
+		r := newBrokerRecord(b.c.cfg.Name, door, source, m)
+		b.lanes.number(r)
+		select {
+		case in <- r:
+		case <-ctx.Done():
+			return false
+		}
+	}
+	return true
 }
 
 // apply applies a batch once the earlier batches of its lanes finished, and acknowledges it

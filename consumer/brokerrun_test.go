@@ -272,7 +272,8 @@ func TestBrokerAttributeID(t *testing.T) {
 }
 
 // TestBrokerLaneOrder: the messages of each lane (ordering key, FIFO group) are applied in
-// publish order while batches run concurrently and take their time.
+// publish order while batches run concurrently and take their time, received by eight
+// streaming pulls (Pub/Sub) or eight ReceiveMessage pollers (SQS).
 func TestBrokerLaneOrder(t *testing.T) {
 	t.Parallel()
 	brokerDoors(t, brokerOptions{ordered: true}, func(t *testing.T, e *brokerEnv) {
@@ -289,7 +290,7 @@ func TestBrokerLaneOrder(t *testing.T) {
 		}
 		ids := e.send(t, msgs...)
 		cfg := e.config("lanes")
-		cfg.Effect.SQL, cfg.BatchSize, cfg.BatchesInFlight = "", 3, 4
+		cfg.Effect.SQL, cfg.BatchSize, cfg.BatchesInFlight, cfg.Receivers = "", 3, 4, 8
 		cfg.Handler = func(ctx context.Context, tx pgx.Tx, m consumer.Message) error {
 			time.Sleep(time.Duration(rand.IntN(3)) * time.Millisecond)
 			_, err := tx.Exec(ctx, e.db.Q(`INSERT INTO {schema}.effects (message_id, payload, lane) VALUES ($1, $2, $3)`), m.ID, m.Value, string(m.Key))
@@ -337,6 +338,60 @@ func TestBrokerLeaseOfALongBatch(t *testing.T) {
 		require.Equal(t, int64(1), committed.Load(), "received once: a redelivery would have committed as a duplicate")
 		e.requireBrokerAcks(t, id, 1)
 	})
+}
+
+// TestSQSBatchesFill: while every batch slot is taken, what the pollers receive waits for
+// the next batch, which takes it whole (up to BatchSize), rather than a batch cut on the
+// linger from the first answer: here two answers of ten received while the only slot is
+// held make one batch of twenty.
+func TestSQSBatchesFill(t *testing.T) {
+	t.Parallel()
+	e := newSQSEnv(t, brokerOptions{})
+	const name = "batches-fill"
+	cfg := e.config(name)
+	cfg.Effect.SQL, cfg.BatchSize, cfg.BatchesInFlight, cfg.Receivers = "", 20, 1, 2
+	cfg.Lease = 2 * time.Second // an answer goaws loses comes back soon (BENCHMARKS.md)
+	blocked, unblock := make(chan struct{}), make(chan struct{})
+	var first sync.Once
+	cfg.Handler = func(ctx context.Context, tx pgx.Tx, m consumer.Message) error {
+		first.Do(func() {
+			close(blocked)
+			<-unblock
+		})
+		_, err := tx.Exec(ctx, e.db.Q(`INSERT INTO {schema}.effects (message_id) VALUES ($1)`), m.ID)
+		return err
+	}
+	var mu sync.Mutex
+	var sizes []int
+	onAck := cfg.OnAck
+	cfg.OnAck = func(batch []consumer.Message) {
+		mu.Lock()
+		sizes = append(sizes, len(batch))
+		mu.Unlock()
+		onAck(batch)
+	}
+	received := func() int { return int(testutil.ToFloat64(metrics.Received.WithLabelValues(name, consumer.DoorSQS))) }
+	waitReceived := func(n int) {
+		t.Helper()
+		require.Eventually(t, func() bool { return received() >= n }, 60*time.Second, 5*time.Millisecond)
+	}
+	ids := e.send(t, brokerMsg{body: `{"n":0}`})
+	start(t, e.db, cfg)
+	<-blocked // the first batch, of one message, holds the only slot
+	for n := range 2 {
+		var msgs []brokerMsg
+		for i := range 10 {
+			msgs = append(msgs, brokerMsg{body: fmt.Sprintf(`{"n":%d}`, 1+10*n+i)})
+		}
+		ids = append(ids, e.send(t, msgs...)...)
+		waitReceived(1 + 10*(n+1))
+	}
+	close(unblock)
+	e.waitAcked(t, ids...)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []int{1, 20}, sizes, "the second batch is both answers received meanwhile")
+	require.Equal(t, 21, e.effects(t, ""))
 }
 
 // TestSQSBacklog: an SQS subscription reports its queue's messages not yet deleted (visible
@@ -431,6 +486,7 @@ func TestBrokerConfig(t *testing.T) {
 		{"pubsub", consumer.Config{PubSub: &consumer.PubSub{Subscription: "s"}}, "pubsub", ""},
 		{"pubsub full name", consumer.Config{PubSub: &consumer.PubSub{Subscription: "projects/p/subscriptions/s"}}, "pubsub", ""},
 		{"sqs", consumer.Config{SQS: &consumer.SQS{Queue: "q.fifo"}, MessageID: &pipeline.Field{Attribute: "operation-id"}}, "sqs", ""},
+		{"negative receivers", consumer.Config{SQS: &consumer.SQS{Queue: "q"}, Receivers: -1}, "sqs", "Receivers must be positive"},
 		{"none", consumer.Config{}, "kafka", "one of Topics, PubSub and SQS is required"},
 		{"two", consumer.Config{Topics: []string{"t"}, SQS: &consumer.SQS{Queue: "q"}}, "sqs", "exclusive"},
 		{"group on pubsub", consumer.Config{PubSub: &consumer.PubSub{Subscription: "s"}, Group: "g"}, "pubsub", "Group is for Kafka"},

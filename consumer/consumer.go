@@ -57,6 +57,7 @@ const (
 	RebalanceTimeoutDefault  = 30 * time.Second
 	GroupPrefix              = "idemd-"
 	BatchesInFlightDefault   = 4
+	ReceiversDefault         = 4
 	MaxLeaseDefault          = 10 * time.Minute
 )
 
@@ -121,11 +122,18 @@ type Config struct {
 	// (each holds a database connection); the lanes keep their order across them. Defaults
 	// to 4.
 	BatchesInFlight int `yaml:"-"`
+	// Receivers is how many receives a Pub/Sub or SQS subscription keeps going at once:
+	// Pub/Sub, the streaming pulls the client opens (ReceiveSettings.NumGoroutines), under
+	// one flow control of MaxOutstandingMessages; SQS, the ReceiveMessage calls (10
+	// messages each) in flight, each a long poll. The lanes keep their order across them
+	// (docs/brokers.md). Defaults to 4.
+	Receivers int `yaml:"-"`
 	// Lease is how long a received Pub/Sub or SQS message stays leased before it is
-	// extended: SQS, the visibility timeout asked at receipt and on each extension (every
-	// Lease/3; whole seconds; default 30 s); Pub/Sub, the ack deadline asked at receipt and
-	// on each extension (at least 6 s; default: the client's choice, 10 s to 10 minutes
-	// following the observed processing time).
+	// extended: SQS, the visibility timeout asked at receipt and on each extension (a
+	// message is extended once Lease/3 has passed since its receipt or last extension, by
+	// a heartbeat every Lease/6; whole seconds; default 30 s); Pub/Sub, the ack deadline
+	// asked at receipt and on each extension (at least 6 s; default: the client's choice,
+	// 10 s to 10 minutes following the observed processing time).
 	Lease time.Duration `yaml:"lease"`
 	// MaxLease bounds how long a held Pub/Sub or SQS message's lease is extended; after it
 	// the broker redelivers the message and its id deduplicates it. Defaults to 10 minutes.
@@ -273,6 +281,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Consumer, error) {
 		c.Group = cmp.Or(c.Group, GroupPrefix+c.Name)
 	}
 	c.BatchesInFlight = cmp.Or(c.BatchesInFlight, BatchesInFlightDefault)
+	c.Receivers = cmp.Or(c.Receivers, ReceiversDefault)
 	c.MaxLease = cmp.Or(c.MaxLease, MaxLeaseDefault)
 	c.BacklogInterval = cmp.Or(c.BacklogInterval, LagIntervalDefault)
 	c.Schema = cmp.Or(c.Schema, migrations.SchemaDefault)
@@ -298,6 +307,8 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Consumer, error) {
 		return nil, fmt.Errorf("consumer %s: Retention must not be negative, got %s", c.Name, c.Retention)
 	case c.BatchesInFlight < 1:
 		return nil, fmt.Errorf("consumer %s: BatchesInFlight must be positive, got %d", c.Name, c.BatchesInFlight)
+	case c.Receivers < 1:
+		return nil, fmt.Errorf("consumer %s: Receivers must be positive, got %d", c.Name, c.Receivers)
 	case c.Lease < 0 || c.MaxLease < 0:
 		return nil, fmt.Errorf("consumer %s: Lease and MaxLease must not be negative, got %s and %s", c.Name, c.Lease, c.MaxLease)
 	}

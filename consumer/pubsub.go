@@ -16,6 +16,7 @@ const (
 	pubsubMaxOutstandingDefault = 1000
 	pubsubMaxExtensionDefault   = 10 * time.Minute
 	pubsubReceiveMaxDefault     = 500
+	pubsubStreamsDefault        = 1
 )
 
 // pubsubSourceConfig configures a pubsubSource.
@@ -37,13 +38,20 @@ type pubsubSourceConfig struct {
 	ExtensionPeriod time.Duration
 	// ReceiveMax is the most messages one Receive returns. Defaults to 500.
 	ReceiveMax int
+	// Streams is how many streaming pulls the client opens (NumGoroutines). They share
+	// MaxOutstanding (the client's flow control across streams). Defaults to 1.
+	Streams int
 }
 
 // pubsubSource receives a Pub/Sub subscription through the client's streaming pull
 // (Subscriber.Receive), which leases every message it hands out (extending its ack deadline)
 // until Ack, Nack or MaxExtension. Its callback only queues the message and returns: on an
 // ordered subscription the client calls it for one ordering key in order, so the queue keeps
-// each key's order.
+// each key's order. That holds with several streams too: Pub/Sub sends one ordering key's
+// messages on one stream, and the client's scheduler, shared by the streams, calls back one
+// key's messages one after the other in the order their stream received them. Receive must
+// be called from one goroutine: two could take one key's messages apart and return them out
+// of order.
 type pubsubSource struct {
 	cfg    pubsubSourceConfig
 	queue  chan *brokerMessage
@@ -71,8 +79,13 @@ func newPubSubSource(client *pubsub.Client, cfg pubsubSourceConfig) (*pubsubSour
 	cfg.MaxOutstanding = cmp.Or(cfg.MaxOutstanding, pubsubMaxOutstandingDefault)
 	cfg.MaxExtension = cmp.Or(cfg.MaxExtension, pubsubMaxExtensionDefault)
 	cfg.ReceiveMax = cmp.Or(cfg.ReceiveMax, pubsubReceiveMaxDefault)
+	cfg.Streams = cmp.Or(cfg.Streams, pubsubStreamsDefault)
 	sub := client.Subscriber(cfg.Subscription)
 	sub.ReceiveSettings.MaxOutstandingMessages = cfg.MaxOutstanding
+	// One flow control for all the streams (EnablePerStreamFlowControl off): MaxOutstanding
+	// bounds what the source holds, whatever the number of streams.
+	sub.ReceiveSettings.NumGoroutines = cfg.Streams
+	sub.ReceiveSettings.EnablePerStreamFlowControl = false
 	sub.ReceiveSettings.MaxExtension = cfg.MaxExtension
 	sub.ReceiveSettings.MaxDurationPerAckExtension = cfg.ExtensionPeriod
 	sub.ReceiveSettings.MinDurationPerAckExtension = cfg.ExtensionPeriod

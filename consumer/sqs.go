@@ -31,8 +31,9 @@ const (
 type sqsSourceConfig struct {
 	// Queue is a queue name, resolved with GetQueueUrl, or a queue URL. Required.
 	Queue string
-	// Visibility is the lease of a received message; the source extends it by as much
-	// every Visibility/3 while the message is held. Whole seconds. Defaults to 30 s.
+	// Visibility is the lease of a received message; while the message is held, the source
+	// extends it by as much once a third of it has passed (a heartbeat every Visibility/6).
+	// Whole seconds. Defaults to 30 s.
 	Visibility time.Duration
 	// WaitTime is how long one ReceiveMessage long-polls for a first message. Whole
 	// seconds, at most 20. Defaults to 20 s.
@@ -47,8 +48,10 @@ type sqsSourceConfig struct {
 }
 
 // sqsSource receives an SQS queue with long-polling ReceiveMessage calls. It keeps every
-// message it handed out invisible (ChangeMessageVisibility, a heartbeat every Visibility/3)
-// until Ack deletes it, Release gives it back, or MaxExtension passes. Receive may be called
+// message it handed out invisible (ChangeMessageVisibility by Visibility once a third of its
+// current lease has passed, a heartbeat every Visibility/6) until Ack deletes it, Release
+// gives it back, or MaxExtension passes. A message acknowledged within a third of its lease
+// is never extended. Receive may be called
 // from several goroutines: each call is one ReceiveMessage.
 type sqsSource struct {
 	client SQSClient
@@ -57,7 +60,7 @@ type sqsSource struct {
 	fifo   bool
 
 	mu   sync.Mutex
-	held map[string]*brokerMessage // by receipt handle
+	held map[string]*sqsHeld // by receipt handle
 	// beat is held by a heartbeat round and by Release, so that a round that read a message
 	// as held cannot extend it after Release gave it back.
 	beat sync.Mutex
@@ -65,6 +68,13 @@ type sqsSource struct {
 	stop      chan struct{}
 	stopped   chan struct{}
 	closeOnce sync.Once
+}
+
+// sqsHeld is a message the source handed out: leased since leased (its receipt or its last
+// extension).
+type sqsHeld struct {
+	msg    *brokerMessage
+	leased time.Time
 }
 
 // newSQSSource resolves the queue and starts the visibility heartbeat; call Close to stop.
@@ -96,7 +106,7 @@ func newSQSSource(ctx context.Context, client SQSClient, cfg sqsSourceConfig) (*
 	}
 	s := &sqsSource{
 		client: client, cfg: cfg, url: url, fifo: strings.HasSuffix(url, ".fifo"),
-		held: map[string]*brokerMessage{}, stop: make(chan struct{}), stopped: make(chan struct{}),
+		held: map[string]*sqsHeld{}, stop: make(chan struct{}), stopped: make(chan struct{}),
 	}
 	go s.heartbeat()
 	return s, nil
@@ -127,7 +137,7 @@ func (s *sqsSource) Receive(ctx context.Context) ([]*brokerMessage, error) {
 		s.mu.Lock()
 		for i := range out.Messages {
 			msgs[i] = s.fromSQS(&out.Messages[i], now)
-			s.held[aws.ToString(out.Messages[i].ReceiptHandle)] = msgs[i]
+			s.held[aws.ToString(out.Messages[i].ReceiptHandle)] = &sqsHeld{msg: msgs[i], leased: now}
 		}
 		s.mu.Unlock()
 		return msgs, nil
@@ -200,18 +210,22 @@ func (s *sqsSource) Ack(ctx context.Context, msgs []*brokerMessage) error {
 func (s *sqsSource) Release(ctx context.Context, msgs []*brokerMessage) error {
 	s.beat.Lock()
 	defer s.beat.Unlock()
-	return s.setVisibility(ctx, s.forget(msgs), s.cfg.RetryDelay)
+	_, err := s.setVisibility(ctx, s.forget(msgs), s.cfg.RetryDelay)
+	return err
 }
 
-func (s *sqsSource) setVisibility(ctx context.Context, handles []string, d time.Duration) error {
+// setVisibility sets the visibility of the messages of handles to d; failed marks the
+// handles whose call failed.
+func (s *sqsSource) setVisibility(ctx context.Context, handles []string, d time.Duration) (failed []bool, err error) {
 	var (
 		mu   sync.Mutex
 		errs []error
 		wg   sync.WaitGroup
 		sem  = make(chan struct{}, 8)
 	)
+	failed = make([]bool, len(handles))
 	// goaws has no ChangeMessageVisibilityBatch; one call per message, eight at a time.
-	for _, h := range handles {
+	for i, h := range handles {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
@@ -220,20 +234,23 @@ func (s *sqsSource) setVisibility(ctx context.Context, handles []string, d time.
 			})
 			if err != nil {
 				mu.Lock()
+				failed[i] = true
 				errs = append(errs, fmt.Errorf("error changing a message's visibility on SQS queue %s: %w", s.url, err))
 				mu.Unlock()
 			}
 		})
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	return failed, errors.Join(errs...)
 }
 
-// heartbeat extends the visibility of the held messages every Visibility/3, and forgets
-// those held longer than MaxExtension.
+// heartbeat extends, every Visibility/6, the visibility of the held messages leased a third
+// of Visibility ago or more, and forgets those held longer than MaxExtension. A message is
+// extended with more than half its lease left, and a failed extension is tried again at the
+// next beat, with more than a sixth left (a beat's calls take at most Visibility/3).
 func (s *sqsSource) heartbeat() {
 	defer close(s.stopped)
-	t := time.NewTicker(s.cfg.Visibility / 3)
+	t := time.NewTicker(s.cfg.Visibility / 6)
 	defer t.Stop()
 	for {
 		select {
@@ -243,20 +260,31 @@ func (s *sqsSource) heartbeat() {
 		}
 		s.beat.Lock()
 		now := time.Now()
-		var extend []string
+		var (
+			extend []string
+			due    []*sqsHeld
+		)
 		s.mu.Lock()
 		for h, m := range s.held {
-			if now.Sub(m.ReceivedAt) >= s.cfg.MaxExtension {
+			switch {
+			case now.Sub(m.msg.ReceivedAt) >= s.cfg.MaxExtension:
 				delete(s.held, h)
-				continue
+			case now.Sub(m.leased) >= s.cfg.Visibility/3:
+				extend, due = append(extend, h), append(due, m)
 			}
-			extend = append(extend, h)
 		}
 		s.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Visibility/3)
-		// A failure is not retried: the next beat tries again, well before the lease ends.
-		_ = s.setVisibility(ctx, extend, s.cfg.Visibility)
+		// A failure is retried at the next beat.
+		failed, _ := s.setVisibility(ctx, extend, s.cfg.Visibility)
 		cancel()
+		s.mu.Lock()
+		for i, m := range due {
+			if !failed[i] {
+				m.leased = now
+			}
+		}
+		s.mu.Unlock()
 		s.beat.Unlock()
 	}
 }
@@ -270,7 +298,7 @@ func (s *sqsSource) Close() error {
 		s.mu.Lock()
 		held := make([]*brokerMessage, 0, len(s.held))
 		for _, m := range s.held {
-			held = append(held, m)
+			held = append(held, m.msg)
 		}
 		s.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

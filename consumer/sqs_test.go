@@ -5,9 +5,11 @@ import (
 	"encoding/base64"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemd/idemd/internal/sqstest"
@@ -78,6 +80,46 @@ func TestSQSSourceVisibilityExtension(t *testing.T) {
 		require.Equal(t, first[0].ID, again[0].ID)
 		require.NoError(t, s.Ack(context.Background(), again))
 	})
+}
+
+// countingSQS is goaws's client, counting the ChangeMessageVisibility calls.
+type countingSQS struct {
+	SQSClient
+	changes atomic.Int64
+}
+
+func (c *countingSQS) ChangeMessageVisibility(ctx context.Context, in *sqs.ChangeMessageVisibilityInput, opts ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error) {
+	c.changes.Add(1)
+	return c.SQSClient.ChangeMessageVisibility(ctx, in, opts...)
+}
+
+// TestSQSSourceExtendsOnlyLongHeld: a message acknowledged within a third of its lease is
+// never extended (no ChangeMessageVisibility call); one held longer is, and is not
+// redelivered.
+func TestSQSSourceExtendsOnlyLongHeld(t *testing.T) {
+	t.Parallel()
+	url := sqstest.Queue(t, nil)
+	client := &countingSQS{SQSClient: sqstest.Client(t)}
+	s, err := newSQSSource(context.Background(), client, sqsSourceConfig{Queue: url, Visibility: 3 * time.Second, WaitTime: time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+
+	sqstest.Send(t, url, sqstest.Message{Body: "quick"})
+	quick := receiveN(t, s, 1)
+	received := time.Now()
+	require.NoError(t, s.Ack(context.Background(), quick))
+	if time.Since(received) < time.Second {
+		// Two beats (every 0.5 s) may have passed, but the message was leased for less
+		// than a third of 3 s.
+		time.Sleep(time.Second)
+		require.Zero(t, client.changes.Load(), "a message acknowledged within a third of its lease is not extended")
+	}
+
+	sqstest.Send(t, url, sqstest.Message{Body: "held"})
+	held := receiveN(t, s, 1)
+	require.Eventually(t, func() bool { return client.changes.Load() > 0 }, 10*time.Second, 10*time.Millisecond)
+	requireNothing(t, s, 4*time.Second) // past its first lease of 3 s
+	require.NoError(t, s.Ack(context.Background(), held))
 }
 
 // TestSQSSourceFIFO: a FIFO queue's messages are ordered and come in send order; a body that
