@@ -37,34 +37,20 @@ func (c *Consumer) runBroker(ctx context.Context) error {
 	log := c.log.WithField("door", door).WithField("topic", source)
 	log.Info("consumer started")
 
-	// In-flight batches outlive ctx by at most ShutdownTimeout.
-	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelWork()
-	stopDrainTimer := context.AfterFunc(ctx, func() { time.AfterFunc(c.cfg.ShutdownTimeout, cancelWork) })
-	defer stopDrainTimer()
-
-	var (
-		errOnce sync.Once
-		runErr  error
-	)
-	failCtx, fail := context.WithCancelCause(ctx)
-	defer fail(nil)
-	report := func(err error) {
-		errOnce.Do(func() { runErr = err })
-		fail(err)
-	}
+	scope := c.newRunScope(ctx)
+	defer scope.close()
 	if door == DoorSQS {
-		stop := c.watchBacklog(failCtx)
+		stop := c.watchBacklog(scope.failed)
 		defer stop()
 	}
 
-	b := &brokerRun{c: c, src: src, log: log, work: workCtx, lanes: newLanes()}
+	b := &brokerRun{c: c, src: src, log: log, work: scope.work, lanes: newLanes()}
 	b.report = func(err error) {
 		b.fatal.Store(true)
-		report(err)
+		scope.report(err)
 	}
 	in := make(chan *record, c.cfg.BatchSize)
-	go b.receive(failCtx, in)
+	go b.receive(scope.failed, in)
 	sem := make(chan struct{}, c.cfg.BatchesInFlight)
 	var wg sync.WaitGroup
 	for {
@@ -94,9 +80,9 @@ func (c *Consumer) runBroker(ctx context.Context) error {
 	if err := src.Close(); err != nil {
 		log.WithError(err).Warn("error releasing the messages still held; they come back when their lease ends")
 	}
-	if runErr != nil {
-		log.WithError(runErr).Error("consumer stopped")
-		return runErr
+	if scope.err != nil {
+		log.WithError(scope.err).Error("consumer stopped")
+		return scope.err
 	}
 	log.Info("consumer drained and stopped")
 	return nil

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -54,41 +53,27 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	c.log.WithField("topics", c.cfg.Topics).WithField("group", c.cfg.Group).Info("consumer started")
 
-	// In-flight batches outlive ctx by at most ShutdownTimeout.
-	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelWork()
-	stopDrainTimer := context.AfterFunc(ctx, func() { time.AfterFunc(c.cfg.ShutdownTimeout, cancelWork) })
-	defer stopDrainTimer()
-
-	var (
-		errOnce sync.Once
-		runErr  error
-	)
-	failCtx, fail := context.WithCancelCause(ctx)
-	defer fail(nil)
-	report := func(err error) {
-		errOnce.Do(func() { runErr = err })
-		fail(err)
-	}
+	scope := c.newRunScope(ctx)
+	defer scope.close()
 	for {
-		gen, err := group.Next(failCtx)
+		gen, err := group.Next(scope.failed)
 		if err != nil {
-			if failCtx.Err() != nil {
+			if scope.failed.Err() != nil {
 				break
 			}
 			c.log.WithError(err).Warn("error joining the consumer group; retrying")
 			continue
 		}
-		c.startGeneration(failCtx, workCtx, gen, report)
+		c.startGeneration(scope.failed, scope.work, gen, scope.report)
 	}
 	// Close waits for the last generation's workers (they drain on ctx), then leaves the
 	// group so that its partitions move at once rather than after the session timeout.
-	if err := group.Close(); err != nil && runErr == nil {
+	if err := group.Close(); err != nil && scope.err == nil {
 		c.log.WithError(err).Warn("error leaving the consumer group")
 	}
-	if runErr != nil {
-		c.log.WithError(runErr).Error("consumer stopped")
-		return runErr
+	if scope.err != nil {
+		c.log.WithError(scope.err).Error("consumer stopped")
+		return scope.err
 	}
 	c.log.Info("consumer drained and stopped")
 	return nil
