@@ -46,9 +46,11 @@ func (c *Consumer) message(r *record) *exactlyonce.Message {
 
 // messageWithID is message for the id found (ok) in the record.
 func (c *Consumer) messageWithID(r *record, id string, ok bool) *exactlyonce.Message {
+	fp, isJSON := fingerprint.BodyJSON(r.msg.Value)
+	r.validJSON, r.validKnown = isJSON, true
 	m := &exactlyonce.Message{
 		Scope:       c.cfg.Name,
-		Fingerprint: fingerprint.Body(r.msg.Value),
+		Fingerprint: fp,
 		Payload:     r.msg.Value,
 		Retention:   c.cfg.Retention,
 		MaxAttempts: c.cfg.DeadLetter.MaxAttempts,
@@ -136,9 +138,13 @@ func passHeaders(r *record) map[string]string {
 	if _, ok := h[outbox.HeaderContentType]; !ok {
 		// json.Valid rather than r.json(): knowing that the value is JSON does not need
 		// the decoded document, which costs an allocation per node. Invalid UTF-8 is not
-		// JSON, as in r.json().
+		// JSON, as in r.json(). The fingerprint has usually given the verdict already.
 		isJSON := r.isJSON
-		if !r.parsed {
+		switch {
+		case r.parsed:
+		case r.validKnown:
+			isJSON = r.validJSON
+		default:
 			isJSON = json.Valid(r.msg.Value) && utf8.Valid(r.msg.Value)
 		}
 		if isJSON {

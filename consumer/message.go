@@ -67,6 +67,8 @@ type record struct {
 	parsed bool
 	doc    any // the decoded value, nil when it is not JSON
 	isJSON bool
+	// validKnown: validJSON is json.Valid && utf8.Valid of the value (fingerprint.BodyJSON).
+	validKnown, validJSON bool
 }
 
 // json decodes the value once, on first use.

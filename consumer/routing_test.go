@@ -9,6 +9,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemd/idemd/consumer"
 	"github.com/idemd/idemd/outbox"
 	"github.com/idemd/idemd/pipeline"
 )
@@ -58,4 +59,43 @@ func TestSubscriptionRouting(t *testing.T) {
 	require.Equal(t, 2, b.db.Count(t, "{schema}.outbox WHERE topic = 'ledger.all'"))
 	require.Equal(t, 1, b.db.Count(t, b.db.Q(`{schema}.outbox WHERE topic = 'ledger.all' AND operation_id = '`)+
 		outbox.TargetOperationID("ledger", "4:ch_1/1:1", "all").String()+"'"))
+}
+
+// TestPublishedContentType: a record without a content-type header is published as
+// application/json exactly when its value is JSON to encoding/json (json.Valid and valid
+// UTF-8), whatever the fingerprint made of it; a content-type header is passed on.
+func TestPublishedContentType(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1)
+	cfg := b.config()
+	cfg.Effect = consumer.Effect{SQL: b.db.Q(`INSERT INTO {schema}.effects (message_id, payload, topic, part, off)
+VALUES (@message_id, to_jsonb(@payload::text), @topic, @partition, @offset)`)}
+	cfg.Publish = pipeline.Targets{{Topic: "ledger.out"}}
+	want := map[string]string{
+		"object":    "application/json",
+		"spaces":    "application/json",
+		"surrogate": "application/json", // JSON, though not canonical JSON (fingerprinted raw)
+		"formfeed":  "",                 // canonical JSON, but not JSON to encoding/json
+		"text":      "",
+		"declared":  "text/plain",
+	}
+	typed := msg("declared", 0, `{"a":1}`)
+	typed.Headers = append(typed.Headers, kafka.Header{Key: outbox.HeaderContentType, Value: []byte("text/plain")})
+	produce(t, b.brokers, b.topic,
+		msg("object", 0, `{"a":1}`), msg("spaces", 0, " [1] \n\t"), msg("surrogate", 0, `"\ud800"`),
+		msg("formfeed", 0, "1 \f"), msg("text", 0, "not json"), typed)
+	start(t, b.db, cfg)
+	b.waitCommitted(t, 60*time.Second, func(offs []int64) bool { return offs[0] == int64(len(want)) })
+
+	rows, err := b.db.Pool.Query(context.Background(), b.db.Q(
+		`SELECT causation_id, coalesce(headers->>'content-type', '') FROM {schema}.outbox WHERE topic = 'ledger.out'`))
+	require.NoError(t, err)
+	got := map[string]string{}
+	for rows.Next() {
+		var id, ct string
+		require.NoError(t, rows.Scan(&id, &ct))
+		got[id] = ct
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, want, got)
 }

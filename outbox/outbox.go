@@ -29,6 +29,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"golang.org/x/net/http/httpguts"
 
+	"github.com/idemd/idemd/internal/pgarray"
 	"github.com/idemd/idemd/internal/pgtext"
 	"github.com/idemd/idemd/migrations"
 )
@@ -216,7 +217,8 @@ func (s *Store) QueueQuiet(batch *pgx.Batch, events ...Event) (Wake, error) {
 func (s *Store) queue(batch *pgx.Batch, events []Event) Wake {
 	n := len(events)
 	// Operation ids as pgtype.UUID and headers as JSON text encode without reflection or
-	// a driver.Valuer round trip per element; the stored values are the same.
+	// a driver.Valuer round trip per element, text and bytea columns (internal/pgarray)
+	// without an allocation per element; the stored values are the same.
 	var (
 		ops        = make([]pgtype.UUID, 0, n)
 		pipelines  = make([]string, 0, n)
@@ -255,7 +257,8 @@ func (s *Store) queue(batch *pgx.Batch, events []Event) Wake {
 	}
 	var w Wake
 	if len(ops) > 0 {
-		batch.Queue(s.insert, ops, pipelines, causations, topics, keys, payloads, headers)
+		batch.Queue(s.insert, ops, pgarray.Text(pipelines), pgarray.Text(causations), pgarray.Text(topics),
+			pgarray.Bytes(keys), pgarray.Bytes(payloads), headers)
 		w |= WakeRelay
 	}
 	if len(deliveries.ops) > 0 {

@@ -13,6 +13,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/idemd/idemd/internal/pgarray"
 )
 
 // Outcome is the result of one claim.
@@ -187,7 +189,7 @@ func (r *claimRun) index(rows pgx.Rows) (int, bool) {
 // claim queues on batch the statement of sql for cc's rows, marking the claims whose row
 // it returns as Claimed.
 func (r *claimRun) claim(batch *pgx.Batch, sql string, cc *claimColumns) {
-	batch.Queue(sql, cc.scopes, cc.ids, cc.fps, cc.states, cc.retainUs, cc.leaseUs, cc.tokens).Query(func(rows pgx.Rows) error {
+	batch.Queue(sql, pgarray.Text(cc.scopes), pgarray.Text(cc.ids), pgarray.Bytes(cc.fps), pgarray.Text(cc.states), cc.retainUs, cc.leaseUs, cc.tokens).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			if i, ok := r.index(rows); ok {
 				r.results[i].Outcome = Claimed

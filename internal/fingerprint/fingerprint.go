@@ -15,6 +15,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
+	"encoding/json"
 	"hash"
 	"math"
 	"slices"
@@ -46,6 +47,32 @@ func Body(body []byte, ignore ...string) []byte {
 		return c.sum(jsonTag, c.out)
 	}
 	return c.sum(rawTag, body)
+}
+
+// BodyJSON is Body(body), without ignored fields, and whether body is JSON as
+// encoding/json sees it: exactly json.Valid(body) && utf8.Valid(body). A door that needs
+// both (the Kafka door's content-type) reads a JSON body once instead of twice; a body that
+// is not canonical JSON (not JSON, or JSON with an unpaired surrogate) is checked again by
+// json.Valid.
+func BodyJSON(body []byte) (fp []byte, isJSON bool) {
+	c := getCanon()
+	defer putCanon(c)
+	if c.canonical(body, nil) {
+		// canonical accepts what bytes.TrimSpace trims after the value; encoding/json
+		// only its four white-space bytes.
+		return c.sum(jsonTag, c.out), onlyJSONSpace(body[c.pos:])
+	}
+	return c.sum(rawTag, body), utf8.Valid(body) && json.Valid(body)
+}
+
+// onlyJSONSpace reports whether b holds nothing but JSON's white space.
+func onlyJSONSpace(b []byte) bool {
+	for _, x := range b {
+		if x != ' ' && x != '\t' && x != '\n' && x != '\r' {
+			return false
+		}
+	}
+	return true
 }
 
 // Request is the fingerprint of an API request: method, path and the canonical body.

@@ -1,10 +1,12 @@
 package fingerprint
 
 import (
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 
@@ -116,6 +118,31 @@ func TestNestingLimitIsEncodingJSONs(t *testing.T) {
 			require.Equal(t, depth <= maxDepth, ok, "depth %d", depth)
 		}
 	}
+}
+
+func TestBodyJSONIsEncodingJSONsVerdict(t *testing.T) {
+	t.Parallel()
+	bodies := append([]string{"", " ", "1 \f", "1\v", "{} \u00a0", "[1] \n\t\r ", `"\ud800"`, "\xff", `{"a":1}x`, `{"a":"\x01"}`,
+		strings.Repeat("[", maxDepth) + strings.Repeat("]", maxDepth), strings.Repeat("[", maxDepth+1) + strings.Repeat("]", maxDepth+1)},
+		corpus...)
+	for _, b := range append(bodies, generated(200)...) {
+		checkBodyJSON(t, []byte(b))
+	}
+}
+
+// checkBodyJSON holds BodyJSON to Body and to encoding/json's verdict.
+func checkBodyJSON(t testing.TB, body []byte) {
+	t.Helper()
+	fp, isJSON := BodyJSON(body)
+	require.Equal(t, Body(body), fp, "%q", body)
+	require.Equal(t, json.Valid(body) && utf8.Valid(body), isJSON, "%q", body)
+}
+
+func FuzzBodyJSON(f *testing.F) {
+	for _, s := range append([]string{"1 \f", `"\ud800"`, "\xff"}, corpus...) {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) { checkBodyJSON(t, body) })
 }
 
 func compareWithReference(t testing.TB, body []byte, ignore ...string) {

@@ -1,0 +1,67 @@
+// Package pgarray has array arguments that pgx encodes without an allocation per element.
+//
+// pgx encodes a []string through pgtype.FlatArray, whose Index returns each element as an
+// interface value (a 16-byte allocation per string), and a [][]byte through reflection
+// (an allocation per element as well, and reflection's cost). The types here return a
+// pointer to each element instead, which an interface holds without allocating, and the
+// element type gives pgx its value through pgtype.TextValuer or pgtype.BytesValuer. What
+// reaches PostgreSQL is the same.
+package pgarray
+
+import (
+	"database/sql/driver"
+
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// Text is a one-dimensional text[] argument. A nil Text is SQL NULL; its elements are
+// never NULL.
+type Text []string
+
+// Bytes is a one-dimensional bytea[] argument. A nil Bytes is SQL NULL; a nil element is
+// a NULL element, as in a [][]byte.
+type Bytes [][]byte
+
+type textElem string
+
+func (e *textElem) TextValue() (pgtype.Text, error) {
+	return pgtype.Text{String: string(*e), Valid: true}, nil
+}
+
+type bytesElem []byte
+
+func (e *bytesElem) BytesValue() ([]byte, error) { return *e, nil }
+
+// Dimensions implements pgtype.ArrayGetter.
+func (a Text) Dimensions() []pgtype.ArrayDimension {
+	if a == nil {
+		return nil
+	}
+	return []pgtype.ArrayDimension{{Length: int32(len(a)), LowerBound: 1}}
+}
+
+// Index implements pgtype.ArrayGetter.
+func (a Text) Index(i int) any { return (*textElem)(&a[i]) }
+
+// IndexType implements pgtype.ArrayGetter.
+func (a Text) IndexType() any { return new(textElem) }
+
+// Dimensions implements pgtype.ArrayGetter.
+func (a Bytes) Dimensions() []pgtype.ArrayDimension {
+	if a == nil {
+		return nil
+	}
+	return []pgtype.ArrayDimension{{Length: int32(len(a)), LowerBound: 1}}
+}
+
+// Index implements pgtype.ArrayGetter.
+func (a Bytes) Index(i int) any { return (*bytesElem)(&a[i]) }
+
+// IndexType implements pgtype.ArrayGetter.
+func (a Bytes) IndexType() any { return new(bytesElem) }
+
+// Value is the plain []string, for pgx where the parameter's type is not known.
+func (a Text) Value() (driver.Value, error) { return []string(a), nil }
+
+// Value is the plain [][]byte, for pgx where the parameter's type is not known.
+func (a Bytes) Value() (driver.Value, error) { return [][]byte(a), nil }
