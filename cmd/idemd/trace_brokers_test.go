@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -11,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemd/idemd/config"
 	"github.com/idemd/idemd/internal/pgtest"
@@ -77,60 +75,31 @@ subscriptions:
 	})
 	addrs := d.signals.ready.Wait(t)
 
-	body := []byte(`{"id":"evt_traced_brokers","type":"charge.succeeded","data":{"object":{"id":"ch_1","amount":31337272}}}`)
-	req := stripeRequest(t, "http://"+addrs[0]+"/webhooks/stripe", stripeSecret, body)
-	req.Header.Set("Traceparent", "00-"+traceID+"-"+senderID+"-01")
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
+	sendTraced(t, "http://"+addrs[0]+"/webhooks/stripe", traceID, senderID,
+		`{"id":"evt_traced_brokers","type":"charge.succeeded","data":{"object":{"id":"ch_1","amount":31337272}}}`)
 
-	// The last span of the flow: the SQS subscription's effect.
-	inTrace := func() []tracetest.SpanStub {
-		var out []tracetest.SpanStub
-		for _, s := range exporter.GetSpans() {
-			if s.SpanContext.TraceID().String() == traceID {
-				out = append(out, s)
-			}
-		}
-		return out
-	}
-	effectOf := func(pipeline string) (tracetest.SpanStub, bool) {
-		for _, s := range inTrace() {
+	// The last span of the flow is the SQS subscription's effect; wait until it and every
+	// parent above it ended.
+	effectOf := func(tree spanTree, pipeline string) (tracetest.SpanStub, bool) {
+		for _, s := range tree.spans {
 			if p, _ := tracing.Attr(s, tracing.AttrPipeline); s.Name == "idemd.effect" && p == pipeline {
 				return s, true
 			}
 		}
 		return tracetest.SpanStub{}, false
 	}
-	// Spans end inside out (an effect before its transaction): wait until the tree is whole.
-	var (
-		spans []tracetest.SpanStub
-		byID  map[trace.SpanID]tracetest.SpanStub
-	)
-	whole := func() bool {
-		spans, byID = inTrace(), map[trace.SpanID]tracetest.SpanStub{}
-		for _, s := range spans {
-			byID[s.SpanContext.SpanID()] = s
+	tree := newSpanTree(exporter.GetSpans(), traceID)
+	for {
+		if _, ok := effectOf(tree, "aws"); ok && tree.whole(senderID) {
+			break
 		}
-		for _, s := range spans {
-			if _, ok := byID[s.Parent.SpanID()]; !ok && s.Parent.SpanID().String() != senderID {
-				return false
-			}
-		}
-		_, ok := effectOf("aws")
-		return ok && len(roots(spans, byID)) == 1
-	}
-	for !whole() {
 		ended.Wait(t)
+		tree = newSpanTree(exporter.GetSpans(), traceID)
 	}
-	require.Equal(t, []string{"POST /webhooks/stripe"}, roots(spans, byID), "one tree; spans: %v", spanNames(exporter.GetSpans()))
-
-	last, _ := effectOf("aws")
-	var path []string
-	for s, ok := last, true; ok; s, ok = byID[s.Parent.SpanID()] {
-		path = append([]string{s.Name}, path...)
-	}
+	require.Equal(t, []string{"POST /webhooks/stripe"}, tree.roots(t, senderID), "one tree; spans: %v", spanNames(exporter.GetSpans()))
+	last, _ := effectOf(tree, "aws")
+	path := tree.path(last)
+	spans := tree.spans
 	var kinds []string
 	for _, name := range path {
 		kinds = append(kinds, strings.Fields(name)[0])
@@ -155,15 +124,4 @@ subscriptions:
 		require.NotContains(t, text, "31337272", s.Name)
 		require.NotContains(t, text, stripeSecret, s.Name)
 	}
-}
-
-// roots are the names of the spans whose parent is not among them.
-func roots(spans []tracetest.SpanStub, byID map[trace.SpanID]tracetest.SpanStub) []string {
-	var out []string
-	for _, s := range spans {
-		if _, ok := byID[s.Parent.SpanID()]; !ok {
-			out = append(out, s.Name)
-		}
-	}
-	return out
 }

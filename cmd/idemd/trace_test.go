@@ -75,13 +75,8 @@ subscriptions:
 	})
 	addrs := d.signals.ready.Wait(t)
 
-	body := []byte(`{"id":"evt_traced","type":"charge.succeeded","data":{"object":{"id":"ch_1","amount":31337271}}}`)
-	req := stripeRequest(t, "http://"+addrs[0]+"/webhooks/stripe", stripeSecret, body)
-	req.Header.Set("Traceparent", "00-"+traceID+"-"+senderID+"-01")
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
+	sendTraced(t, "http://"+addrs[0]+"/webhooks/stripe", traceID, senderID,
+		`{"id":"evt_traced","type":"charge.succeeded","data":{"object":{"id":"ch_1","amount":31337271}}}`)
 
 	// The last spans of the flow: the consumer's record, the delivery attempt (and the
 	// receiver's request, which ends after its answer).
@@ -93,31 +88,9 @@ subscriptions:
 
 	// One tree: every span of the trace has its parent among them, but the receiver's,
 	// whose parent is the sender's span.
-	byID := map[trace.SpanID]tracetest.SpanStub{}
-	var inTrace []tracetest.SpanStub
-	for _, s := range spans {
-		if s.SpanContext.TraceID().String() == traceID {
-			byID[s.SpanContext.SpanID()] = s
-			inTrace = append(inTrace, s)
-		}
-	}
-	var roots []string
-	for _, s := range inTrace {
-		if _, ok := byID[s.Parent.SpanID()]; !ok {
-			require.Equal(t, senderID, s.Parent.SpanID().String(), "%s has its parent in the trace", s.Name)
-			roots = append(roots, s.Name)
-		}
-	}
-	require.Equal(t, []string{"POST /webhooks/stripe"}, roots)
-
-	// The path through the tree, hop by hop.
-	path := func(s tracetest.SpanStub) []string {
-		var names []string
-		for ok := true; ok; s, ok = byID[s.Parent.SpanID()] {
-			names = append([]string{s.Name}, names...)
-		}
-		return names
-	}
+	tree := newSpanTree(spans, traceID)
+	require.Equal(t, []string{"POST /webhooks/stripe"}, tree.roots(t, senderID))
+	inTrace, path := tree.spans, tree.path
 	one := func(name string, withinPipeline string) tracetest.SpanStub {
 		t.Helper()
 		var found []tracetest.SpanStub
@@ -148,6 +121,68 @@ subscriptions:
 		require.NotContains(t, text, "31337271", s.Name)
 		require.NotContains(t, text, stripeSecret, s.Name)
 	}
+}
+
+// sendTraced posts a Stripe-signed webhook carrying a traceparent of traceID, from the
+// sender's span senderID, and requires a 200.
+func sendTraced(t *testing.T, url, traceID, senderID, body string) {
+	t.Helper()
+	req := stripeRequest(t, url, stripeSecret, []byte(body))
+	req.Header.Set("Traceparent", "00-"+traceID+"-"+senderID+"-01")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+}
+
+// spanTree is the spans of one trace, by span id.
+type spanTree struct {
+	spans []tracetest.SpanStub
+	byID  map[trace.SpanID]tracetest.SpanStub
+}
+
+func newSpanTree(all tracetest.SpanStubs, traceID string) spanTree {
+	tree := spanTree{byID: map[trace.SpanID]tracetest.SpanStub{}}
+	for _, s := range all {
+		if s.SpanContext.TraceID().String() == traceID {
+			tree.byID[s.SpanContext.SpanID()] = s
+			tree.spans = append(tree.spans, s)
+		}
+	}
+	return tree
+}
+
+// roots names the spans whose parent is not in the tree; each must be the sender's child.
+func (tree spanTree) roots(t *testing.T, senderID string) []string {
+	t.Helper()
+	var out []string
+	for _, s := range tree.spans {
+		if _, ok := tree.byID[s.Parent.SpanID()]; !ok {
+			require.Equal(t, senderID, s.Parent.SpanID().String(), "%s has its parent in the trace", s.Name)
+			out = append(out, s.Name)
+		}
+	}
+	return out
+}
+
+// whole reports whether every span's parent has ended too (spans end inside out: an effect
+// before its transaction), but the roots', which is the sender's span.
+func (tree spanTree) whole(senderID string) bool {
+	for _, s := range tree.spans {
+		if _, ok := tree.byID[s.Parent.SpanID()]; !ok && s.Parent.SpanID().String() != senderID {
+			return false
+		}
+	}
+	return true
+}
+
+// path names the spans from the root down to s, hop by hop.
+func (tree spanTree) path(s tracetest.SpanStub) []string {
+	var names []string
+	for ok := true; ok; s, ok = tree.byID[s.Parent.SpanID()] {
+		names = append([]string{s.Name}, names...)
+	}
+	return names
 }
 
 func spanNames(spans tracetest.SpanStubs) []string {
