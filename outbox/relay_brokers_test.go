@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -29,6 +27,7 @@ import (
 	"github.com/idemd/idemd/deadletter"
 	"github.com/idemd/idemd/internal/kafkatest"
 	"github.com/idemd/idemd/internal/metrics"
+	"github.com/idemd/idemd/internal/outageproxy"
 	"github.com/idemd/idemd/internal/pgtest"
 	"github.com/idemd/idemd/internal/pubsubtest"
 	"github.com/idemd/idemd/internal/sqsfake"
@@ -326,89 +325,27 @@ func TestRelayBrokersCrashBetweenPublishAndMark(t *testing.T) {
 	}
 }
 
-// outageProxy forwards TCP connections to a broker until it is taken down: then it closes
-// every connection and refuses new ones (accepts and closes them) until it is up again.
-type outageProxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	down   bool
-	conns  map[net.Conn]bool
-}
-
-func newOutageProxy(t *testing.T, target string) *outageProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	p := &outageProxy{ln: ln, target: target, conns: map[net.Conn]bool{}}
-	t.Cleanup(func() { _ = ln.Close(); p.setDown(true) })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go p.pipe(c)
-		}
-	}()
-	return p
-}
-
-func (p *outageProxy) addr() string { return p.ln.Addr().String() }
-
-func (p *outageProxy) pipe(c net.Conn) {
-	p.mu.Lock()
-	if p.down {
-		p.mu.Unlock()
-		_ = c.Close()
-		return
-	}
-	up, err := net.Dial("tcp", p.target)
-	if err != nil {
-		p.mu.Unlock()
-		_ = c.Close()
-		return
-	}
-	p.conns[c], p.conns[up] = true, true
-	p.mu.Unlock()
-	go func() { _, _ = io.Copy(up, c); _ = up.Close() }()
-	_, _ = io.Copy(c, up)
-	_ = c.Close()
-}
-
-func (p *outageProxy) setDown(down bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.down = down
-	if down {
-		for c := range p.conns {
-			_ = c.Close()
-		}
-		p.conns = map[net.Conn]bool{}
-	}
-}
-
 // TestRelayPubSubAndSQSOutage: Pub/Sub and SQS unreachable (a proxy in front of them refuses
 // every connection). The rows wait, none lost nor dead-lettered, both destinations held as
 // failing; once the brokers are back, the backlog is published, every row once at least and
 // in key order.
 func TestRelayPubSubAndSQSOutage(t *testing.T) {
 	t.Parallel()
-	psProxy := newOutageProxy(t, pubsubtest.Addr(t))
-	sqsProxy := newOutageProxy(t, strings.TrimPrefix(sqstest.Endpoint(t), "http://"))
-	psClient, err := pubsub.NewClient(context.Background(), pubsubtest.Project, option.WithEndpoint(psProxy.addr()),
+	psProxy := outageproxy.New(t, pubsubtest.Addr(t))
+	sqsProxy := outageproxy.New(t, strings.TrimPrefix(sqstest.Endpoint(t), "http://"))
+	psClient, err := pubsub.NewClient(context.Background(), pubsubtest.Project, option.WithEndpoint(psProxy.Addr()),
 		option.WithoutAuthentication(), option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials())))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = psClient.Close() })
-	sqsClient := sqs.New(sqs.Options{Region: sqsfake.Region, BaseEndpoint: aws.String("http://" + sqsProxy.addr()),
+	sqsClient := sqs.New(sqs.Options{Region: sqsfake.Region, BaseEndpoint: aws.String("http://" + sqsProxy.Addr()),
 		Credentials: credentials.NewStaticCredentialsProvider("test", "test", "")})
 	b := setupBrokerRelay(t, psClient, sqsClient)
 	topic, sub := orderedTopic(t)
 	fifo := sqstest.FIFOQueue(t, nil)
 	psDest, sqsDest := outbox.PubSubDestination(topic), outbox.SQSDestination(fifo)
 
-	psProxy.setDown(true)
-	sqsProxy.setDown(true)
+	psProxy.SetDown(true)
+	sqsProxy.SetDown(true)
 	toPubSub := brokerEvents(psDest, "ps", 30, "a", "b", "c")
 	toSQS := brokerEvents(sqsDest, "sq", 20, "g")
 	b.enqueue(t, interleave(toPubSub, toSQS)...)
@@ -429,8 +366,8 @@ func TestRelayPubSubAndSQSOutage(t *testing.T) {
 	require.Equal(t, len(toPubSub)+len(toSQS), b.db.Count(t, "{schema}.outbox"), "the rows wait")
 	require.Zero(t, b.db.Count(t, "{schema}.dead_letters"), "an outage dead-letters nothing")
 
-	psProxy.setDown(false)
-	sqsProxy.setDown(false)
+	psProxy.SetDown(false)
+	sqsProxy.SetDown(false)
 	b.drain(t, r, 60*time.Second)
 	requireOrder(t, pubsubRecords(pullAll(t, sub, len(toPubSub), len(toPubSub))), len(toPubSub))
 	requireOrder(t, sqsRecords(receiveFIFO(t, fifo, len(toSQS))), len(toSQS))

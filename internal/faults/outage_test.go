@@ -3,7 +3,6 @@ package faults
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -18,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/idemd/idemd/internal/kafkatest"
+	"github.com/idemd/idemd/internal/outageproxy"
 	"github.com/idemd/idemd/internal/pgtest"
 	"github.com/idemd/idemd/internal/proctest"
 )
@@ -35,70 +35,6 @@ func terminate(t *testing.T, d *db, app string) int {
 		t.Logf("terminate: %v", err)
 	}
 	return n
-}
-
-// pgProxy forwards TCP connections to PostgreSQL until it is taken down: then it closes
-// every connection it carries and refuses new ones, which is what an idemd process sees of
-// a database outage, without touching the PostgreSQL server the other tests share.
-type pgProxy struct {
-	ln     net.Listener
-	target string
-	down   atomic.Bool
-	mu     sync.Mutex
-	conns  map[net.Conn]bool
-}
-
-func newPGProxy(t *testing.T, target string) *pgProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	p := &pgProxy{ln: ln, target: target, conns: map[net.Conn]bool{}}
-	t.Cleanup(func() { ln.Close(); p.setDown(true) })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			if p.down.Load() {
-				c.Close()
-				continue
-			}
-			go p.pipe(c)
-		}
-	}()
-	return p
-}
-
-func (p *pgProxy) pipe(c net.Conn) {
-	s, err := net.DialTimeout("tcp", p.target, 5*time.Second)
-	if err != nil {
-		c.Close()
-		return
-	}
-	p.mu.Lock()
-	p.conns[c], p.conns[s] = true, true
-	p.mu.Unlock()
-	go func() { _, _ = io.Copy(s, c); s.Close(); c.Close() }()
-	_, _ = io.Copy(c, s)
-	c.Close()
-	s.Close()
-	p.mu.Lock()
-	delete(p.conns, c)
-	delete(p.conns, s)
-	p.mu.Unlock()
-}
-
-// setDown starts (true) or ends (false) the outage.
-func (p *pgProxy) setDown(down bool) {
-	p.down.Store(down)
-	if down {
-		p.mu.Lock()
-		for c := range p.conns {
-			c.Close()
-		}
-		p.mu.Unlock()
-	}
 }
 
 // TestPostgresOutage: webhooks flow in (receiver → effect and outbox → relay → topic →
@@ -132,8 +68,8 @@ subscriptions:
 	nd := newNode(t, d.schema, file, "receiver,consumer,relay", brokers, map[string]string{"FAULTS_STRIPE_SECRET": faultsStripeSecret})
 	pu, err := url.Parse(pgtest.URL())
 	require.NoError(t, err)
-	proxy := newPGProxy(t, pu.Host)
-	pu.Host = proxy.ln.Addr().String()
+	proxy := outageproxy.New(t, pu.Host)
+	pu.Host = proxy.Addr()
 	nd.vars["IDEMD_DATABASE_URL"] = withAppName(pu.String(), nd.name)
 	p := nd.startReady()
 	w := d.watch(t, "ledger", "outbox")
@@ -188,13 +124,13 @@ subscriptions:
 		// unreachable (the proxy refuses connections) and every backend that still
 		// exists is terminated.
 		inOutage.Store(true)
-		proxy.setDown(true)
+		proxy.SetDown(true)
 		end := time.Now().Add(7 * time.Second)
 		for time.Now().Before(end) {
 			cutTotal += terminate(t, d, nd.name)
 			time.Sleep(50 * time.Millisecond)
 		}
-		proxy.setDown(false)
+		proxy.SetDown(false)
 		inOutage.Store(false)
 		require.False(t, p.Exited(), "idemd survives the outage without a restart (%v)", p.Err())
 	}
