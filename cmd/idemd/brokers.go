@@ -161,52 +161,49 @@ func (d *daemon) checkBrokers(ctx context.Context) (problems, warnings []error, 
 	if d.clients == nil {
 		return nil, nil, nil
 	}
-	consumes, publishes := d.cfg.has(roleConsumer), d.cfg.has(roleRelay)
-	answered := map[string]bool{}
-	note := func(broker string, err error) error {
-		if err == nil {
-			answered[broker] = true
-		}
-		return err
+	// A resource to look for: what it is, whose it is, and how to find it ("" when it
+	// exists, else its name as the broker knows it).
+	type resource struct {
+		broker, kind, name, pipeline string
+		consumed                     bool
+		missing                      func() (string, error)
 	}
-	if consumes {
+	var all []resource
+	if d.cfg.has(roleConsumer) {
 		for _, s := range d.res.PubSubSubscriptions {
-			missing, err := d.pubsubMissing(ctx, subscriptionProject(s), "subscriptions", s.Name)
-			switch {
-			case note("Pub/Sub", err) != nil:
-				warnings = append(warnings, fmt.Errorf("subscription %q: Pub/Sub does not answer: %w", s.Pipeline, err))
-			case missing != "":
-				problems = append(problems, fmt.Errorf("subscription %q: the Pub/Sub subscription %s does not exist: serve would stop (idemd creates none outside idemd dev)", s.Pipeline, missing))
-			}
+			all = append(all, resource{"Pub/Sub", "subscription", s.Name, s.Pipeline, true,
+				func() (string, error) { return d.pubsubMissing(ctx, subscriptionProject(s), "subscriptions", s.Name) }})
 		}
 		for _, q := range d.res.SQSSubscriptions {
-			exists, err := d.sqsExists(ctx, q)
-			switch {
-			case note("SQS", err) != nil:
-				warnings = append(warnings, fmt.Errorf("SQS does not answer (queue %s): %w", q, err))
-			case !exists:
-				problems = append(problems, fmt.Errorf("the SQS queue %s does not exist: serve would stop (idemd creates none outside idemd dev)", q))
-			}
+			all = append(all, resource{"SQS", "queue", q, "", true, func() (string, error) { return d.sqsMissing(ctx, q) }})
 		}
 	}
-	if publishes {
+	if d.cfg.has(roleRelay) {
 		for _, t := range d.res.PubSubTopics {
-			missing, err := d.pubsubMissing(ctx, publishProject(d.cfg.Lookup, &d.res), "topics", t)
-			switch {
-			case note("Pub/Sub", err) != nil:
-				warnings = append(warnings, fmt.Errorf("Pub/Sub does not answer (topic %s): %w", t, err))
-			case missing != "":
-				warnings = append(warnings, fmt.Errorf("the Pub/Sub topic %s does not exist: serve starts, but the relay holds its events until it does (and dead-letters them after IDEMD_RELAY_MAX_FAILING_FOR)", missing))
-			}
+			all = append(all, resource{"Pub/Sub", "topic", t, "", false,
+				func() (string, error) { return d.pubsubMissing(ctx, publishProject(d.cfg.Lookup, &d.res), "topics", t) }})
 		}
 		for _, q := range d.res.SQSTargets {
-			exists, err := d.sqsExists(ctx, q)
-			switch {
-			case note("SQS", err) != nil:
-				warnings = append(warnings, fmt.Errorf("SQS does not answer (queue %s): %w", q, err))
-			case !exists:
-				warnings = append(warnings, fmt.Errorf("the SQS queue %s does not exist: serve starts, but the relay holds its events until it does (and dead-letters them after IDEMD_RELAY_MAX_FAILING_FOR)", q))
-			}
+			all = append(all, resource{"SQS", "queue", q, "", false, func() (string, error) { return d.sqsMissing(ctx, q) }})
+		}
+	}
+	answered := map[string]bool{}
+	for _, r := range all {
+		whose := ""
+		if r.pipeline != "" {
+			whose = fmt.Sprintf("subscription %q: ", r.pipeline)
+		}
+		missing, err := r.missing()
+		switch {
+		case err != nil:
+			warnings = append(warnings, fmt.Errorf("%s%s does not answer (%s %s): %w", whose, r.broker, r.kind, r.name, err))
+		case missing != "" && r.consumed:
+			problems = append(problems, fmt.Errorf("%sthe %s %s %s does not exist: serve would stop (idemd creates none outside idemd dev)", whose, r.broker, r.kind, missing))
+		case missing != "":
+			warnings = append(warnings, fmt.Errorf("the %s %s %s does not exist: serve starts, but the relay holds its events until it does (and dead-letters them after IDEMD_RELAY_MAX_FAILING_FOR)", r.broker, r.kind, missing))
+		}
+		if err == nil {
+			answered[r.broker] = true
 		}
 	}
 	for _, b := range []string{"Pub/Sub", "SQS"} {
@@ -239,11 +236,11 @@ func (d *daemon) pubsubMissing(ctx context.Context, project, kind, name string) 
 	return "", err
 }
 
-// sqsExists reports whether queue (a name or a URL) exists.
-func (d *daemon) sqsExists(ctx context.Context, queue string) (bool, error) {
+// sqsMissing returns queue (a name or a URL) when it does not exist, "" when it does.
+func (d *daemon) sqsMissing(ctx context.Context, queue string) (string, error) {
 	cl, err := d.clients.SQS(ctx)
 	if err != nil {
-		return false, err
+		return "", err
 	}
 	if strings.Contains(queue, "://") {
 		_, err = cl.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: aws.String(queue)})
@@ -254,8 +251,8 @@ func (d *daemon) sqsExists(ctx context.Context, queue string) (bool, error) {
 	if errors.As(err, &api) {
 		switch strings.TrimPrefix(api.ErrorCode(), "AWS.SimpleQueueService.") {
 		case "QueueDoesNotExist", "NonExistentQueue":
-			return false, nil
+			return queue, nil
 		}
 	}
-	return err == nil, err
+	return "", err
 }
