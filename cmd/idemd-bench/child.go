@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -45,12 +46,17 @@ type childConfig struct {
 	ProfileDir  string   `json:"profile_dir,omitempty"`
 	ProfileName string   `json:"profile_name,omitempty"`
 	// Relay runs the outbox relay in the same process (as the daemon does), with
-	// RelayBatch rows per round; Prune runs the pruner every second.
+	// RelayBatch rows per round; Prune runs the pruner every PruneInterval (0: every
+	// second), deleting published outbox rows after OutboxRetention (0: the daemon's 24 h).
 	Relay      bool `json:"relay,omitempty"`
 	RelayBatch int  `json:"relay_batch,omitempty"`
 	// KeepPublished is the relay's (-keep-published).
-	KeepPublished bool `json:"keep_published,omitempty"`
-	Prune         bool `json:"prune,omitempty"`
+	KeepPublished   bool          `json:"keep_published,omitempty"`
+	Prune           bool          `json:"prune,omitempty"`
+	PruneInterval   time.Duration `json:"prune_interval,omitempty"`
+	OutboxRetention time.Duration `json:"outbox_retention,omitempty"`
+	// Retention is the consumer's (consumer.Config.Retention; 0: its default, 7 days).
+	Retention time.Duration `json:"retention,omitempty"`
 	// PubSubSubscription or SQSQueue, when set, is what the consumer reads instead of Topic
 	// (the brokers section), with the clients idemd builds from BrokerEnv (the variables
 	// of internal/brokerenv: the fakes' addresses), the message id in the attribute
@@ -126,7 +132,7 @@ func serveChild(ctx context.Context, kind, raw string, stdout io.Writer) error {
 		}
 	}
 	if c.Prune {
-		prune, err := pruneLoop(pool, c.Schema, log)
+		prune, err := pruneLoop(pool, c.Schema, cmp.Or(c.PruneInterval, time.Second), cmp.Or(c.OutboxRetention, 24*time.Hour), log)
 		if err != nil {
 			return err
 		}
@@ -142,6 +148,7 @@ func serveChild(ctx context.Context, kind, raw string, stdout io.Writer) error {
 			Publish:   pipeline.Targets{{Topic: c.OutboxTopic}},
 			BatchSize: c.Batch,
 			Lease:     c.Lease,
+			Retention: c.Retention,
 			Logger:    log,
 		}
 		clients := brokerenv.New(func(name string) (string, bool) { v, ok := c.BrokerEnv[name]; return v, ok })
@@ -327,22 +334,23 @@ func startProfiles(c childConfig) (func() error, error) {
 	}, nil
 }
 
-// pruneLoop is the daemon's pruner role as far as the bench's tables go: every second, the
-// expired dedup records and the published outbox rows, through the stores' Prune methods.
-func pruneLoop(pool *pgxpool.Pool, schema string, log *logrus.Entry) (func(context.Context) error, error) {
+// pruneLoop is the daemon's pruner role as far as the bench's tables go: every interval,
+// the expired dedup records and the outbox rows published more than outboxRetention ago,
+// through the stores' Prune methods (their default batch size, as the daemon's).
+func pruneLoop(pool *pgxpool.Pool, schema string, interval, outboxRetention time.Duration, log *logrus.Entry) (func(context.Context) error, error) {
 	ps, err := processed.New(&processed.Config{Schema: schema})
 	if err != nil {
 		return nil, err
 	}
 	ob := outbox.New(&outbox.Config{Schema: schema})
 	return func(ctx context.Context) error {
-		t := time.NewTicker(time.Second)
+		t := time.NewTicker(interval)
 		defer t.Stop()
 		for {
 			if _, err := ps.Prune(ctx, pool, 0); err != nil && ctx.Err() == nil {
 				log.WithError(err).Warn("error pruning dedup records")
 			}
-			if _, err := ob.PrunePublished(ctx, pool, 24*time.Hour, 0); err != nil && ctx.Err() == nil {
+			if _, err := ob.PrunePublished(ctx, pool, outboxRetention, 0); err != nil && ctx.Err() == nil {
 				log.WithError(err).Warn("error pruning the outbox")
 			}
 			select {

@@ -74,10 +74,11 @@ func (e *env) sizes(ctx context.Context, when string) (Sizes, error) {
   (SELECT count(*) FROM `+e.q()+`.outbox), `+rel("outbox")+`, `+rel("outbox_pkey")+`, `+rel("outbox_unpublished_idx")+`,
   `+rel("outbox_published_at_idx")+`, pg_total_relation_size('`+e.q()+`.outbox'::regclass)::float8 / `+fmt.Sprint(mib)+`,
   coalesce((SELECT n_dead_tup FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = 'processed_messages'), 0),
-  coalesce((SELECT n_dead_tup FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = 'outbox'), 0)`, e.schema).Scan(
+  coalesce((SELECT n_dead_tup FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = 'outbox'), 0),
+  (SELECT count(*) FROM `+e.q()+`.processed_messages WHERE expires_at > now())`, e.schema).Scan(
 		&s.ProcessedRows, &s.ProcessedHeapMiB, &s.ProcessedPKeyMiB, &s.ProcessedExpMiB, &s.ProcessedTotalMiB,
 		&s.OutboxRows, &s.OutboxHeapMiB, &s.OutboxPKeyMiB, &s.OutboxUnpubMiB, &s.OutboxPubMiB, &s.OutboxTotalMiB,
-		&s.ProcessedDead, &s.OutboxDead)
+		&s.ProcessedDead, &s.OutboxDead, &s.ProcessedUnexpired)
 	return s, err
 }
 
@@ -154,104 +155,6 @@ func benchGrowth(ctx context.Context, e *env, res *Results) error {
 		con.Section = "growth"
 		res.Growth = append(res.Growth, GrowthPoint{Rows: rows, Limit: limit, LimitClaim: claim, Consumer: con})
 	}
-	return nil
-}
-
-// benchPrune pre-fills -prune-rows rows of which a day's have expired, then runs the
-// consumer (relay running) without the pruner and again with it (every second, as fast as
-// it goes), and reads table and index sizes at each step and after a VACUUM.
-func benchPrune(ctx context.Context, e *env, res *Results) error {
-	if err := e.truncate(ctx); err != nil {
-		return err
-	}
-	if err := e.prefill(ctx, e.o.pruneRows, true); err != nil {
-		return err
-	}
-	snap := func(when string) error {
-		s, err := e.sizes(ctx, when)
-		if err == nil {
-			res.PruneSizes = append(res.PruneSizes, s)
-		}
-		return err
-	}
-	if err := snap("pre-filled " + human(e.o.pruneRows)); err != nil {
-		return err
-	}
-	base, err := e.runConsumer(ctx, consumerRun{
-		name: fmt.Sprintf("consumer at %s rows, no pruner", human(e.o.pruneRows)),
-		n:    e.o.growthMessages, batch: e.o.batch, partitions: e.o.partitions, relay: true,
-	})
-	if err != nil {
-		return err
-	}
-	base.Section = "prune"
-	res.PruneBaseline = base
-	if err := snap("after a run without pruner"); err != nil {
-		return err
-	}
-	expiredSQL := "{schema}.processed_messages WHERE expires_at <= now()"
-	expired, err := e.count(ctx, expiredSQL)
-	if err != nil {
-		return err
-	}
-	// Time the pruner from the child's start until no expired row is left.
-	pruneDone := make(chan time.Duration, 1)
-	pctx, stop := context.WithCancel(ctx)
-	defer stop()
-	began := time.Now()
-	go func() {
-		for pctx.Err() == nil {
-			if n, err := e.count(pctx, expiredSQL); err == nil && n == 0 {
-				pruneDone <- time.Since(began)
-				return
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}()
-	loaded, err := e.runConsumer(ctx, consumerRun{
-		name: fmt.Sprintf("consumer at %s rows, pruner deleting %d expired", human(e.o.pruneRows), expired),
-		n:    e.o.growthMessages, batch: e.o.batch, partitions: e.o.partitions, relay: true, prune: true,
-	})
-	if err != nil {
-		return err
-	}
-	loaded.Section = "prune"
-	var took time.Duration
-	select {
-	case took = <-pruneDone:
-		loaded.Note += fmt.Sprintf("; the pruner deleted the %d expired dedup rows (and the outbox rows published over a day ago) within %s of the run's start", expired, took.Round(100*time.Millisecond))
-	default:
-		loaded.Note += fmt.Sprintf("; expired rows were still left when the run ended (%d at start)", expired)
-	}
-	stop()
-	res.PruneLoaded = loaded
-	if err := snap("after a run with the pruner"); err != nil {
-		return err
-	}
-	if err := e.vacuum(ctx); err != nil {
-		return err
-	}
-	if err := snap("after VACUUM"); err != nil {
-		return err
-	}
-	// A second run with the pruner (nothing left to prune): do its inserts reuse the space
-	// the first one freed?
-	again, err := e.runConsumer(ctx, consumerRun{
-		name: fmt.Sprintf("consumer at %s rows, pruner running, after VACUUM", human(e.o.pruneRows)),
-		n:    e.o.growthMessages, batch: e.o.batch, partitions: e.o.partitions, relay: true, prune: true,
-	})
-	if err != nil {
-		return err
-	}
-	again.Section = "prune"
-	res.PruneAgain = again
-	if err := e.vacuum(ctx); err != nil {
-		return err
-	}
-	if err := snap("after a second run and VACUUM"); err != nil {
-		return err
-	}
-	res.Notes = append(res.Notes, "prune: sizes are of processed_messages and the outbox with their indexes (MiB); the size goal is bytes per live row at the end against after the run without the pruner; VACUUM is run by the bench where autovacuum would")
 	return nil
 }
 

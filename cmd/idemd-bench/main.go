@@ -47,7 +47,10 @@ type options struct {
 	peerPartitions int
 	growthRows     []int
 	growthMessages int
-	pruneRows      int
+	pruneRetention time.Duration
+	prunePeriods   int
+	pruneInterval  time.Duration
+	pruneNaptime   time.Duration
 	brokerMessages int
 	pubsubMessages int
 	sqsPollers     []int
@@ -94,7 +97,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.peerPartitions, "peer-partitions", 6, "partitions of the peer comparison topic")
 	growthRows := fs.String("growth-rows", "0,1000000", "sizes to pre-fill processed_messages and the published outbox to before measuring the consumer and the limit (comma list; 10000000 takes a few minutes)")
 	fs.IntVar(&o.growthMessages, "growth-messages", 100000, "records consumed (and limit messages) at each growth size")
-	fs.IntVar(&o.pruneRows, "prune-rows", 1000000, "rows pre-filled for the pruning run, one seventh of them expired (a day of a 7-day retention)")
+	fs.DurationVar(&o.pruneRetention, "prune-retention", 20*time.Second, "the prune section's pipeline retention (and outbox retention): rows expire and are pruned all along its run")
+	fs.IntVar(&o.prunePeriods, "prune-periods", 8, "how many retention periods the prune section's steady state lasts (at least 5; the largest sizes of the last period are compared with those of the third)")
+	fs.DurationVar(&o.pruneInterval, "prune-interval", time.Second, "the prune section's pruner interval (the daemon's IDEMD_PRUNE_INTERVAL, 1m by default for 7 days of retention)")
+	fs.DurationVar(&o.pruneNaptime, "prune-naptime", time.Second, "how often the prune section's autovacuum emulation looks at the tables (autovacuum_naptime, 1min on a server)")
 	fs.IntVar(&o.brokerMessages, "broker-messages", 20000, "messages published to each Pub/Sub subscription and SQS queue of the brokers section (20% of them repeats: new broker messages with an earlier operation-id)")
 	fs.IntVar(&o.pubsubMessages, "pubsub-messages", 2000, "messages of the Pub/Sub runs of the brokers section (pstest delivers about 100 messages/s per streaming pull: see BENCHMARKS.md)")
 	fs.StringVar(&o.brokerDoors, "broker-doors", "pubsub,sqs", "doors the brokers section measures: pubsub, sqs or both")
@@ -103,7 +109,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.jsonOut, "json", false, "print the results as JSON instead of a table")
 	fs.StringVar(&o.profileDir, "profile-dir", "", "write CPU, heap, allocation and block profiles of each idemd child process into this directory")
 	fs.BoolVar(&o.keepSchema, "keep-schema", false, "do not drop the bench schema at the end (inspection)")
-	fs.BoolVar(&o.keepPublished, "keep-published", false, "run the relay with KeepPublished (IDEMD_OUTBOX_KEEP_PUBLISHED: published rows marked and kept, as before phase 2), and pre-fill published outbox rows for growth and prune")
+	fs.BoolVar(&o.keepPublished, "keep-published", false, "run the relay with KeepPublished (IDEMD_OUTBOX_KEEP_PUBLISHED: published rows marked and kept, as before phase 2), and pre-fill published outbox rows for growth")
 	fs.StringVar(&o.databaseURL, "database-url", "", "PostgreSQL URL (default IDEMD_DATABASE_URL, else "+databaseURLDefault+")")
 	fs.StringVar(&o.brokers, "brokers", "", "Kafka brokers, comma list (default IDEMD_KAFKA_BROKERS, else an in-process kfake broker)")
 	var serve, serveConfig string
@@ -135,8 +141,11 @@ baseline from the same run, and prints a table (or JSON with -json):
   peers          idemd, idiomatic Watermill and a hand-written kafka-go consumer on one
                  topic (-peer-messages, -peer-partitions); needs -peers-bin;
   growth         the consumer and the limit on tables pre-filled to each -growth-rows;
-  prune          the consumer with and without the pruner deleting a day of expired
-                 rows (-prune-rows), table and index sizes before and after;
+  prune          the consumer, relay and pruner running at full speed for -prune-periods
+                 periods of a -prune-retention retention (rows expire and are pruned all
+                 along), VACUUM where autovacuum would (-prune-naptime); table and index
+                 sizes every half period, the last period against the third; then the
+                 consumer without the pruner on the same tables;
   amplification  the limit with the relay's UPDATE of published_at, with delete at
                  publish, and with lean tables: what a schema change would buy;
   RSS            peak resident memory (VmHWM) of the idemd child process under each load.
@@ -231,8 +240,10 @@ func (o *options) validate() error {
 		return errors.New("-partitions, -batch, -max-batch, -relay-batch, -peer-partitions, -peer-messages and -growth-messages must be positive")
 	case slices.ContainsFunc(o.limitBatches, nonPositive), slices.ContainsFunc(o.limitWorkers, nonPositive), len(o.limitBatches) == 0:
 		return errors.New("-limit-batches and -limit-workers must be positive numbers")
-	case slices.ContainsFunc(o.growthRows, func(n int) bool { return n < 0 }), o.pruneRows < 7:
-		return errors.New("-growth-rows must not be negative, -prune-rows must be at least 7")
+	case slices.ContainsFunc(o.growthRows, func(n int) bool { return n < 0 }):
+		return errors.New("-growth-rows must not be negative")
+	case o.prunePeriods < 5, o.pruneRetention < 2*time.Second, o.pruneInterval <= 0, o.pruneNaptime <= 0:
+		return errors.New("-prune-periods must be at least 5, -prune-retention at least 2s, -prune-interval and -prune-naptime positive")
 	case o.concurrency < 1, o.receiverConns < 1, o.relayRate < 1:
 		return errors.New("-concurrency, -receiver-conns and -relay-rate must be positive")
 	case o.duration <= 0, o.durationOne <= 0, o.relayDuration <= 0:

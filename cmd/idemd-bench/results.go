@@ -40,20 +40,32 @@ type Ratio struct {
 // Sizes are the on-disk sizes of idemd's two growing tables at one point of a run.
 type Sizes struct {
 	When string `json:"when"`
+	// At is when, in seconds from the run's start; Rate the consumer's messages/s since the
+	// sample before; Role "reference" or "end" for the samples of the two windows the goal
+	// compares, "no pruner" for the sample after the run without the pruner.
+	At   float64 `json:"at_s"`
+	Rate float64 `json:"rate"`
+	Role string  `json:"role,omitempty"`
+	// ProcessedVacuums and OutboxVacuums count the VACUUMs run on each table so far.
+	ProcessedVacuums int `json:"processed_vacuums"`
+	OutboxVacuums    int `json:"outbox_vacuums"`
 	// Rows are live rows (count(*)); DeadRows are pg_stat_user_tables' n_dead_tup.
-	ProcessedRows     int64 `json:"processed_rows"`
-	ProcessedDead     int64 `json:"processed_dead_rows"`
-	ProcessedHeapMiB  float64
-	ProcessedPKeyMiB  float64
-	ProcessedExpMiB   float64
-	ProcessedTotalMiB float64
-	OutboxRows        int64 `json:"outbox_rows"`
-	OutboxDead        int64 `json:"outbox_dead_rows"`
-	OutboxHeapMiB     float64
-	OutboxPKeyMiB     float64
-	OutboxUnpubMiB    float64
-	OutboxPubMiB      float64
-	OutboxTotalMiB    float64
+	ProcessedRows int64 `json:"processed_rows"`
+	ProcessedDead int64 `json:"processed_dead_rows"`
+	// ProcessedUnexpired are the live rows whose retention has not passed: what the
+	// table must hold whatever the pruner and VACUUM do.
+	ProcessedUnexpired int64 `json:"processed_unexpired_rows"`
+	ProcessedHeapMiB   float64
+	ProcessedPKeyMiB   float64
+	ProcessedExpMiB    float64
+	ProcessedTotalMiB  float64
+	OutboxRows         int64 `json:"outbox_rows"`
+	OutboxDead         int64 `json:"outbox_dead_rows"`
+	OutboxHeapMiB      float64
+	OutboxPKeyMiB      float64
+	OutboxUnpubMiB     float64
+	OutboxPubMiB       float64
+	OutboxTotalMiB     float64
 }
 
 // GrowthPoint is the consumer and the limit on tables pre-filled to Rows rows.
@@ -92,9 +104,8 @@ type Results struct {
 	PeersWatermill  *Row           `json:"-"`
 	PeersKafkaGo    *Row           `json:"-"`
 	Growth          []GrowthPoint  `json:"growth,omitempty"`
-	PruneBaseline   *Row           `json:"prune_baseline,omitempty"`
-	PruneLoaded     *Row           `json:"prune_under_load,omitempty"`
-	PruneAgain      *Row           `json:"prune_again,omitempty"`
+	PruneSteady     *Row           `json:"prune_steady,omitempty"`
+	PruneOff        *Row           `json:"prune_off,omitempty"`
 	PruneSizes      []Sizes        `json:"prune_sizes,omitempty"`
 	Amplification   []*Row         `json:"amplification,omitempty"`
 	Notes           []string       `json:"notes,omitempty"`
@@ -109,7 +120,7 @@ func (o *options) public() map[string]any {
 		"receiver_conns": o.receiverConns, "relay_events": o.relayEvents, "relay_batch": o.relayBatch,
 		"relay_rate": o.relayRate, "relay_duration": o.relayDuration.String(), "peer_messages": o.peerMessages,
 		"peer_partitions": o.peerPartitions, "growth_rows": o.growthRows, "growth_messages": o.growthMessages,
-		"prune_rows": o.pruneRows, "broker_messages": o.brokerMessages, "pubsub_messages": o.pubsubMessages, "sqs_pollers": o.sqsPollers, "only": o.only, "keep_published": o.keepPublished,
+		"prune_retention": o.pruneRetention.String(), "prune_periods": o.prunePeriods, "prune_interval": o.pruneInterval.String(), "prune_naptime": o.pruneNaptime.String(), "broker_messages": o.brokerMessages, "pubsub_messages": o.pubsubMessages, "sqs_pollers": o.sqsPollers, "only": o.only, "keep_published": o.keepPublished,
 	}
 }
 
@@ -190,18 +201,33 @@ func (r *Results) ratios() []Ratio {
 			}
 		}
 	}
-	if r.PruneBaseline != nil && r.PruneLoaded != nil {
-		info("consumer while pruning / consumer, same tables", r.PruneLoaded.Rate/r.PruneBaseline.Rate)
+	if r.PruneSteady != nil && r.PruneOff != nil {
+		info("consumer with the pruner (steady state) / without it, same tables", r.PruneSteady.Rate/r.PruneOff.Rate)
 	}
-	if n := len(r.PruneSizes); n >= 3 {
-		// Size per live row, at the end against after the run without the pruner: the
-		// live rows change little (a day pruned, two runs' rows added), the bytes show
-		// whether the space pruning frees is reused.
-		perRow := func(s Sizes) float64 {
-			return (s.ProcessedTotalMiB + s.OutboxTotalMiB) / float64(max(s.ProcessedRows+s.OutboxRows, 1))
+	if ref, end, ok := r.pruneWindows(); ok {
+		// The largest total size of both tables with every index in the last period, against
+		// the largest in the third (the live rows levelled off after the first, the first
+		// period's rows were pruned in the second): sizes move in a sawtooth as VACUUM
+		// truncates and the tables grow again, and a window's largest is what the disk had to
+		// hold. More unexpired rows (the most seen until then) excuse as much growth; fewer
+		// excuse nothing.
+		grown := max(1, float64(end.unexpired)/float64(max(ref.unexpired, 1)))
+		v := end.total / ref.total / grown
+		add("largest size in the last period / in the third (steady state)", v, pruneGoal, v <= pruneTolerance)
+		for _, p := range []struct {
+			name     string
+			end, ref float64
+		}{
+			{"processed_messages heap", end.heap, ref.heap},
+			{"processed_messages pkey", end.pkey, ref.pkey},
+			{"processed_messages expires_at index", end.exp, ref.exp},
+			{"outbox, total", end.outbox, ref.outbox},
+		} {
+			if p.ref > 0 {
+				info(p.name+", the same", p.end/p.ref)
+			}
 		}
-		v := perRow(r.PruneSizes[n-1]) / perRow(r.PruneSizes[1])
-		add("size per live row after pruning under load / before", v, "<= 1.00 (flat)", v <= 1.0)
+		info(fmt.Sprintf("most unexpired dedup rows until the last period / until the third (%d / %d)", end.unexpired, ref.unexpired), grown)
 	}
 	var peak float64
 	for _, row := range r.all() {
@@ -267,7 +293,7 @@ func (r *Results) all() []*Row {
 	for _, g := range r.Growth {
 		rows = append(rows, g.Limit, g.LimitClaim, g.Consumer)
 	}
-	rows = append(rows, r.PruneBaseline, r.PruneLoaded, r.PruneAgain)
+	rows = append(rows, r.PruneSteady, r.PruneOff)
 	rows = append(rows, r.Amplification...)
 	out := rows[:0]
 	for _, row := range rows {
@@ -304,11 +330,12 @@ func (r *Results) print(w io.Writer) {
 	if len(r.PruneSizes) > 0 {
 		fmt.Fprintln(w)
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "sizes (MiB)\tprocessed rows\tdead\theap\tpkey\texpires_at idx\ttotal\toutbox rows\tdead\theap\tpkey\tunpublished idx\tpublished_at idx\ttotal\t")
+		fmt.Fprintln(tw, "prune (MiB)\tmsgs/s\tdedup rows\tunexpired\tdead\theap\tpkey\texpires_at idx\ttotal\tvacuums\toutbox rows\tdead\theap\ttotal\tvacuums\tboth\tbytes/dedup row\t\t")
 		for _, s := range r.PruneSizes {
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%d\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t\n", s.When,
-				s.ProcessedRows, s.ProcessedDead, s.ProcessedHeapMiB, s.ProcessedPKeyMiB, s.ProcessedExpMiB, s.ProcessedTotalMiB,
-				s.OutboxRows, s.OutboxDead, s.OutboxHeapMiB, s.OutboxPKeyMiB, s.OutboxUnpubMiB, s.OutboxPubMiB, s.OutboxTotalMiB)
+			both := s.ProcessedTotalMiB + s.OutboxTotalMiB
+			fmt.Fprintf(tw, "%s\t%.0f\t%d\t%d\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%d\t%d\t%d\t%.1f\t%.1f\t%d\t%.1f\t%s\t%s\t\n", s.When, s.Rate,
+				s.ProcessedRows, s.ProcessedUnexpired, s.ProcessedDead, s.ProcessedHeapMiB, s.ProcessedPKeyMiB, s.ProcessedExpMiB, s.ProcessedTotalMiB, s.ProcessedVacuums,
+				s.OutboxRows, s.OutboxDead, s.OutboxHeapMiB, s.OutboxTotalMiB, s.OutboxVacuums, both, perRow(both, s.ProcessedRows), s.Role)
 		}
 		_ = tw.Flush()
 	}
@@ -339,6 +366,14 @@ func (r *Results) print(w io.Writer) {
 	if len(notes) > 0 {
 		fmt.Fprintln(w, "\nnotes:\n"+strings.Join(notes, "\n"))
 	}
+}
+
+// perRow is size MiB over rows, in bytes per row ("-" without rows).
+func perRow(mib float64, rows int64) string {
+	if rows == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f", mib*(1<<20)/float64(rows))
 }
 
 func opt(v float64) string {

@@ -1,0 +1,604 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/segmentio/kafka-go"
+)
+
+// The prune section runs the consumer (relay and pruner running, as the daemon runs them)
+// at full speed for -prune-periods retention periods of -prune-retention, so that rows
+// expire and are pruned all along the run and the live rows level off at the ingest rate
+// times the retention: the steady state a long-running daemon reaches, compressed in time.
+// The server runs with autovacuum off; the bench does what autovacuum would (see
+// autovacuum). Sizes are sampled every half retention period.
+
+// Sizes of the producer's chunks and how far it stays ahead of the consumer's commits.
+const (
+	pruneChunk = 25000
+	pruneLead  = 150000
+)
+
+// stream produces fresh records (every fifth a repeat within its chunk, as records makes
+// them) to a topic in chunks, staying at most pruneLead records ahead of the group's
+// committed offsets, until it is stopped.
+type stream struct {
+	e          *env
+	topic      string
+	group      string
+	partitions int
+	stopping   atomic.Bool
+	done       chan error
+	produced   atomic.Int64
+
+	mu     sync.Mutex
+	counts []int64
+	unique int
+	// minLead is the smallest lead over the group's commits seen when a chunk was due
+	// (0: the consumer had caught up, and waited for records).
+	minLead int64
+}
+
+func (e *env) startStream(ctx context.Context, topic, group string, partitions int) *stream {
+	s := &stream{e: e, topic: topic, group: group, partitions: partitions, done: make(chan error, 1),
+		counts: make([]int64, partitions), minLead: -1}
+	go func() { s.done <- s.run(ctx) }()
+	return s
+}
+
+func (s *stream) run(ctx context.Context) error {
+	for i := 0; !s.stopping.Load(); i++ {
+		for {
+			c, err := s.e.committed(ctx, s.group, s.topic, s.partitions)
+			if err != nil {
+				return err
+			}
+			lead := s.produced.Load() - c
+			if lead < pruneLead {
+				s.mu.Lock()
+				if i > pruneLead/pruneChunk && (s.minLead < 0 || lead < s.minLead) {
+					s.minLead = lead
+				}
+				s.mu.Unlock()
+				break
+			}
+			if s.stopping.Load() {
+				return nil
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+		recs, unique := records(fmt.Sprintf("evt-%s-prune-%d", s.e.runID, i), pruneChunk, s.partitions)
+		counts, err := s.e.produce(ctx, s.topic, recs, s.partitions)
+		if err != nil {
+			return err
+		}
+		s.mu.Lock()
+		for p, n := range counts {
+			s.counts[p] += n
+		}
+		s.unique += unique
+		s.mu.Unlock()
+		s.produced.Add(int64(len(recs)))
+	}
+	return nil
+}
+
+// stop stops producing after the current chunk and returns the records each partition got,
+// the distinct ids produced and the smallest lead seen.
+func (s *stream) stop() ([]int64, int, int64, error) {
+	s.stopping.Store(true)
+	err := <-s.done
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.counts, s.unique, s.minLead, err
+}
+
+// committed is the sum of group's committed offsets on topic (0 before its first commit).
+func (e *env) committed(ctx context.Context, group, topic string, partitions int) (int64, error) {
+	cl := &kafka.Client{Addr: kafka.TCP(e.brokers...), Timeout: 10 * time.Second}
+	parts := make([]int, partitions)
+	for i := range parts {
+		parts[i] = i
+	}
+	resp, err := cl.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{topic: parts}})
+	if err != nil {
+		return 0, fmt.Errorf("fetching the offsets of group %s: %w", group, err)
+	}
+	var sum int64
+	for _, p := range resp.Topics[topic] {
+		if p.Error == nil && p.CommittedOffset > 0 {
+			sum += p.CommittedOffset
+		}
+	}
+	return sum, nil
+}
+
+// autovacuum does what PostgreSQL's autovacuum would do to idemd's two pruned tables on a
+// server that runs it (this one may not): every naptime, a worker per table (the server
+// has autovacuum_max_workers of them, 3 by default) reads the table's dead, inserted and
+// modified rows (pg_stat_user_tables) and its reltuples, and VACUUMs it when autovacuum
+// would (dead rows above autovacuum_vacuum_threshold + autovacuum_vacuum_scale_factor ×
+// reltuples, or inserted rows above the insert threshold), ANALYZEs it when autoanalyze
+// would; the thresholds are the table's storage parameters (migration 0006), else the
+// server's settings. Each worker sleeps as an autovacuum worker does (cost-based delay and
+// limit, the table's own or the server's autovacuum settings).
+type autovacuum struct {
+	e       *env
+	set     map[string]float64
+	limit   float64 // autovacuum's cost limit
+	delay   float64 // and cost delay, ms
+	tables  []string
+	workers []*avWorker
+	active  atomic.Int32
+	stop    context.CancelFunc
+	wg      sync.WaitGroup
+
+	mu       sync.Mutex
+	vacuums  map[string]int
+	analyzes map[string]int
+	spent    time.Duration
+	err      error
+}
+
+// avWorker is the connection that vacuums one table, and its backend's CPU at the start.
+type avWorker struct {
+	table string
+	conn  *pgxpool.Conn
+	pid   int
+	cpu0  time.Duration
+}
+
+// avSettings are the server settings autovacuum's decision reads, by name.
+var avSettings = []string{"autovacuum_vacuum_threshold", "autovacuum_vacuum_scale_factor",
+	"autovacuum_vacuum_insert_threshold", "autovacuum_vacuum_insert_scale_factor",
+	"autovacuum_analyze_threshold", "autovacuum_analyze_scale_factor"}
+
+func (e *env) startAutovacuum(ctx context.Context, naptime time.Duration, tables ...string) (*autovacuum, error) {
+	a := &autovacuum{e: e, tables: tables, set: map[string]float64{}, vacuums: map[string]int{}, analyzes: map[string]int{}}
+	for _, name := range avSettings {
+		var v float64
+		if err := e.pool.QueryRow(ctx, "SELECT current_setting($1)::float8", name).Scan(&v); err != nil {
+			return nil, fmt.Errorf("reading %s: %w", name, err)
+		}
+		a.set[name] = v
+	}
+	// -1: vacuum_cost_limit, vacuum_cost_delay.
+	if err := e.pool.QueryRow(ctx, `SELECT CASE current_setting('autovacuum_vacuum_cost_limit') WHEN '-1'
+  THEN current_setting('vacuum_cost_limit') ELSE current_setting('autovacuum_vacuum_cost_limit') END::float8,
+  (SELECT CASE setting WHEN '-1' THEN (SELECT setting FROM pg_settings WHERE name = 'vacuum_cost_delay') ELSE setting END
+   FROM pg_settings WHERE name = 'autovacuum_vacuum_cost_delay')::float8`).Scan(&a.limit, &a.delay); err != nil {
+		return nil, err
+	}
+	for _, t := range tables {
+		conn, err := e.pool.Acquire(ctx)
+		if err != nil {
+			a.release()
+			return nil, err
+		}
+		w := &avWorker{table: t, conn: conn}
+		a.workers = append(a.workers, w)
+		if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&w.pid); err != nil {
+			a.release()
+			return nil, err
+		}
+		w.cpu0, _ = procCPU(w.pid)
+	}
+	actx, cancel := context.WithCancel(ctx)
+	a.stop = cancel
+	for _, w := range a.workers {
+		a.wg.Add(1)
+		go func() {
+			defer a.wg.Done()
+			a.run(actx, w, naptime)
+		}()
+	}
+	return a, nil
+}
+
+func (a *autovacuum) release() {
+	for _, w := range a.workers {
+		w.conn.Release()
+	}
+}
+
+func (a *autovacuum) run(ctx context.Context, w *avWorker, naptime time.Duration) {
+	t := time.NewTicker(naptime)
+	defer t.Stop()
+	for {
+		if err := a.check(ctx, w); err != nil {
+			if ctx.Err() == nil {
+				a.mu.Lock()
+				a.err = errors.Join(a.err, err)
+				a.mu.Unlock()
+			}
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// check vacuums or analyzes w's table when autovacuum would.
+func (a *autovacuum) check(ctx context.Context, w *avWorker) error {
+	var (
+		reltuples      float64
+		dead, ins, mod int64
+		opts           []string
+		qualified      = a.e.q() + "." + w.table
+	)
+	err := w.conn.QueryRow(ctx, `SELECT c.reltuples, s.n_dead_tup, s.n_ins_since_vacuum, s.n_mod_since_analyze, coalesce(c.reloptions, '{}')
+FROM pg_class c JOIN pg_stat_user_tables s ON s.relid = c.oid WHERE c.oid = $1::regclass`, qualified).Scan(&reltuples, &dead, &ins, &mod, &opts)
+	if err != nil {
+		return fmt.Errorf("reading the statistics of %s: %w", w.table, err)
+	}
+	reltuples = max(reltuples, 0) // -1: never vacuumed nor analyzed
+	due := func(n int64, what string) bool {
+		return float64(n) > a.param(opts, "autovacuum_"+what+"_threshold")+a.param(opts, "autovacuum_"+what+"_scale_factor")*reltuples
+	}
+	vacuumDue := due(dead, "vacuum") || due(ins, "vacuum_insert")
+	anaDue := due(mod, "analyze")
+	var stmt string
+	switch {
+	case vacuumDue && anaDue:
+		stmt = "VACUUM (ANALYZE) " + qualified
+	case vacuumDue:
+		stmt = "VACUUM " + qualified
+	case anaDue:
+		stmt = "ANALYZE " + qualified
+	default:
+		return nil
+	}
+	// An autovacuum worker sleeps its cost delay whenever it has spent its cost limit (a
+	// manual VACUUM does not sleep): the table's storage parameters, else the server's
+	// settings, and then the limit is shared among the workers vacuuming at that moment
+	// (autovacuum rebalances it while they run; here it is set when a VACUUM starts).
+	n := a.active.Add(1)
+	defer a.active.Add(-1)
+	limit, delay := a.limit, a.delay
+	ownLimit, ownDelay := a.reloption(opts, "autovacuum_vacuum_cost_limit"), a.reloption(opts, "autovacuum_vacuum_cost_delay")
+	if ownLimit > 0 {
+		limit = ownLimit
+	}
+	if ownDelay >= 0 {
+		delay = ownDelay
+	}
+	if ownLimit <= 0 && ownDelay <= 0 {
+		limit /= float64(n)
+	}
+	if _, err := w.conn.Exec(ctx, "SELECT set_config('vacuum_cost_limit', $1, false), set_config('vacuum_cost_delay', $2, false)",
+		strconv.Itoa(max(1, int(limit))), strconv.FormatFloat(delay, 'f', -1, 64)+"ms"); err != nil {
+		return err
+	}
+	began := time.Now()
+	if _, err := w.conn.Exec(ctx, stmt); err != nil {
+		return fmt.Errorf("%s: %w", stmt, err)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.spent += time.Since(began)
+	if vacuumDue {
+		a.vacuums[w.table]++
+	}
+	if anaDue {
+		a.analyzes[w.table]++
+	}
+	return nil
+}
+
+// param is a storage parameter of a table with storage parameters opts ("name=value"),
+// else the server's setting.
+func (a *autovacuum) param(opts []string, name string) float64 {
+	if v := a.reloption(opts, name); v >= 0 {
+		return v
+	}
+	return a.set[name]
+}
+
+// reloption is the storage parameter name of a table with storage parameters opts
+// ("name=value"), or -1.
+func (a *autovacuum) reloption(opts []string, name string) float64 {
+	for _, o := range opts {
+		if k, v, ok := strings.Cut(o, "="); ok && k == name {
+			if f, err := strconv.ParseFloat(v, 64); err == nil {
+				return f
+			}
+		}
+	}
+	return -1
+}
+
+// counts returns how many times each table was vacuumed so far.
+func (a *autovacuum) counts() map[string]int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make(map[string]int, len(a.vacuums))
+	for k, v := range a.vacuums {
+		out[k] = v
+	}
+	return out
+}
+
+// finish stops the emulation and describes what it did, with the CPU its backends spent.
+func (a *autovacuum) finish() (string, time.Duration, error) {
+	a.stop()
+	a.wg.Wait()
+	var cpu time.Duration
+	for _, w := range a.workers {
+		c, _ := procCPU(w.pid)
+		cpu += c - w.cpu0
+	}
+	a.release()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var parts []string
+	for _, t := range a.tables {
+		parts = append(parts, fmt.Sprintf("%s vacuumed %d times, analyzed %d times", t, a.vacuums[t], a.analyzes[t]))
+	}
+	return fmt.Sprintf("%s; %s in VACUUM/ANALYZE (the workers' time added up)", strings.Join(parts, ", "),
+		a.spent.Round(100*time.Millisecond)), cpu, a.err
+}
+
+// benchPrune runs the steady state and measures sizes and rates; see the top of this file.
+func benchPrune(ctx context.Context, e *env, res *Results) error {
+	if err := e.truncate(ctx); err != nil {
+		return err
+	}
+	retention, periods, parts := e.o.pruneRetention, e.o.prunePeriods, e.o.partitions
+	topic, err := e.topic(ctx, "prune", parts)
+	if err != nil {
+		return err
+	}
+	outTopic, err := e.topic(ctx, "prune-ledger", parts)
+	if err != nil {
+		return err
+	}
+	group := "bench-" + e.runID + "-prune"
+	st := e.startStream(ctx, topic, group, parts)
+	stopStream := func() ([]int64, int, int64, error) { return st.stop() }
+	defer func() {
+		if !st.stopping.Load() {
+			_, _, _, _ = stopStream()
+		}
+	}()
+	for st.produced.Load() < pruneLead {
+		select {
+		case err := <-st.done:
+			return fmt.Errorf("producing: %w", err)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	av, err := e.startAutovacuum(ctx, e.o.pruneNaptime, "processed_messages", "outbox")
+	if err != nil {
+		return err
+	}
+	avDone := false
+	defer func() {
+		if !avDone {
+			_, _, _ = av.finish()
+		}
+	}()
+	cfg := childConfig{
+		MaxConns: int32(parts + 4), Topic: topic, Group: group, OutboxTopic: outTopic,
+		Batch: e.o.batch, Relay: true, RelayBatch: e.o.relayBatch, Retention: retention,
+		Prune: true, PruneInterval: e.o.pruneInterval, OutboxRetention: retention,
+		ProfileName: "consumer-prune",
+	}
+	c, err := e.startChild(ctx, "consumer", cfg)
+	if err != nil {
+		return err
+	}
+	began := time.Now()
+	var lastAt time.Time
+	var lastCommitted int64
+	snap := func(role string) (Sizes, int64, error) {
+		s, err := e.sizes(ctx, "")
+		if err != nil {
+			return s, 0, err
+		}
+		now := time.Now()
+		n, err := e.committed(ctx, group, topic, parts)
+		if err != nil {
+			return s, 0, err
+		}
+		s.At = now.Sub(began).Seconds()
+		s.When = fmt.Sprintf("%.0f s", s.At)
+		s.Role = role
+		if !lastAt.IsZero() {
+			s.Rate = float64(n-lastCommitted) / now.Sub(lastAt).Seconds()
+		}
+		lastAt, lastCommitted = now, n
+		vac := av.counts()
+		s.ProcessedVacuums, s.OutboxVacuums = vac["processed_messages"], vac["outbox"]
+		res.PruneSizes = append(res.PruneSizes, s)
+		e.logf("prune %s: %.0f msgs/s, processed %d live %d dead %.1f MiB, outbox %d live %d dead %.1f MiB, vacuums %d / %d",
+			s.When, s.Rate, s.ProcessedRows, s.ProcessedDead, s.ProcessedTotalMiB, s.OutboxRows, s.OutboxDead, s.OutboxTotalMiB,
+			s.ProcessedVacuums, s.OutboxVacuums)
+		return s, n, nil
+	}
+	if _, _, err := snap(""); err != nil {
+		c.kill()
+		return err
+	}
+	// Samples every half period; the goal compares the samples of the last period with
+	// those of the third (the live rows levelled off after the first, and the first
+	// period's rows were pruned in the second); the CPU and rate of the steady state count
+	// from two periods in.
+	half := retention / 2
+	var refAt time.Time
+	var refCommitted, endCommitted int64
+	for i := 1; i <= 2*periods; i++ {
+		select {
+		case <-ctx.Done():
+			c.kill()
+			return ctx.Err()
+		case <-time.After(time.Until(began.Add(time.Duration(i) * half))):
+		}
+		role := ""
+		switch {
+		case i >= 4 && i <= 6:
+			role = "reference"
+		case i >= 2*periods-2:
+			role = "end"
+		}
+		_, n, err := snap(role)
+		if err != nil {
+			c.kill()
+			return err
+		}
+		switch i {
+		case 4:
+			refAt, refCommitted = lastAt, n
+			// The CPU of the steady state only.
+			e.startCPU(ctx, c, "idemd-bench-"+e.runID+"-consumer")
+		case 2 * periods:
+			endCommitted = n
+		}
+	}
+	steadyCPU := e.cpuPerMessage(ctx, c, int(endCommitted-refCommitted))
+	rss, err := c.stop()
+	if err != nil {
+		return err
+	}
+	steady := &Row{Section: "prune", Mode: fmt.Sprintf("consumer, relay and pruner running, retention %s, steady state (periods 3-%d)", retention, periods),
+		Count: int(endCommitted - refCommitted), Seconds: lastAt.Sub(refAt).Seconds(), Unit: "msgs/s", PeakRSSMiB: rss, CPU: steadyCPU}
+	steady.Rate = float64(steady.Count) / steady.Seconds
+	res.PruneSteady = steady
+
+	// The same consumer without the pruner, on the tables the steady state left, for half a
+	// period: the rate pruning costs, on (nearly) equal tables.
+	cfg.Prune = false
+	cfg.ProfileName = "consumer-prune-off"
+	c, err = e.startChild(ctx, "consumer", cfg)
+	if err != nil {
+		return err
+	}
+	before, err := e.committed(ctx, group, topic, parts)
+	if err != nil {
+		c.kill()
+		return err
+	}
+	var from time.Time
+	var fromCommitted int64
+	for from.IsZero() {
+		n, err := e.committed(ctx, group, topic, parts)
+		if err == nil {
+			err = ctx.Err()
+		}
+		if err != nil {
+			c.kill()
+			return err
+		}
+		if n > before {
+			from, fromCommitted = time.Now(), n
+			e.startCPU(ctx, c, "idemd-bench-"+e.runID+"-consumer")
+		} else {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	time.Sleep(half)
+	to := time.Now()
+	toCommitted, err := e.committed(ctx, group, topic, parts)
+	if err != nil {
+		c.kill()
+		return err
+	}
+	offCPU := e.cpuPerMessage(ctx, c, int(toCommitted-fromCommitted))
+	if _, _, err := snap("no pruner"); err != nil {
+		c.kill()
+		return err
+	}
+	off := &Row{Section: "prune", Mode: "consumer, relay running, no pruner, right after on the same tables",
+		Count: int(toCommitted - fromCommitted), Seconds: to.Sub(from).Seconds(), Unit: "msgs/s", CPU: offCPU}
+	off.Rate = float64(off.Count) / off.Seconds
+	res.PruneOff = off
+
+	// Stop producing, let the consumer finish what was produced, and check exactly once.
+	counts, unique, minLead, err := stopStream()
+	if err != nil {
+		c.kill()
+		return fmt.Errorf("producing: %w", err)
+	}
+	if _, err := e.waitCommitted(ctx, group, topic, counts, 5*time.Minute); err != nil {
+		c.kill()
+		return err
+	}
+	off.PeakRSSMiB, err = e.checkOnce(ctx, c, 0, outTopic, parts, unique, true)
+	if err != nil {
+		return err
+	}
+	var total int64
+	for _, n := range counts {
+		total += n
+	}
+	avNote, avCPU, err := av.finish()
+	avDone = true
+	if err != nil {
+		return fmt.Errorf("autovacuum emulation: %w", err)
+	}
+	lead := fmt.Sprintf("the producer stayed at least %d records ahead of the consumer's commits", minLead)
+	if minLead == 0 {
+		lead = "the consumer caught up with the producer at times (its rate is then the producer's)"
+	}
+	steady.Note = fmt.Sprintf("%d records (%d distinct ids) produced in chunks of %d while the run went on, each effect once and each event in the outbox or on its topic; %s; pruner every %s (the daemon's default is 1 min for 7 days of retention); the autovacuum emulation every %s: %s, %.0f µs of its backends' CPU per message over the whole run (not in the CPU column, which counts from the reference sample to the end)",
+		total, unique, pruneChunk, lead, e.o.pruneInterval, e.o.pruneNaptime, avNote, float64(avCPU.Microseconds())/float64(max(total, 1)))
+	res.Notes = append(res.Notes, "prune: sizes in MiB of processed_messages and the outbox, each with its indexes and total (pg_total_relation_size), sampled every half retention period; live rows by count(*), dead rows pg_stat_user_tables.n_dead_tup; vacuums: how many VACUUMs the autovacuum emulation ran on each table so far; the goal compares the largest sizes of the last period (end) with those of the third (reference), see BENCHMARKS.md")
+	return nil
+}
+
+// pruneWindow is the largest of each size over the samples of a window, and the most
+// unexpired dedup rows seen until its end.
+type pruneWindow struct {
+	total, heap, pkey, exp, outbox float64
+	unexpired                      int64
+}
+
+// pruneWindows are the steady state's reference (third period) and end (last period)
+// windows; ok is false when the run has none.
+func (r *Results) pruneWindows() (ref, end pruneWindow, ok bool) {
+	var unexpired int64
+	var okRef, okEnd bool
+	for _, s := range r.PruneSizes {
+		unexpired = max(unexpired, s.ProcessedUnexpired)
+		var w *pruneWindow
+		switch s.Role {
+		case "reference":
+			w, okRef = &ref, true
+		case "end":
+			w, okEnd = &end, true
+		default:
+			continue
+		}
+		w.total = max(w.total, s.ProcessedTotalMiB+s.OutboxTotalMiB)
+		w.heap = max(w.heap, s.ProcessedHeapMiB)
+		w.pkey = max(w.pkey, s.ProcessedPKeyMiB)
+		w.exp = max(w.exp, s.ProcessedExpMiB)
+		w.outbox = max(w.outbox, s.OutboxTotalMiB)
+		w.unexpired = unexpired
+	}
+	return ref, end, okRef && okEnd && ref.total > 0
+}
+
+// The size goal: flat, within what sampling a sawtooth every half period and relations
+// growing by extension steps (PostgreSQL adds up to 512 pages at once when writers queue
+// for a relation's extension lock) make of a flat size.
+const (
+	pruneTolerance = 1.02
+	pruneGoal      = "<= 1.02 (flat within 2 %)"
+)
