@@ -98,7 +98,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	growthRows := fs.String("growth-rows", "0,1000000", "sizes to pre-fill processed_messages and the published outbox to before measuring the consumer and the limit (comma list; 10000000 takes a few minutes)")
 	fs.IntVar(&o.growthMessages, "growth-messages", 100000, "records consumed (and limit messages) at each growth size")
 	fs.DurationVar(&o.pruneRetention, "prune-retention", 20*time.Second, "the prune section's pipeline retention (and outbox retention): rows expire and are pruned all along its run")
-	fs.IntVar(&o.prunePeriods, "prune-periods", 8, "how many retention periods the prune section's steady state lasts (at least 5; the largest sizes of the last period are compared with those of the third)")
+	fs.IntVar(&o.prunePeriods, "prune-periods", 8, "how many retention periods the prune section's steady state lasts (at least 7; the largest sizes of the last period are compared with those of the period after the middle)")
 	fs.DurationVar(&o.pruneInterval, "prune-interval", time.Second, "the prune section's pruner interval (the daemon's IDEMD_PRUNE_INTERVAL, 1m by default for 7 days of retention)")
 	fs.DurationVar(&o.pruneNaptime, "prune-naptime", time.Second, "how often the prune section's autovacuum emulation looks at the tables (autovacuum_naptime, 1min on a server)")
 	fs.IntVar(&o.brokerMessages, "broker-messages", 20000, "messages published to each Pub/Sub subscription and SQS queue of the brokers section (20% of them repeats: new broker messages with an earlier operation-id)")
@@ -144,7 +144,7 @@ baseline from the same run, and prints a table (or JSON with -json):
   prune          the consumer, relay and pruner running at full speed for -prune-periods
                  periods of a -prune-retention retention (rows expire and are pruned all
                  along), VACUUM where autovacuum would (-prune-naptime); table and index
-                 sizes every half period, the last period against the third; then the
+                 sizes every half period, the last period against the one after the middle; then the
                  consumer without the pruner on the same tables;
   amplification  the limit with the relay's UPDATE of published_at, with delete at
                  publish, and with lean tables: what a schema change would buy;
@@ -242,8 +242,8 @@ func (o *options) validate() error {
 		return errors.New("-limit-batches and -limit-workers must be positive numbers")
 	case slices.ContainsFunc(o.growthRows, func(n int) bool { return n < 0 }):
 		return errors.New("-growth-rows must not be negative")
-	case o.prunePeriods < 5, o.pruneRetention < 2*time.Second, o.pruneInterval <= 0, o.pruneNaptime <= 0:
-		return errors.New("-prune-periods must be at least 5, -prune-retention at least 2s, -prune-interval and -prune-naptime positive")
+	case o.prunePeriods < 7, o.pruneRetention < 2*time.Second, o.pruneInterval <= 0, o.pruneNaptime <= 0:
+		return errors.New("-prune-periods must be at least 7, -prune-retention at least 2s, -prune-interval and -prune-naptime positive")
 	case o.concurrency < 1, o.receiverConns < 1, o.relayRate < 1:
 		return errors.New("-concurrency, -receiver-conns and -relay-rate must be positive")
 	case o.duration <= 0, o.durationOne <= 0, o.relayDuration <= 0:

@@ -42,7 +42,8 @@ type Sizes struct {
 	When string `json:"when"`
 	// At is when, in seconds from the run's start; Rate the consumer's messages/s since the
 	// sample before; Role "reference" or "end" for the samples of the two windows the goal
-	// compares, "no pruner" for the sample after the run without the pruner.
+	// compares, "third" for those of the third period, "no pruner" for the sample after
+	// the run without the pruner.
 	At   float64 `json:"at_s"`
 	Rate float64 `json:"rate"`
 	Role string  `json:"role,omitempty"`
@@ -203,31 +204,56 @@ func (r *Results) ratios() []Ratio {
 	}
 	if r.PruneSteady != nil && r.PruneOff != nil {
 		info("consumer with the pruner (steady state) / without it, same tables", r.PruneSteady.Rate/r.PruneOff.Rate)
+		// The same, over the half period just before (the machine is shared: adjacent
+		// windows of equal length compare best).
+		for i := len(r.PruneSizes) - 1; i >= 0; i-- {
+			if s := r.PruneSizes[i]; s.Role == "end" {
+				info("consumer with the pruner (its last half period) / without it (the next)", s.Rate/r.PruneOff.Rate)
+				break
+			}
+		}
 	}
-	if ref, end, ok := r.pruneWindows(); ok {
-		// The largest total size of both tables with every index in the last period, against
-		// the largest in the third (the live rows levelled off after the first, the first
-		// period's rows were pruned in the second): sizes move in a sawtooth as VACUUM
-		// truncates and the tables grow again, and a window's largest is what the disk had to
-		// hold. More unexpired rows (the most seen until then) excuse as much growth; fewer
-		// excuse nothing.
+	if third, ref, end, ok := r.pruneWindows(); ok {
+		// Each relation of processed_messages (the table retention fills) in the last
+		// period against the period after the middle of the run (the live rows level off
+		// after the first period; the primary key, built by inserts alone in the first,
+		// settles to the fill deletes leave over the next few), by its largest size in each,
+		// as sizes move in a sawtooth while VACUUM truncates a heap and it grows again:
+		// what the disk had to hold. More unexpired rows (the most seen until then) excuse
+		// as much growth; fewer excuse nothing, since a table does not shrink. The goal is
+		// the relation that grew most; the outbox, a queue whose size follows the relay's
+		// lag rather than the retention, both tables' total, and the growth from the third
+		// period to the reference are shown beside it.
 		grown := max(1, float64(end.unexpired)/float64(max(ref.unexpired, 1)))
-		v := end.total / ref.total / grown
-		add("largest size in the last period / in the third (steady state)", v, pruneGoal, v <= pruneTolerance)
-		for _, p := range []struct {
+		rels := []struct {
 			name     string
 			end, ref float64
 		}{
-			{"processed_messages heap", end.heap, ref.heap},
-			{"processed_messages pkey", end.pkey, ref.pkey},
-			{"processed_messages expires_at index", end.exp, ref.exp},
+			{"heap", end.heap, ref.heap},
+			{"pkey", end.pkey, ref.pkey},
+			{"expires_at index", end.exp, ref.exp},
 			{"outbox, total", end.outbox, ref.outbox},
-		} {
-			if p.ref > 0 {
-				info(p.name+", the same", p.end/p.ref)
+			{"both tables, total", end.total, ref.total},
+		}
+		worst, v := "", 0.0
+		for _, p := range rels[:3] { // processed_messages' own
+			if g := p.end / max(p.ref, 1e-9) / grown; g > v {
+				worst, v = p.name, g
 			}
 		}
-		info(fmt.Sprintf("most unexpired dedup rows until the last period / until the third (%d / %d)", end.unexpired, ref.unexpired), grown)
+		add(fmt.Sprintf("processed_messages, largest size in the last period / the reference, per unexpired row if more (worst: %s)", worst), v, pruneGoal, v <= pruneTolerance)
+		for i, p := range rels {
+			if i < 3 {
+				p.name = "processed_messages " + p.name
+			}
+			if p.ref > 0 {
+				info(p.name+", last period / reference", p.end/p.ref)
+			}
+		}
+		info(fmt.Sprintf("most unexpired dedup rows until the last period / until the reference (%d / %d)", end.unexpired, ref.unexpired), float64(end.unexpired)/float64(max(ref.unexpired, 1)))
+		if third.pkey > 0 {
+			info(fmt.Sprintf("warm-up: processed_messages pkey, reference / third period (unexpired %d / %d)", ref.unexpired, third.unexpired), ref.pkey/third.pkey)
+		}
 	}
 	var peak float64
 	for _, row := range r.all() {
