@@ -143,9 +143,9 @@ baseline from the same run, and prints a table (or JSON with -json):
   growth         the consumer and the limit on tables pre-filled to each -growth-rows;
   prune          the consumer, relay and pruner running at full speed for -prune-periods
                  periods of a -prune-retention retention (rows expire and are pruned all
-                 along), VACUUM where autovacuum would (-prune-naptime); table and index
-                 sizes every half period, the last period against the one after the middle; then the
-                 consumer without the pruner on the same tables;
+                 along), VACUUM where autovacuum would (-prune-naptime); table and
+                 index sizes every half period, the last period against the one after
+                 the middle; then the consumer without the pruner on the same tables;
   amplification  the limit with the relay's UPDATE of published_at, with delete at
                  publish, and with lean tables: what a schema change would buy;
   RSS            peak resident memory (VmHWM) of the idemd child process under each load.

@@ -575,7 +575,7 @@ func benchPrune(ctx context.Context, e *env, res *Results) error {
 	if minLead == 0 {
 		lead = "the consumer caught up with the producer at times (its rate is then the producer's)"
 	}
-	steady.Note = fmt.Sprintf("%d records (%d distinct ids) produced in chunks of %d while the run went on, each effect once and each event in the outbox or on its topic; %s; pruner every %s (the daemon's default is 1 min for 7 days of retention); the autovacuum emulation every %s: %s, %.0f µs of its backends' CPU per message over the whole run (not in the CPU column, which counts from the reference sample to the end)",
+	steady.Note = fmt.Sprintf("%d records (%d distinct ids) produced in chunks of %d while the run went on, each effect once and each event in the outbox or on its topic; %s; pruner every %s (the daemon's default is 1 min for 7 days of retention); the autovacuum emulation every %s: %s, %.0f µs of its backends' CPU per message over the whole run (not in the CPU column, which counts from two periods in to the end)",
 		total, unique, pruneChunk, lead, e.o.pruneInterval, e.o.pruneNaptime, avNote, float64(avCPU.Microseconds())/float64(max(total, 1)))
 	res.Notes = append(res.Notes, "prune: sizes in MiB of processed_messages and the outbox, each with its indexes and total (pg_total_relation_size), sampled every half retention period; live rows by count(*), dead rows pg_stat_user_tables.n_dead_tup; vacuums: how many VACUUMs the autovacuum emulation ran on each table so far; the goal compares the largest sizes of the last period (end) with those of the period after the middle of the run (reference), see BENCHMARKS.md")
 	return nil
