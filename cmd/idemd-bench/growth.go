@@ -9,26 +9,20 @@ import (
 
 // prefill fills processed_messages with rows rows of the consumer's scope, ids spread over
 // the key space ("evt_" and 32 hex digits, as the bench's ids), retention spread over 7
-// days; with expired, one seventh of them (a day's rows) has expired. The outbox gets
-// rows/2 published rows (the issue's 10 M / 5 M proportion) when the relay keeps them
-// (-keep-published; by default it deletes them and the outbox holds none); with expired,
-// one seventh of them was published more than a day ago (the pruner's default outbox
-// retention). Both are inserted in key order, then vacuumed and analyzed, as a steady state
-// would be.
-func (e *env) prefill(ctx context.Context, rows int, expired bool) error {
+// days, none expired. The outbox gets rows/2 published rows (the issue's 10 M / 5 M
+// proportion) when the relay keeps them (-keep-published; by default it deletes them and
+// the outbox holds none), published within the last 12 hours. Both are inserted in key
+// order, then vacuumed and analyzed.
+func (e *env) prefill(ctx context.Context, rows int) error {
 	if rows == 0 {
 		return nil
 	}
 	q := e.q()
 	began := time.Now()
-	exp := "false"
-	if expired {
-		exp = "true"
-	}
 	if _, err := e.pool.Exec(ctx, `INSERT INTO `+q+`.processed_messages
     (scope, message_id, fingerprint, status, received_at, completed_at, expires_at)
 SELECT 'bench', 'evt_' || md5('prefill-' || g), sha256(int8send(g)), 'done', t, t, t + interval '7 days'
-FROM (SELECT g, now() - ((g % 7) + CASE WHEN `+exp+` AND g % 7 = 6 THEN 1.5 ELSE 0.5 END) * interval '1 day' AS t
+FROM (SELECT g, now() - ((g % 7) + 0.5) * interval '1 day' AS t
       FROM generate_series(1, $1::bigint) g) s
 ORDER BY 2`, rows); err != nil {
 		return fmt.Errorf("pre-filling processed_messages: %w", err)
@@ -42,7 +36,7 @@ ORDER BY 2`, rows); err != nil {
 SELECT md5('op-' || g)::uuid, 'bench', 'evt_' || md5('prefill-' || g), 'bench.ledger',
        convert_to('{"id":"evt_' || md5('prefill-' || g) || '","object":"event","type":"payment_intent.succeeded","data":{"object":{"amount":' || g || '}}}', 'UTF8'),
        '{"content-type":"application/json"}', t, t
-FROM (SELECT g, now() - CASE WHEN `+exp+` AND g % 7 = 6 THEN interval '36 hours' ELSE (g % 12) * interval '1 hour' END AS t
+FROM (SELECT g, now() - (g % 12) * interval '1 hour' AS t
       FROM generate_series(1, $1::bigint) g) s`, published); err != nil {
 		return fmt.Errorf("pre-filling the outbox: %w", err)
 	}
@@ -106,7 +100,7 @@ func benchGrowth(ctx context.Context, e *env, res *Results) error {
 		if err := e.truncate(ctx); err != nil {
 			return err
 		}
-		if err := e.prefill(ctx, rows, false); err != nil {
+		if err := e.prefill(ctx, rows); err != nil {
 			return err
 		}
 		size := human(rows)
