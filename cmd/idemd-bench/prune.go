@@ -586,6 +586,8 @@ func benchPrune(ctx context.Context, e *env, res *Results) error {
 type pruneWindow struct {
 	total, heap, pkey, exp, outbox float64
 	unexpired                      int64
+	// held is the most dedup rows the table held in the window, live and dead.
+	held int64
 }
 
 // pruneWindows are the steady state's third period, reference (the period after the
@@ -612,6 +614,7 @@ func (r *Results) pruneWindows() (third, ref, end pruneWindow, ok bool) {
 		w.exp = max(w.exp, s.ProcessedExpMiB)
 		w.outbox = max(w.outbox, s.OutboxTotalMiB)
 		w.unexpired = unexpired
+		w.held = max(w.held, s.ProcessedRows+s.ProcessedDead)
 	}
 	return third, ref, end, okRef && okEnd && ref.total > 0
 }

@@ -251,6 +251,9 @@ func (r *Results) ratios() []Ratio {
 			}
 		}
 		info(fmt.Sprintf("most unexpired dedup rows until the last period / until the reference (%d / %d)", end.unexpired, ref.unexpired), float64(end.unexpired)/float64(max(ref.unexpired, 1)))
+		// Sizes follow the most rows held so far: a last period that held fewer than the
+		// reference tests flatness less than one that held more.
+		info(fmt.Sprintf("most dedup rows held (live + dead), last period / reference (%d / %d)", end.held, ref.held), float64(end.held)/float64(max(ref.held, 1)))
 		if third.pkey > 0 {
 			info(fmt.Sprintf("warm-up: processed_messages pkey, reference / third period (unexpired %d / %d)", ref.unexpired, third.unexpired), ref.pkey/third.pkey)
 		}
