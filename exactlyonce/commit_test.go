@@ -3,6 +3,8 @@ package exactlyonce_test
 import (
 	"context"
 	"fmt"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -123,4 +125,72 @@ func TestCommitInTheLastRoundTripEveryExecMode(t *testing.T) {
 			}
 		})
 	}
+}
+
+// roundTrips counts what a pool sends: statements on their own, and batches. The NOTIFY
+// that wakes the relay after a commit (outbox.Store.Notify, from a goroutine of its own)
+// is not the unit's.
+type roundTrips struct{ queries, batches atomic.Int64 }
+
+func (r *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, q pgx.TraceQueryStartData) context.Context {
+	if !strings.Contains(q.SQL, "pg_notify") {
+		r.queries.Add(1)
+	}
+	return ctx
+}
+func (r *roundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (r *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	r.batches.Add(1)
+	return ctx
+}
+func (r *roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
+// TestNewBatchTakesTwoRoundTrips: a batch of new messages whose effects and events are
+// queued takes two round trips, BEGIN with the claim and the effects and events with
+// COMMIT; a batch of duplicates takes three (the claim, the read-back of the known ids
+// on its own, COMMIT).
+func TestNewBatchTakesTwoRoundTrips(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cfg, err := pgxpool.ParseConfig(pgtest.URL())
+	require.NoError(t, err)
+	rt := &roundTrips{}
+	cfg.ConnConfig.Tracer = rt
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	defer pool.Close()
+	unit := newUnit(t, b.db, pool, nil)
+	batch := func() []*exactlyonce.Message {
+		var msgs []*exactlyonce.Message
+		for i := range 10 {
+			m := b.msg(fmt.Sprintf("rt-%d", i), i)
+			m.Answer = nil
+			m.Events = []exactlyonce.Event{{Event: outbox.Event{Topic: "out", Pipeline: "s", CausationID: m.ID, Payload: []byte(`{}`), OperationID: outbox.OperationID("s", m.ID, 0)}}}
+			msgs = append(msgs, m)
+		}
+		return msgs
+	}
+	// The first use of a connection prepares its statements: a round trip more per batch.
+	require.NoError(t, unit.Apply(context.Background(), batch()[:1]))
+	_, err = b.db.Pool.Exec(context.Background(), b.db.Q("TRUNCATE {schema}.effects, {schema}.outbox, {schema}.processed_messages"))
+	require.NoError(t, err)
+
+	for _, want := range []struct {
+		outcome exactlyonce.Outcome
+		queries int64
+	}{{exactlyonce.Applied, 0}, {exactlyonce.Duplicate, 1}} {
+		rt.queries.Store(0)
+		rt.batches.Store(0)
+		msgs := batch()
+		require.NoError(t, unit.Apply(context.Background(), msgs))
+		for _, m := range msgs {
+			require.Equal(t, want.outcome, m.Outcome, m.ID)
+		}
+		require.Equal(t, want.queries, rt.queries.Load(), "%s: statements sent on their own", want.outcome)
+		require.Equal(t, int64(2), rt.batches.Load(), "%s: batches sent", want.outcome)
+	}
+	require.Equal(t, 10, b.db.Count(t, "{schema}.effects"))
+	require.Equal(t, 10, b.db.Count(t, "{schema}.outbox"))
 }

@@ -127,10 +127,13 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Unit, error) {
 // Processed returns the store the unit claims in.
 func (u *Unit) Processed() *processed.Store { return u.cfg.Processed }
 
-// effectTx begins every effect transaction with deferred constraints checked at once: a
-// violation then fails its own statement, inside its message's savepoint, instead of the
-// COMMIT of the whole batch, where no message could be blamed for it. Same round trip.
-var effectTx = pgx.TxOptions{BeginQuery: "BEGIN; SET CONSTRAINTS ALL IMMEDIATE"}
+// Every effect transaction checks deferred constraints at once: a violation then fails
+// its own statement, inside its message's savepoint, instead of the COMMIT of the whole
+// batch, where no message could be blamed for it. In the round trip of BEGIN: effectTx
+// (simple protocol), or the claim's batch (try).
+const setConstraintsImmediate = "SET CONSTRAINTS ALL IMMEDIATE"
+
+var effectTx = pgx.TxOptions{BeginQuery: "BEGIN; " + setConstraintsImmediate}
 
 // errCareful asks for the batch to run again with a savepoint around each effect.
 var errCareful = errors.New("a permanent failure needs savepoints")
@@ -304,15 +307,24 @@ func (u *Unit) try(ctx context.Context, msgs []*Message, careful bool) (err erro
 	for _, m := range msgs {
 		m.Result = Result{}
 	}
-	tx, release, err := u.begin(ctx)
+	conn, err := u.pool.Acquire(ctx)
 	if err != nil {
-		return err
+		return fmt.Errorf("error beginning transaction: %w", err)
 	}
-	defer release()
-	defer rollbackOnError(ctx, tx, &err)
+	// Released after the transaction ended (the pool closes a connection left in one). The
+	// unit holds the connection rather than a pool transaction so that it can commit in the
+	// round trip of its last statements (sendCommit).
+	defer conn.Release()
 
+	// BEGIN goes in the round trip of the claim.
+	begin := &pgx.Batch{}
+	begin.BeginTx(pgx.TxOptions{})
+	begin.Queue(setConstraintsImmediate)
 	cs := newClaimSet(msgs, false)
-	results, xid, err := u.cfg.Processed.ClaimBatchXactTx(ctx, tx, cs.claims)
+	tx, results, xid, err := u.cfg.Processed.ClaimBatchBeginXact(ctx, processed.Begin{Conn: conn.Conn(), Batch: begin}, cs.claims)
+	if tx != nil {
+		defer rollbackOnError(ctx, tx, &err)
+	}
 	if err != nil {
 		return err
 	}
@@ -348,6 +360,8 @@ func (u *Unit) try(ctx context.Context, msgs []*Message, careful bool) (err erro
 	}
 	if !careful && len(forget) == 0 && len(done) == 0 {
 		// Nothing is left to run after what is queued: COMMIT goes in the same round trip.
+		// A batch of new webhooks or records takes two round trips in all: BEGIN and the
+		// claim; the effects, the events and COMMIT.
 		if err := u.sendCommit(ctx, tx, q, msgs, xid); err != nil {
 			return err
 		}
@@ -375,8 +389,7 @@ func (u *Unit) try(ctx context.Context, msgs []*Message, careful bool) (err erro
 
 // begin starts an effect transaction (effectTx) on a connection of its own; release returns
 // the connection to the pool (closed if it is still in a transaction), after the
-// transaction ended. The unit holds the connection rather than a pool transaction so that
-// it can commit in the round trip of its last statements (sendCommit).
+// transaction ended.
 func (u *Unit) begin(ctx context.Context) (tx pgx.Tx, release func(), err error) {
 	conn, err := u.pool.Acquire(ctx)
 	if err != nil {
@@ -391,7 +404,7 @@ func (u *Unit) begin(ctx context.Context) (tx pgx.Tx, release func(), err error)
 }
 
 // sendCommit sends what q holds and COMMIT in one round trip: the transaction's last two
-// round trips become one (a webhook batch's four become three). When a statement fails,
+// round trips become one. When a statement fails,
 // PostgreSQL skips the rest of the pipeline, COMMIT included, and the transaction is rolled
 // back as after any failure: an effect's permanent failure still re-runs the batch with
 // savepoints (errCareful). A failure without an answer is resolved as commit resolves it.
