@@ -114,10 +114,11 @@ func (u *Unit) ApplyReserved(ctx context.Context, m *Message, token uuid.UUID) (
 
 func (u *Unit) applyReserved(ctx context.Context, m *Message, token uuid.UUID) (err error) {
 	m.Result = Result{}
-	tx, err := u.begin(ctx)
+	tx, release, err := u.begin(ctx)
 	if err != nil {
 		return err
 	}
+	defer release()
 	defer rollbackOnError(ctx, tx, &err)
 	xid, err := u.cfg.Processed.AcquireXactTx(ctx, tx, m.Scope, m.ID, token)
 	if err != nil {

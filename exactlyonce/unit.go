@@ -127,10 +127,13 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Unit, error) {
 // Processed returns the store the unit claims in.
 func (u *Unit) Processed() *processed.Store { return u.cfg.Processed }
 
-// effectTx begins every effect transaction with deferred constraints checked at once: a
-// violation then fails its own statement, inside its message's savepoint, instead of the
-// COMMIT of the whole batch, where no message could be blamed for it. Same round trip.
-var effectTx = pgx.TxOptions{BeginQuery: "BEGIN; SET CONSTRAINTS ALL IMMEDIATE"}
+// Every effect transaction checks deferred constraints at once: a violation then fails
+// its own statement, inside its message's savepoint, instead of the COMMIT of the whole
+// batch, where no message could be blamed for it. In the round trip of BEGIN: effectTx
+// (simple protocol), or the claim's batch (try).
+const setConstraintsImmediate = "SET CONSTRAINTS ALL IMMEDIATE"
+
+var effectTx = pgx.TxOptions{BeginQuery: "BEGIN; " + setConstraintsImmediate}
 
 // errCareful asks for the batch to run again with a savepoint around each effect.
 var errCareful = errors.New("a permanent failure needs savepoints")
@@ -304,14 +307,24 @@ func (u *Unit) try(ctx context.Context, msgs []*Message, careful bool) (err erro
 	for _, m := range msgs {
 		m.Result = Result{}
 	}
-	tx, err := u.begin(ctx)
+	conn, err := u.pool.Acquire(ctx)
 	if err != nil {
-		return err
+		return fmt.Errorf("error beginning transaction: %w", err)
 	}
-	defer rollbackOnError(ctx, tx, &err)
+	// Released after the transaction ended (the pool closes a connection left in one). The
+	// unit holds the connection rather than a pool transaction so that it can commit in the
+	// round trip of its last statements (sendCommit).
+	defer conn.Release()
 
+	// BEGIN goes in the round trip of the claim.
+	begin := &pgx.Batch{}
+	begin.BeginTx(pgx.TxOptions{})
+	begin.Queue(setConstraintsImmediate)
 	cs := newClaimSet(msgs, false)
-	results, xid, err := u.cfg.Processed.ClaimBatchXactTx(ctx, tx, cs.claims)
+	tx, results, xid, err := u.cfg.Processed.ClaimBatchBeginXact(ctx, processed.Begin{Conn: conn.Conn(), Batch: begin}, cs.claims)
+	if tx != nil {
+		defer rollbackOnError(ctx, tx, &err)
+	}
 	if err != nil {
 		return err
 	}
@@ -339,6 +352,22 @@ func (u *Unit) try(ctx context.Context, msgs []*Message, careful bool) (err erro
 			done = append(done, completion(m))
 		}
 	}
+	// Repeats inside the batch answer like their first occurrence once it is decided.
+	for i, m := range msgs {
+		if j := results[cs.own[i]].FirstIndex; j >= 0 && m.Outcome == Duplicate {
+			m.Response = msgs[cs.owner[j]].Response
+		}
+	}
+	if !careful && len(forget) == 0 && len(done) == 0 {
+		// Nothing is left to run after what is queued: COMMIT goes in the same round trip.
+		// A batch of new webhooks or records takes two round trips in all: BEGIN and the
+		// claim; the effects, the events and COMMIT.
+		if err := u.sendCommit(ctx, tx, q, msgs, xid); err != nil {
+			return err
+		}
+		u.outbox.Notify(u.pool, q.wake)
+		return nil
+	}
 	if err := u.sendIf(ctx, tx, q); err != nil {
 		if IsPermanent(err) {
 			return errCareful
@@ -351,12 +380,6 @@ func (u *Unit) try(ctx context.Context, msgs []*Message, careful bool) (err erro
 	if err := u.cfg.Processed.CompleteBatchTx(ctx, tx, done); err != nil {
 		return err
 	}
-	// Repeats inside the batch answer like their first occurrence once it is decided.
-	for i, m := range msgs {
-		if j := results[cs.own[i]].FirstIndex; j >= 0 && m.Outcome == Duplicate {
-			m.Response = msgs[cs.owner[j]].Response
-		}
-	}
 	if err := u.commit(ctx, tx, msgs, xid); err != nil {
 		return err
 	}
@@ -364,13 +387,55 @@ func (u *Unit) try(ctx context.Context, msgs []*Message, careful bool) (err erro
 	return nil
 }
 
-// begin starts an effect transaction (effectTx).
-func (u *Unit) begin(ctx context.Context) (pgx.Tx, error) {
-	tx, err := u.pool.BeginTx(ctx, effectTx)
+// begin starts an effect transaction (effectTx) on a connection of its own; release returns
+// the connection to the pool (closed if it is still in a transaction), after the
+// transaction ended.
+func (u *Unit) begin(ctx context.Context) (tx pgx.Tx, release func(), err error) {
+	conn, err := u.pool.Acquire(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("error beginning transaction: %w", err)
+		return nil, nil, fmt.Errorf("error beginning transaction: %w", err)
 	}
-	return tx, nil
+	tx, err = conn.BeginTx(ctx, effectTx)
+	if err != nil {
+		conn.Release()
+		return nil, nil, fmt.Errorf("error beginning transaction: %w", err)
+	}
+	return tx, conn.Release, nil
+}
+
+// sendCommit sends what q holds and COMMIT in one round trip: the transaction's last two
+// round trips become one. When a statement fails,
+// PostgreSQL skips the rest of the pipeline, COMMIT included, and the transaction is rolled
+// back as after any failure: an effect's permanent failure still re-runs the batch with
+// savepoints (errCareful). A failure without an answer is resolved as commit resolves it.
+func (u *Unit) sendCommit(ctx context.Context, tx pgx.Tx, q *queue, msgs []*Message, xid string) error {
+	q.flushMany()
+	if len(q.events) > 0 {
+		w, err := u.outbox.QueueQuiet(&q.batch, q.events...)
+		if err != nil {
+			return errCareful // the event is refused for good: Permanent, as in send
+		}
+		q.wake |= w
+		q.events = nil
+	}
+	if u.cfg.BeforeCommit != nil {
+		u.cfg.BeforeCommit(msgs)
+	}
+	q.batch.Queue("COMMIT")
+	err := tx.SendBatch(ctx, &q.batch).Close()
+	q.batch = pgx.Batch{}
+	q.endSpans(err)
+	if err == nil {
+		return nil
+	}
+	if IsPermanent(err) {
+		return errCareful
+	}
+	err = fmt.Errorf("error running the batch's effects and COMMIT: %w", err)
+	if !outcomeUnknown(err) || xid == "" {
+		return err
+	}
+	return u.resolved(ctx, err, msgs, xid)
 }
 
 // rollbackOnError rolls tx back when *errp is set, joining a rollback failure to it. The
@@ -416,6 +481,12 @@ func (u *Unit) commit(ctx context.Context, tx pgx.Tx, msgs []*Message, xid strin
 	if !outcomeUnknown(err) || xid == "" {
 		return err
 	}
+	return u.resolved(ctx, err, msgs, xid)
+}
+
+// resolved is the outcome of a COMMIT that ended with err and no answer: nil when the
+// database says transaction xid committed.
+func (u *Unit) resolved(ctx context.Context, err error, msgs []*Message, xid string) error {
 	committed, rerr := u.resolve(ctx, xid)
 	switch {
 	case rerr != nil:

@@ -146,6 +146,7 @@ type Relay struct {
 	letters     *deadletter.Store
 	statsSQL    string
 	published   atomic.Int64
+	marks       atomic.Int64 // statements that marked (deleted) published rows: rounds that published
 	leader      atomic.Bool
 	tracer      *tracing.Tracer
 
@@ -250,6 +251,10 @@ func markSQL(table string, keep bool) string {
 
 // Published returns how many records this relay has published (tests, logs).
 func (r *Relay) Published() int64 { return r.published.Load() }
+
+// Rounds returns how many rounds of this relay published something (the bench: records
+// per round).
+func (r *Relay) Rounds() int64 { return r.marks.Load() }
 
 // IsLeader reports whether this relay currently holds the leadership.
 func (r *Relay) IsLeader() bool { return r.leader.Load() }

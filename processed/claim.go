@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -116,7 +117,8 @@ func (s *Store) ClaimTx(ctx context.Context, tx pgx.Tx, scope, id string, finger
 // Rows are inserted in (scope, id) order so that two batches sharing ids cannot deadlock
 // on each other's claims.
 func (s *Store) ClaimBatchTx(ctx context.Context, tx pgx.Tx, claims []Claim) ([]Result, error) {
-	return s.claimBatch(ctx, tx, claims, nil)
+	_, res, err := s.claimBatch(ctx, tx, nil, claims, nil)
+	return res, err
 }
 
 // ClaimBatchXactTx is ClaimBatchTx that also returns the id of tx's transaction
@@ -125,8 +127,25 @@ func (s *Store) ClaimBatchTx(ctx context.Context, tx pgx.Tx, claims []Claim) ([]
 // (pg_xact_status) instead of guessing.
 func (s *Store) ClaimBatchXactTx(ctx context.Context, tx pgx.Tx, claims []Claim) ([]Result, string, error) {
 	var xid string
-	res, err := s.claimBatch(ctx, tx, claims, &xid)
+	_, res, err := s.claimBatch(ctx, tx, nil, claims, &xid)
 	return res, xid, err
+}
+
+// Begin is a transaction that a claim begins in its own round trip (ClaimBatchBeginXact):
+// Batch was made with pgx.Batch.BeginTx, and may hold more statements that run first,
+// their results dropped; it is sent on Conn.
+type Begin struct {
+	Conn  *pgx.Conn
+	Batch *pgx.Batch
+}
+
+// ClaimBatchBeginXact is ClaimBatchXactTx in a transaction that it begins in the round
+// trip of the claim (pgx.Batch.BeginTx), saving the round trip of BEGIN. It returns the
+// transaction, for the caller to go on with, commit or roll back; on error tx may still be
+// open (roll it back) or nil.
+func (s *Store) ClaimBatchBeginXact(ctx context.Context, b Begin, claims []Claim) (tx pgx.Tx, res []Result, xid string, err error) {
+	tx, res, err = s.claimBatch(ctx, nil, &b, claims, &xid)
+	return tx, res, xid, err
 }
 
 // claimColumns are the unnest arrays of the claims of one statement, in (scope, id) order.
@@ -207,14 +226,14 @@ func (r *claimRun) claim(batch *pgx.Batch, sql string, cc *claimColumns) {
 // lock, and a new one no second index probe. Each statement runs in its own snapshot (READ
 // COMMITTED): the lookup sees a row that a concurrent claimer committed while the INSERT
 // waited for it.
-func (s *Store) claimBatch(ctx context.Context, tx pgx.Tx, claims []Claim, xid *string) ([]Result, error) {
+func (s *Store) claimBatch(ctx context.Context, tx pgx.Tx, begin *Begin, claims []Claim, xid *string) (pgx.Tx, []Result, error) {
 	r := &claimRun{claims: claims, results: make([]Result, len(claims)), first: make(map[string]int, len(claims))}
 	results := r.results
 	uniq := make([]int, 0, len(claims))
 	for i, c := range claims {
 		results[i].FirstIndex = -1
 		if c.MessageID == "" {
-			return nil, fmt.Errorf("processed: claim %d has an empty message id", i)
+			return nil, nil, fmt.Errorf("processed: claim %d has an empty message id", i)
 		}
 		r.buf = appendKey(r.buf[:0], c.Scope, c.MessageID)
 		if j, ok := r.first[string(r.buf)]; ok {
@@ -231,12 +250,29 @@ func (s *Store) claimBatch(ctx context.Context, tx pgx.Tx, claims []Claim, xid *
 
 	cc := s.columns(claims, uniq)
 	batch := &pgx.Batch{}
+	if begin != nil {
+		batch = begin.Batch
+	}
+	prelude := batch.Len()
 	r.claim(batch, s.sql.claimNew, cc)
 	if xid != nil {
 		batch.Queue(`SELECT pg_current_xact_id()::text`).QueryRow(func(row pgx.Row) error { return row.Scan(xid) })
 	}
-	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
-		return nil, fmt.Errorf("error claiming messages: %w", err)
+	if begin == nil {
+		if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+			return tx, nil, fmt.Errorf("error claiming messages: %w", err)
+		}
+	} else {
+		br := begin.Conn.SendBatch(ctx, batch)
+		tx = br.Tx()
+		for range prelude {
+			if _, err := br.Exec(); err != nil {
+				return tx, nil, errors.Join(fmt.Errorf("error beginning the claim's transaction: %w", err), br.Close())
+			}
+		}
+		if err := br.Close(); err != nil {
+			return tx, nil, fmt.Errorf("error claiming messages: %w", err)
+		}
 	}
 	s.setTokens(r, cc)
 
@@ -249,11 +285,11 @@ func (s *Store) claimBatch(ctx context.Context, tx pgx.Tx, claims []Claim, xid *
 	if len(known) > 0 {
 		takeover, err := s.lookup(ctx, tx, r, known)
 		if err != nil {
-			return nil, err
+			return tx, nil, err
 		}
 		if len(takeover) > 0 {
 			if err := s.takeOver(ctx, tx, r, takeover); err != nil {
-				return nil, err
+				return tx, nil, err
 			}
 		}
 	}
@@ -314,10 +350,10 @@ func (s *Store) claimBatch(ctx context.Context, tx pgx.Tx, claims []Claim, xid *
 	}
 	if len(conflicts) > 0 {
 		if err := s.recordConflicts(ctx, tx, claims, results, conflicts); err != nil {
-			return nil, err
+			return tx, nil, err
 		}
 	}
-	return results, nil
+	return tx, results, nil
 }
 
 // setTokens gives the reservations of cc that were claimed their lease tokens.

@@ -2,6 +2,7 @@ package processed
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 
 	"github.com/google/uuid"
@@ -44,10 +45,13 @@ func (s *Store) CompleteBatchTx(ctx context.Context, tx pgx.Tx, done []Completio
 		ids      = make([]string, n)
 		states   = make([]string, n)
 		statuses = make([]*int32, n)
-		headers  = make([]map[string]string, n)
 		bodies   = make([][]byte, n)
-		tokens   = make([]*uuid.UUID, n)
-		leased   bool
+		// Headers as JSON text and tokens as text: a []map[string]string and a []*uuid.UUID
+		// do not encode where pgx does not know the parameters' types (QueryExecModeExec, the
+		// simple protocol: TestCommitInTheLastRoundTripEveryExecMode).
+		headers = make([]*string, n)
+		tokens  = make([]*string, n)
+		leased  bool
 	)
 	for i, d := range done {
 		if d.State != StateDone && d.State != StateDead {
@@ -55,12 +59,20 @@ func (s *Store) CompleteBatchTx(ctx context.Context, tx pgx.Tx, done []Completio
 		}
 		scopes[i], ids[i], states[i] = d.Scope, d.MessageID, string(d.State)
 		if d.LeaseToken != uuid.Nil {
-			tok := d.LeaseToken
+			tok := d.LeaseToken.String()
 			tokens[i], leased = &tok, true
 		}
 		if d.Response != nil {
 			st := int32(d.Response.Status)
-			statuses[i], headers[i], bodies[i] = &st, d.Response.Headers, d.Response.Body
+			statuses[i], bodies[i] = &st, d.Response.Body
+			if d.Response.Headers != nil {
+				h, err := json.Marshal(d.Response.Headers)
+				if err != nil {
+					return fmt.Errorf("processed: completion %d: encoding the answer's headers: %w", i, err)
+				}
+				hs := string(h)
+				headers[i] = &hs
+			}
 		}
 	}
 	tag, err := tx.Exec(ctx, s.sql.complete, scopes, ids, states, statuses, headers, bodies, tokens)

@@ -72,9 +72,9 @@ RETURNING c.count`,
 		complete: `
 UPDATE ` + t + ` AS p SET
     status = c.status, completed_at = now(), lease_until = NULL, lease_token = NULL,
-    response_status = c.response_status, response_headers = c.response_headers,
+    response_status = c.response_status, response_headers = c.response_headers::jsonb,
     response_body = c.response_body
-FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::jsonb[], $6::bytea[], $7::uuid[])
+FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::bytea[], $7::uuid[])
      AS c(scope, message_id, status, response_status, response_headers, response_body, token)
 WHERE p.scope = c.scope AND p.message_id = c.message_id
   AND (c.token IS NULL OR p.lease_token = c.token)`,

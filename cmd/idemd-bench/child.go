@@ -126,7 +126,9 @@ func serveChild(ctx context.Context, kind, raw string, stdout io.Writer) error {
 		if err != nil {
 			return err
 		}
-		after = func() { fmt.Fprintf(os.Stderr, "%s child: relay published %d records\n", kind, rel.Published()) }
+		after = func() {
+			fmt.Fprintf(os.Stderr, "%s child: relay published %d records in %d rounds\n", kind, rel.Published(), rel.Rounds())
+		}
 		if kind != "relay" {
 			parts = append(parts, rel.Run)
 		}

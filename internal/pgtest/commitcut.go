@@ -3,9 +3,11 @@ package pgtest
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"io"
 	"net"
 	"net/url"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -89,17 +91,83 @@ func (c *CommitCut) accept() {
 	}
 }
 
-// commitMsg is how pgx sends COMMIT: a simple query "commit".
-var commitMsg = []byte("commit\x00")
+// commitStream finds COMMIT in what a client sends: a simple query "commit" (how pgx's
+// Tx.Commit sends it), or a COMMIT in the extended protocol (a pipelined batch ending with
+// it, exactlyonce's sendCommit): its Parse names a statement, and every Bind of that
+// statement runs it. It reads the stream message by message across chunks.
+type commitStream struct {
+	buf     []byte
+	started bool            // the startup message (no type byte) went by
+	commits map[string]bool // prepared statements whose text is COMMIT
+}
+
+// feed reads chunk and reports whether it holds a COMMIT.
+func (s *commitStream) feed(chunk []byte) bool {
+	s.buf = append(s.buf, chunk...)
+	found := false
+	for {
+		if !s.started {
+			if len(s.buf) < 4 {
+				return found
+			}
+			n := int(binary.BigEndian.Uint32(s.buf))
+			if len(s.buf) < n {
+				return found
+			}
+			code := binary.BigEndian.Uint32(s.buf[4:8])
+			s.buf = s.buf[n:]
+			// An SSLRequest or GSSENCRequest is followed by another startup message.
+			s.started = code != 80877103 && code != 80877104
+			continue
+		}
+		if len(s.buf) < 5 {
+			return found
+		}
+		n := int(binary.BigEndian.Uint32(s.buf[1:5]))
+		if len(s.buf) < 1+n {
+			return found
+		}
+		typ, body := s.buf[0], s.buf[5:1+n]
+		switch typ {
+		case 'Q':
+			found = found || isCommit(cstring(body))
+		case 'P':
+			name := cstring(body)
+			if isCommit(cstring(body[len(name)+1:])) {
+				if s.commits == nil {
+					s.commits = map[string]bool{}
+				}
+				s.commits[name] = true
+			}
+		case 'B':
+			portal := cstring(body)
+			found = found || s.commits[cstring(body[len(portal)+1:])]
+		}
+		s.buf = s.buf[1+n:]
+	}
+}
+
+// cstring is the NUL-terminated string at the start of b.
+func cstring(b []byte) string {
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		return string(b[:i])
+	}
+	return string(b)
+}
+
+func isCommit(sql string) bool {
+	return strings.EqualFold(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(sql), ";")), "commit")
+}
 
 func (c *CommitCut) pipe(client, server net.Conn) {
 	defer func() { _ = server.Close(); _ = client.Close() }()
 	buf := make([]byte, 64<<10)
+	var stream commitStream
 	for {
 		n, err := client.Read(buf)
 		if n > 0 {
 			chunk := buf[:n]
-			if done, forward := c.take(chunk); done != nil {
+			if done, forward := c.take(stream.feed(chunk)); done != nil {
 				if forward {
 					_, _ = server.Write(chunk)
 				}
@@ -116,11 +184,12 @@ func (c *CommitCut) pipe(client, server net.Conn) {
 	}
 }
 
-// take returns the armed cut's channel when chunk is the COMMIT to cut, and disarms.
-func (c *CommitCut) take(chunk []byte) (chan struct{}, bool) {
+// take returns the armed cut's channel when the chunk holds the COMMIT to cut, and
+// disarms.
+func (c *CommitCut) take(commit bool) (chan struct{}, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.armed || !bytes.Contains(chunk, commitMsg) {
+	if !c.armed || !commit {
 		return nil, false
 	}
 	c.armed = false
