@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"time"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
@@ -44,11 +43,23 @@ func (c *Consumer) message(r *record) *exactlyonce.Message {
 	return c.messageWithID(r, id, ok)
 }
 
+// unitMessage is a record's unit message with the letter it becomes if it fails, in one
+// allocation: the letter is handed with every message and almost never written.
+type unitMessage struct {
+	m      exactlyonce.Message
+	letter deadletter.Letter
+	source deadletter.Record
+	// headers back source.Headers for records of up to len(headers) headers.
+	headers [4]deadletter.Header
+}
+
 // messageWithID is message for the id found (ok) in the record.
 func (c *Consumer) messageWithID(r *record, id string, ok bool) *exactlyonce.Message {
 	fp, isJSON := fingerprint.BodyJSON(r.msg.Value)
 	r.validJSON, r.validKnown = isJSON, true
-	m := &exactlyonce.Message{
+	u := &unitMessage{}
+	m := &u.m
+	*m = exactlyonce.Message{
 		Scope:       c.cfg.Name,
 		Fingerprint: fp,
 		Payload:     r.msg.Value,
@@ -74,7 +85,7 @@ func (c *Consumer) messageWithID(r *record, id string, ok bool) *exactlyonce.Mes
 	} else {
 		c.bind(m, r)
 	}
-	m.Letter = c.letter(r, m.ID)
+	m.Letter = c.letter(u, r, m.ID)
 	if c.cfg.DeadLetter.Topic != "" {
 		m.LetterEvents = []outbox.Event{c.letterEvent(r, m.ID)}
 	}
@@ -98,7 +109,7 @@ func (c *Consumer) bind(m *exactlyonce.Message, r *record) {
 			ReceivedAt: r.msg.ReceivedAt,
 		}
 		if r.msg.Door == DoorKafka { // Pub/Sub and SQS have no position: NULL
-			v.Position = &effectsql.Position{Topic: r.msg.Topic, Partition: r.msg.Partition, Offset: r.msg.Offset}
+			v.Position = effectsql.Position{Topic: r.msg.Topic, Partition: r.msg.Partition, Offset: r.msg.Offset}
 		}
 		m.Effect.Args = c.stmt.Bind(v)
 	}
@@ -165,39 +176,39 @@ const (
 	HeaderMessageID       = "message-id"
 )
 
-// letter is the dead_letters row of the record, dedupID its key in processed_messages.
-func (c *Consumer) letter(r *record, dedupID string) *deadletter.Letter {
-	var headers map[string][]string
-	meta := map[string]any{"timestamp": r.msg.Time.UTC().Format(time.RFC3339Nano)}
+// letter is the dead_letters row of the record, dedupID its key in processed_messages,
+// built in u. Where the record was read, its key, time and headers go as typed data
+// (deadletter.Record), made into the letter's metadata and headers only if it is written:
+// the maps took a dozen allocations per record, for letters that are almost never written
+// (BENCHMARKS.md, phase 3).
+func (c *Consumer) letter(u *unitMessage, r *record, dedupID string) *deadletter.Letter {
+	src := &u.source
+	*src = deadletter.Record{Key: r.msg.Key, Time: r.msg.Time}
 	if r.msg.Door == DoorKafka {
-		headers = make(map[string][]string, len(r.raw.Headers))
-		for _, h := range r.raw.Headers {
-			headers[h.Key] = append(headers[h.Key], string(h.Value))
+		src.Topic, src.Partition, src.Offset = r.msg.Topic, r.msg.Partition, r.msg.Offset
+		if n := len(r.raw.Headers); n > 0 {
+			src.Headers = u.headers[:0]
+			if n > len(u.headers) {
+				src.Headers = make([]deadletter.Header, 0, n)
+			}
+			for _, h := range r.raw.Headers {
+				src.Headers = append(src.Headers, deadletter.Header(h))
+			}
 		}
-		meta["topic"], meta["partition"], meta["offset"] = r.msg.Topic, r.msg.Partition, r.msg.Offset
 	} else {
-		headers = make(map[string][]string, len(r.msg.Headers))
-		for k, v := range r.msg.Headers {
-			headers[k] = []string{v}
-		}
-		meta["subscription"], meta["broker_message_id"] = r.msg.Topic, r.msg.BrokerID
-		if r.broker != nil && r.broker.Ordered {
-			meta["ordered"] = true
-		}
-		if r.msg.DeliveryAttempt > 0 {
-			meta["delivery_attempt"] = r.msg.DeliveryAttempt
-		}
-	}
-	if r.msg.Key != nil {
-		meta["key"] = string(r.msg.Key)
+		src.Subscription, src.BrokerMessageID = r.msg.Topic, r.msg.BrokerID
+		src.Ordered = r.broker != nil && r.broker.Ordered
+		src.DeliveryAttempt = r.msg.DeliveryAttempt
+		src.Attributes = r.msg.Headers
 	}
 	if r.msg.ID == "" {
-		meta["dedup_id"] = dedupID
+		src.DedupID = dedupID
 	}
-	return &deadletter.Letter{
+	u.letter = deadletter.Letter{
 		Pipeline: c.cfg.Name, Origin: deadletter.Origin{Door: deadletter.Door(r.msg.Door)}, Scope: c.cfg.Name,
-		MessageID: r.msg.ID, Payload: r.msg.Value, Headers: headers, Metadata: meta,
+		MessageID: r.msg.ID, Payload: r.msg.Value, Record: src,
 	}
+	return &u.letter
 }
 
 // letterEvent is the record of the dead-letter topic, written through the outbox with the

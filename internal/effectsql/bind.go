@@ -49,9 +49,10 @@ type Values struct {
 	Tenant string
 	// Key is the record key or the Idempotency-Key; nil binds NULL.
 	Key []byte
-	// Position says where a broker record was read; nil binds @topic, @partition and
-	// @offset to NULL (HTTP requests).
-	Position *Position
+	// Position says where a broker record was read; the zero Position (no Topic) binds
+	// @topic, @partition and @offset to NULL (HTTP requests). A value, not a pointer: Bind
+	// leaks v's content, which would move a Position of every message to the heap.
+	Position Position
 	// ReceivedAt is when the door received the message.
 	ReceivedAt time.Time
 }
@@ -92,15 +93,15 @@ func (s *Statement) Bind(v *Values) []any {
 				args[i] = string(v.Key)
 			}
 		case "topic":
-			if v.Position != nil {
+			if v.Position.Topic != "" {
 				args[i] = v.Position.Topic
 			}
 		case "partition":
-			if v.Position != nil {
+			if v.Position.Topic != "" {
 				args[i] = v.Position.Partition
 			}
 		case "offset":
-			if v.Position != nil {
+			if v.Position.Topic != "" {
 				args[i] = v.Position.Offset
 			}
 		case "received_at":
