@@ -50,7 +50,7 @@ VALUES (@message_id, @payload::jsonb, @topic, @partition, @offset)`},
 }
 
 // benchRecords are n Kafka records as fetched: a key, three headers and a JSON value of
-// about 400 bytes.
+// about 450 bytes.
 func benchRecords(n int) []kafka.Message {
 	out := make([]kafka.Message, n)
 	for i := range out {
