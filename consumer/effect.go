@@ -49,8 +49,12 @@ type unitMessage struct {
 	m      exactlyonce.Message
 	letter deadletter.Letter
 	source deadletter.Record
-	// headers back source.Headers for records of up to len(headers) headers.
+	// headers back source.Headers for records of up to len(headers) headers, args the
+	// effect's arguments for statements of up to len(args) parameters, events the events
+	// of up to len(events) publish targets.
 	headers [4]deadletter.Header
+	args    [6]any
+	events  [1]exactlyonce.Event
 }
 
 // messageWithID is message for the id found (ok) in the record.
@@ -83,7 +87,7 @@ func (c *Consumer) messageWithID(r *record, id string, ok bool) *exactlyonce.Mes
 			m.ID = r.msg.Door + "-message:" + r.msg.BrokerID
 		}
 	} else {
-		c.bind(m, r)
+		c.bind(u, r)
 	}
 	m.Letter = c.letter(u, r, m.ID)
 	if c.cfg.DeadLetter.Topic != "" {
@@ -92,8 +96,9 @@ func (c *Consumer) messageWithID(r *record, id string, ok bool) *exactlyonce.Mes
 	return m
 }
 
-// bind gives m the record's stale guard, effect and event.
-func (c *Consumer) bind(m *exactlyonce.Message, r *record) {
+// bind gives u's message the record's stale guard, effect and events.
+func (c *Consumer) bind(u *unitMessage, r *record) {
+	m := &u.m
 	if c.cfg.Order != nil {
 		g, err := c.guard(r)
 		if err != nil {
@@ -111,7 +116,7 @@ func (c *Consumer) bind(m *exactlyonce.Message, r *record) {
 		if r.msg.Door == DoorKafka { // Pub/Sub and SQS have no position: NULL
 			v.Position = effectsql.Position{Topic: r.msg.Topic, Partition: r.msg.Partition, Offset: r.msg.Offset}
 		}
-		m.Effect.Args = c.stmt.Bind(v)
+		m.Effect.Args = c.stmt.AppendArgs(u.args[:0], v)
 	}
 	if h := c.cfg.Handler; h != nil {
 		msg := r.msg
@@ -123,9 +128,9 @@ func (c *Consumer) bind(m *exactlyonce.Message, r *record) {
 	// Each target's event has its own operation id (pipeline.Targets), set explicitly: the
 	// events of a whole batch are enqueued in one call.
 	routed := c.cfg.Publish.Route(c.cfg.Name, c.cfg.Name, r.msg.ID, outbox.Event{Payload: r.msg.Value, Headers: passHeaders(r)}, r)
-	m.Events = make([]exactlyonce.Event, len(routed))
-	for i, e := range routed {
-		m.Events[i] = exactlyonce.Event{Event: e.Event}
+	m.Events = u.events[:0]
+	for _, e := range routed {
+		m.Events = append(m.Events, exactlyonce.Event{Event: e.Event})
 	}
 }
 

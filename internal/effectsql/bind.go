@@ -3,6 +3,7 @@ package effectsql
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -68,7 +69,16 @@ type Position struct {
 // place where the SPEC 2.3 parameters get their values. Only the parameters s uses are
 // computed.
 func (s *Statement) Bind(v *Values) []any {
-	args := make([]any, len(s.Params))
+	return s.AppendArgs(nil, v)
+}
+
+// AppendArgs is Bind appending the arguments to dst, so that a caller may give them room it
+// has already allocated (cap(dst) - len(dst) >= len(s.Params): no allocation for the slice).
+func (s *Statement) AppendArgs(dst []any, v *Values) []any {
+	n := len(dst)
+	dst = slices.Grow(dst, len(s.Params))[:n+len(s.Params)]
+	args := dst[n:]
+	clear(args)
 	for i, name := range s.Params {
 		switch name {
 		case "message_id":
@@ -108,5 +118,5 @@ func (s *Statement) Bind(v *Values) []any {
 			args[i] = v.ReceivedAt
 		}
 	}
-	return args
+	return dst
 }
