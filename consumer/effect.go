@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"time"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
@@ -44,11 +43,27 @@ func (c *Consumer) message(r *record) *exactlyonce.Message {
 	return c.messageWithID(r, id, ok)
 }
 
+// unitMessage is a record's unit message with the letter it becomes if it fails, in one
+// allocation: the letter is handed with every message and almost never written.
+type unitMessage struct {
+	m      exactlyonce.Message
+	letter deadletter.Letter
+	source deadletter.Record
+	// headers back source.Headers for records of up to len(headers) headers, args the
+	// effect's arguments for statements of up to len(args) parameters, events the events
+	// of up to len(events) publish targets.
+	headers [4]deadletter.Header
+	args    [6]any
+	events  [1]exactlyonce.Event
+}
+
 // messageWithID is message for the id found (ok) in the record.
 func (c *Consumer) messageWithID(r *record, id string, ok bool) *exactlyonce.Message {
 	fp, isJSON := fingerprint.BodyJSON(r.msg.Value)
 	r.validJSON, r.validKnown = isJSON, true
-	m := &exactlyonce.Message{
+	u := &unitMessage{}
+	m := &u.m
+	*m = exactlyonce.Message{
 		Scope:       c.cfg.Name,
 		Fingerprint: fp,
 		Payload:     r.msg.Value,
@@ -72,17 +87,18 @@ func (c *Consumer) messageWithID(r *record, id string, ok bool) *exactlyonce.Mes
 			m.ID = r.msg.Door + "-message:" + r.msg.BrokerID
 		}
 	} else {
-		c.bind(m, r)
+		c.bind(u, r)
 	}
-	m.Letter = c.letter(r, m.ID)
+	m.Letter = c.letter(u, r, m.ID)
 	if c.cfg.DeadLetter.Topic != "" {
 		m.LetterEvents = []outbox.Event{c.letterEvent(r, m.ID)}
 	}
 	return m
 }
 
-// bind gives m the record's stale guard, effect and event.
-func (c *Consumer) bind(m *exactlyonce.Message, r *record) {
+// bind gives u's message the record's stale guard, effect and events.
+func (c *Consumer) bind(u *unitMessage, r *record) {
+	m := &u.m
 	if c.cfg.Order != nil {
 		g, err := c.guard(r)
 		if err != nil {
@@ -98,9 +114,9 @@ func (c *Consumer) bind(m *exactlyonce.Message, r *record) {
 			ReceivedAt: r.msg.ReceivedAt,
 		}
 		if r.msg.Door == DoorKafka { // Pub/Sub and SQS have no position: NULL
-			v.Position = &effectsql.Position{Topic: r.msg.Topic, Partition: r.msg.Partition, Offset: r.msg.Offset}
+			v.Position = effectsql.Position{Topic: r.msg.Topic, Partition: r.msg.Partition, Offset: r.msg.Offset}
 		}
-		m.Effect.Args = c.stmt.Bind(v)
+		m.Effect.Args = c.stmt.AppendArgs(u.args[:0], v)
 	}
 	if h := c.cfg.Handler; h != nil {
 		msg := r.msg
@@ -112,9 +128,9 @@ func (c *Consumer) bind(m *exactlyonce.Message, r *record) {
 	// Each target's event has its own operation id (pipeline.Targets), set explicitly: the
 	// events of a whole batch are enqueued in one call.
 	routed := c.cfg.Publish.Route(c.cfg.Name, c.cfg.Name, r.msg.ID, outbox.Event{Payload: r.msg.Value, Headers: passHeaders(r)}, r)
-	m.Events = make([]exactlyonce.Event, len(routed))
-	for i, e := range routed {
-		m.Events[i] = exactlyonce.Event{Event: e.Event}
+	m.Events = u.events[:0]
+	for _, e := range routed {
+		m.Events = append(m.Events, exactlyonce.Event{Event: e.Event})
 	}
 }
 
@@ -165,39 +181,39 @@ const (
 	HeaderMessageID       = "message-id"
 )
 
-// letter is the dead_letters row of the record, dedupID its key in processed_messages.
-func (c *Consumer) letter(r *record, dedupID string) *deadletter.Letter {
-	var headers map[string][]string
-	meta := map[string]any{"timestamp": r.msg.Time.UTC().Format(time.RFC3339Nano)}
+// letter is the dead_letters row of the record, dedupID its key in processed_messages,
+// built in u. Where the record was read, its key, time and headers go as typed data
+// (deadletter.Record), made into the letter's metadata and headers only if it is written:
+// the maps took a dozen allocations per record, for letters that are almost never written
+// (BENCHMARKS.md, phase 3).
+func (c *Consumer) letter(u *unitMessage, r *record, dedupID string) *deadletter.Letter {
+	src := &u.source
+	*src = deadletter.Record{Key: r.msg.Key, Time: r.msg.Time}
 	if r.msg.Door == DoorKafka {
-		headers = make(map[string][]string, len(r.raw.Headers))
-		for _, h := range r.raw.Headers {
-			headers[h.Key] = append(headers[h.Key], string(h.Value))
+		src.Topic, src.Partition, src.Offset = r.msg.Topic, r.msg.Partition, r.msg.Offset
+		if n := len(r.raw.Headers); n > 0 {
+			src.Headers = u.headers[:0]
+			if n > len(u.headers) {
+				src.Headers = make([]deadletter.Header, 0, n)
+			}
+			for _, h := range r.raw.Headers {
+				src.Headers = append(src.Headers, deadletter.Header(h))
+			}
 		}
-		meta["topic"], meta["partition"], meta["offset"] = r.msg.Topic, r.msg.Partition, r.msg.Offset
 	} else {
-		headers = make(map[string][]string, len(r.msg.Headers))
-		for k, v := range r.msg.Headers {
-			headers[k] = []string{v}
-		}
-		meta["subscription"], meta["broker_message_id"] = r.msg.Topic, r.msg.BrokerID
-		if r.broker != nil && r.broker.Ordered {
-			meta["ordered"] = true
-		}
-		if r.msg.DeliveryAttempt > 0 {
-			meta["delivery_attempt"] = r.msg.DeliveryAttempt
-		}
-	}
-	if r.msg.Key != nil {
-		meta["key"] = string(r.msg.Key)
+		src.Subscription, src.BrokerMessageID = r.msg.Topic, r.msg.BrokerID
+		src.Ordered = r.broker != nil && r.broker.Ordered
+		src.DeliveryAttempt = r.msg.DeliveryAttempt
+		src.Attributes = r.msg.Headers
 	}
 	if r.msg.ID == "" {
-		meta["dedup_id"] = dedupID
+		src.DedupID = dedupID
 	}
-	return &deadletter.Letter{
+	u.letter = deadletter.Letter{
 		Pipeline: c.cfg.Name, Origin: deadletter.Origin{Door: deadletter.Door(r.msg.Door)}, Scope: c.cfg.Name,
-		MessageID: r.msg.ID, Payload: r.msg.Value, Headers: headers, Metadata: meta,
+		MessageID: r.msg.ID, Payload: r.msg.Value, Record: src,
 	}
+	return &u.letter
 }
 
 // letterEvent is the record of the dead-letter topic, written through the outbox with the

@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"strings"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -131,19 +132,37 @@ func (r *record) id(spec *pipeline.Field) (string, bool) {
 }
 
 func newRecord(pipeline string, m kafka.Message, now time.Time) *record {
-	headers := make(map[string]string, len(m.Headers))
-	for _, h := range m.Headers {
-		if _, ok := headers[h.Key]; !ok {
-			headers[h.Key] = string(h.Value)
-		}
-	}
 	return &record{
 		raw: m,
 		msg: Message{
 			Pipeline: pipeline, Door: DoorKafka, Topic: m.Topic, Partition: m.Partition, Offset: m.Offset,
-			Key: m.Key, Value: m.Value, Headers: headers, Time: m.Time, ReceivedAt: now,
+			Key: m.Key, Value: m.Value, Headers: headerMap(m.Headers), Time: m.Time, ReceivedAt: now,
 		},
 	}
+}
+
+// headerMap is the map of Message.Headers: the first value of each name. The values are
+// substrings of one string, one allocation instead of one per header.
+func headerMap(hs []kafka.Header) map[string]string {
+	headers := make(map[string]string, len(hs))
+	n := 0
+	for _, h := range hs {
+		n += len(h.Value)
+	}
+	var all strings.Builder
+	all.Grow(n)
+	for _, h := range hs {
+		all.Write(h.Value)
+	}
+	s := all.String()
+	for _, h := range hs {
+		v := s[:len(h.Value)]
+		s = s[len(h.Value):]
+		if _, ok := headers[h.Key]; !ok {
+			headers[h.Key] = v
+		}
+	}
+	return headers
 }
 
 // newBrokerRecord is the record of a Pub/Sub or SQS message of door, received from source

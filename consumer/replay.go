@@ -2,11 +2,8 @@ package consumer
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/segmentio/kafka-go"
@@ -71,22 +68,15 @@ func (c *Consumer) replay(ctx context.Context, tx pgx.Tx, l *deadletter.Letter) 
 }
 
 // replayRecord rebuilds a dead-lettered record from the letter the consumer wrote
-// (deadLetter): value, headers (the first of repeated ones wins, as when consumed), key,
-// topic, partition, offset and timestamp. ReceivedAt is when the letter was written.
+// (letter): value, headers (the first of repeated ones wins, as when consumed), key, topic,
+// partition, offset and timestamp. ReceivedAt is when the letter was written.
 func replayRecord(pipeline string, l *deadletter.Letter) *record {
-	m := kafka.Message{Value: l.Payload, Topic: metaString(l.Metadata, "topic")}
-	m.Partition = int(metaInt(l.Metadata, "partition"))
-	m.Offset = metaInt(l.Metadata, "offset")
-	if k, ok := l.Metadata["key"].(string); ok {
-		m.Key = []byte(k)
+	rec := deadletter.RecordOf(l)
+	m := kafka.Message{
+		Value: l.Payload, Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Key: rec.Key, Time: rec.Time,
 	}
-	if ts, err := time.Parse(time.RFC3339Nano, metaString(l.Metadata, "timestamp")); err == nil {
-		m.Time = ts
-	}
-	for name, values := range l.Headers {
-		for _, v := range values {
-			m.Headers = append(m.Headers, kafka.Header{Key: name, Value: []byte(v)})
-		}
+	for _, h := range rec.Headers {
+		m.Headers = append(m.Headers, kafka.Header(h))
 	}
 	return newRecord(pipeline, m, l.CreatedAt)
 }
@@ -95,43 +85,10 @@ func replayRecord(pipeline string, l *deadletter.Letter) *record {
 // (letter): body, attributes, ordering key or group id, broker id, subscription and publish
 // time. ReceivedAt is when the letter was written.
 func replayBrokerRecord(pipeline, door string, l *deadletter.Letter) *record {
+	rec := deadletter.RecordOf(l)
 	m := &brokerMessage{
-		ID: metaString(l.Metadata, "broker_message_id"), Lane: metaString(l.Metadata, "key"), Body: l.Payload,
-		Attributes: make(map[string]string, len(l.Headers)), DeliveryAttempt: int(metaInt(l.Metadata, "delivery_attempt")),
-		ReceivedAt: l.CreatedAt,
+		ID: rec.BrokerMessageID, Lane: string(rec.Key), Body: l.Payload, Attributes: rec.Attributes,
+		DeliveryAttempt: rec.DeliveryAttempt, Ordered: rec.Ordered, PublishTime: rec.Time, ReceivedAt: l.CreatedAt,
 	}
-	m.Ordered, _ = l.Metadata["ordered"].(bool)
-	for name, values := range l.Headers {
-		if len(values) > 0 {
-			m.Attributes[name] = values[0]
-		}
-	}
-	if ts, err := time.Parse(time.RFC3339Nano, metaString(l.Metadata, "timestamp")); err == nil {
-		m.PublishTime = ts
-	}
-	return newBrokerRecord(pipeline, door, metaString(l.Metadata, "subscription"), m)
-}
-
-func metaString(meta map[string]any, k string) string {
-	s, _ := meta[k].(string)
-	return s
-}
-
-// metaInt reads a number of the letter's metadata (JSON: float64 once decoded).
-func metaInt(meta map[string]any, k string) int64 {
-	switch v := meta[k].(type) {
-	case float64:
-		return int64(v)
-	case json.Number:
-		n, _ := v.Int64()
-		return n
-	case string:
-		n, _ := strconv.ParseInt(v, 10, 64)
-		return n
-	case int64:
-		return v
-	case int:
-		return int64(v)
-	}
-	return 0
+	return newBrokerRecord(pipeline, door, rec.Subscription, m)
 }

@@ -72,7 +72,11 @@ type Letter struct {
 	Headers map[string][]string
 	// Metadata says more about where the message came from: method and path, or topic,
 	// partition and offset.
-	Metadata   map[string]any
+	Metadata map[string]any
+	// Record, when set, is the broker message the letter stands for; its entries are added
+	// to Headers and Metadata when the letter is written (Record). Letters read back have
+	// them in Headers and Metadata, and Record nil.
+	Record     *Record
 	Reason     string
 	Attempts   int
 	CreatedAt  time.Time
@@ -118,16 +122,20 @@ func (s *Store) insert(l *Letter) (string, []any, error) {
 	}
 	// Headers, ids and reasons come from senders: make them storable as text and jsonb,
 	// or the letter could not be written and its message would block its partition.
-	headers := make(map[string][]string, len(l.Headers))
-	for k, vs := range l.Headers {
+	hs, meta := l.Headers, l.Metadata
+	if l.Record != nil {
+		hs, meta = l.Record.expand(l.Origin.Door, hs, meta)
+	}
+	headers := make(map[string][]string, len(hs))
+	for k, vs := range hs {
 		clean := make([]string, len(vs))
 		for i, v := range vs {
 			clean[i] = pgtext.Clean(v)
 		}
 		headers[pgtext.Clean(k)] = clean
 	}
-	metadata := make(map[string]any, len(l.Metadata))
-	for k, v := range l.Metadata {
+	metadata := make(map[string]any, len(meta))
+	for k, v := range meta {
 		if s, ok := v.(string); ok {
 			v = pgtext.Clean(s)
 		}

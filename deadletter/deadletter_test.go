@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -113,4 +114,68 @@ func TestReplayerRoutesByOrigin(t *testing.T) {
 		return noDoor
 	}))
 	require.ErrorContains(t, noDoor, "Origin.Door is required")
+}
+
+// TestRecord: a letter's Record is written into its Metadata and Headers (beside the entries
+// given there, which it leaves unchanged, and cleaned like them), and RecordOf reads it back.
+func TestRecord(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	s := deadletter.New(db.Schema)
+	ctx := context.Background()
+	at := time.Date(2026, 12, 1, 17, 0, 0, 5, time.FixedZone("CET", 3600))
+	kafkaRec := &deadletter.Record{
+		Topic: "payments", Partition: 2, Offset: 1 << 40, Key: []byte("cus_1"), Time: at, DedupID: "kafka-position:payments/2/1099511627776",
+		Headers: []deadletter.Header{{Key: "x-tag", Value: []byte("a")}, {Key: "x-tag", Value: []byte("b\x00")}, {Key: "e", Value: []byte{}}},
+	}
+	given := map[string]any{"extra": "kept"}
+	sqsRec := &deadletter.Record{
+		Subscription: "orders", BrokerMessageID: "b5f7", Ordered: true, DeliveryAttempt: 2, Time: at,
+		Attributes: map[string]string{"message-id": "evt_2"},
+	}
+	var ids [2]int64
+	require.NoError(t, pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+		var err error
+		ids[0], err = s.WriteTx(ctx, tx, &deadletter.Letter{Pipeline: "p", Origin: deadletter.Origin{Door: deadletter.DoorKafka}, Scope: "p",
+			Metadata: given, Headers: map[string][]string{"given": {"1"}}, Record: kafkaRec, Reason: "x"})
+		if err != nil {
+			return err
+		}
+		ids[1], err = s.WriteTx(ctx, tx, &deadletter.Letter{Pipeline: "p", Origin: deadletter.Origin{Door: deadletter.DoorSQS}, Scope: "p",
+			MessageID: "evt_2", Record: sqsRec, Reason: "x"})
+		return err
+	}))
+	require.Equal(t, map[string]any{"extra": "kept"}, given, "the given map is not changed")
+	letters, err := s.List(ctx, db.Pool, deadletter.Filter{AfterID: ids[0] - 1, Limit: 2})
+	require.NoError(t, err)
+	require.Len(t, letters, 2)
+	k, q := letters[0], letters[1]
+	require.Nil(t, k.Record)
+	require.Equal(t, map[string]any{
+		"extra": "kept", "topic": "payments", "partition": float64(2), "offset": float64(1 << 40), "key": "cus_1",
+		"timestamp": "2026-12-01T16:00:00.000000005Z", "dedup_id": "kafka-position:payments/2/1099511627776",
+	}, k.Metadata)
+	require.Equal(t, map[string][]string{"given": {"1"}, "x-tag": {"a", "b\uFFFD"}, "e": {""}}, k.Headers)
+	require.Equal(t, map[string]any{
+		"subscription": "orders", "broker_message_id": "b5f7", "ordered": true, "delivery_attempt": float64(2),
+		"timestamp": "2026-12-01T16:00:00.000000005Z",
+	}, q.Metadata)
+	require.Equal(t, map[string][]string{"message-id": {"evt_2"}}, q.Headers)
+
+	back := deadletter.RecordOf(k)
+	require.True(t, at.Equal(back.Time))
+	back.Time = kafkaRec.Time
+	require.ElementsMatch(t, []deadletter.Header{{Key: "given", Value: []byte("1")}, {Key: "x-tag", Value: []byte("a")}, {Key: "x-tag", Value: []byte("b\uFFFD")}, {Key: "e", Value: []byte{}}}, back.Headers)
+	require.Equal(t, kafkaRec.Topic, back.Topic)
+	require.Equal(t, kafkaRec.Partition, back.Partition)
+	require.Equal(t, kafkaRec.Offset, back.Offset)
+	require.Equal(t, kafkaRec.Key, back.Key)
+	require.Equal(t, kafkaRec.DedupID, back.DedupID)
+	backQ := deadletter.RecordOf(q)
+	require.Equal(t, sqsRec.Attributes, backQ.Attributes)
+	require.Equal(t, sqsRec.Subscription, backQ.Subscription)
+	require.Equal(t, sqsRec.BrokerMessageID, backQ.BrokerMessageID)
+	require.Equal(t, sqsRec.Ordered, backQ.Ordered)
+	require.Equal(t, sqsRec.DeliveryAttempt, backQ.DeliveryAttempt)
+	require.Nil(t, backQ.Key)
 }

@@ -29,7 +29,7 @@ func TestManyEffects(t *testing.T) {
 
 	msg := func(id string, n int) *exactlyonce.Message {
 		return &exactlyonce.Message{Scope: "s", ID: id, Fingerprint: []byte("fp"), MaxAttempts: 2,
-			Effect: exactlyonce.Effect{SQL: st.SQL, Many: st.Many, Args: st.Bind(&effectsql.Values{MessageID: id, Position: &effectsql.Position{Partition: n}})},
+			Effect: exactlyonce.Effect{SQL: st.SQL, Many: st.Many, Args: st.Bind(&effectsql.Values{MessageID: id, Position: effectsql.Position{Topic: "t", Partition: n}})},
 			Letter: &deadletter.Letter{Pipeline: "s", Origin: deadletter.Origin{Door: deadletter.DoorKafka}, Scope: "s", MessageID: id}}
 	}
 	var batch []*exactlyonce.Message

@@ -52,7 +52,7 @@ VALUES (@message_id, @payload::jsonb, @topic, @partition, @offset)`))
 					}
 					payload := fmt.Appendf(nil, `{"id":%q,"object":"event","type":"payment_intent.succeeded","data":{"object":{"id":"pi_%d","amount":%d}}}`, id, j, j)
 					e := exactlyonce.Effect{SQL: st.SQL, Args: st.Bind(&effectsql.Values{MessageID: id, Payload: payload, Source: "bench",
-						Position: &effectsql.Position{Topic: "in", Partition: 0, Offset: int64(i*size + j)}, ReceivedAt: time.Now()})}
+						Position: effectsql.Position{Topic: "in", Partition: 0, Offset: int64(i*size + j)}, ReceivedAt: time.Now()})}
 					if many {
 						e.Many = st.Many
 					}

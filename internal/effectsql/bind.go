@@ -3,6 +3,7 @@ package effectsql
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -49,9 +50,10 @@ type Values struct {
 	Tenant string
 	// Key is the record key or the Idempotency-Key; nil binds NULL.
 	Key []byte
-	// Position says where a broker record was read; nil binds @topic, @partition and
-	// @offset to NULL (HTTP requests).
-	Position *Position
+	// Position says where a broker record was read; the zero Position (no Topic) binds
+	// @topic, @partition and @offset to NULL (HTTP requests). A value, not a pointer: Bind
+	// leaks v's content, which would move a Position of every message to the heap.
+	Position Position
 	// ReceivedAt is when the door received the message.
 	ReceivedAt time.Time
 }
@@ -67,7 +69,16 @@ type Position struct {
 // place where the SPEC 2.3 parameters get their values. Only the parameters s uses are
 // computed.
 func (s *Statement) Bind(v *Values) []any {
-	args := make([]any, len(s.Params))
+	return s.AppendArgs(nil, v)
+}
+
+// AppendArgs is Bind appending the arguments to dst, so that a caller may give them room it
+// has already allocated (cap(dst) - len(dst) >= len(s.Params): no allocation for the slice).
+func (s *Statement) AppendArgs(dst []any, v *Values) []any {
+	n := len(dst)
+	dst = slices.Grow(dst, len(s.Params))[:n+len(s.Params)]
+	args := dst[n:]
+	clear(args)
 	for i, name := range s.Params {
 		switch name {
 		case "message_id":
@@ -92,20 +103,20 @@ func (s *Statement) Bind(v *Values) []any {
 				args[i] = string(v.Key)
 			}
 		case "topic":
-			if v.Position != nil {
+			if v.Position.Topic != "" {
 				args[i] = v.Position.Topic
 			}
 		case "partition":
-			if v.Position != nil {
+			if v.Position.Topic != "" {
 				args[i] = v.Position.Partition
 			}
 		case "offset":
-			if v.Position != nil {
+			if v.Position.Topic != "" {
 				args[i] = v.Position.Offset
 			}
 		case "received_at":
 			args[i] = v.ReceivedAt
 		}
 	}
-	return args
+	return dst
 }

@@ -83,12 +83,12 @@ VALUES (@message_id, @payload::jsonb, @partition, @received_at, @tenant, 'fixed,
 	var values []*effectsql.Values
 	for i := range 50 {
 		v := &effectsql.Values{MessageID: fmt.Sprintf("m-%02d", (i*7)%45), Payload: fmt.Appendf(nil, `{"n":%d}`, i), ReceivedAt: at.Add(time.Duration(i) * time.Second),
-			Position: &effectsql.Position{Topic: "t", Partition: i % 3, Offset: int64(i)}}
+			Position: effectsql.Position{Topic: "t", Partition: i % 3, Offset: int64(i)}}
 		if i%4 == 0 {
 			v.Tenant = "acme"
 		}
 		if i%5 == 0 {
-			v.Position = nil // NULL partition
+			v.Position = effectsql.Position{} // NULL partition
 		}
 		values = append(values, v)
 	}
