@@ -86,14 +86,8 @@ func (q *queue) flushMany() {
 
 // send runs what q holds in tx and empties it.
 func (u *Unit) send(ctx context.Context, tx pgx.Tx, q *queue) error {
-	q.flushMany()
-	if len(q.events) > 0 {
-		w, err := u.outbox.QueueQuiet(&q.batch, q.events...)
-		if err != nil {
-			return Permanent(err)
-		}
-		q.wake |= w
-		q.events = nil
+	if err := u.complete(q); err != nil {
+		return err
 	}
 	if q.batch.Len() == 0 {
 		return nil
@@ -103,6 +97,21 @@ func (u *Unit) send(ctx context.Context, tx pgx.Tx, q *queue) error {
 	q.endSpans(err)
 	if err != nil {
 		return fmt.Errorf("error running the batch's effects: %w", err)
+	}
+	return nil
+}
+
+// complete puts what q still holds apart into its batch: the run of multi-message effects
+// and the outbox rows of its events. An event the outbox refuses is a Permanent error.
+func (u *Unit) complete(q *queue) error {
+	q.flushMany()
+	if len(q.events) > 0 {
+		w, err := u.outbox.QueueQuiet(&q.batch, q.events...)
+		if err != nil {
+			return Permanent(err)
+		}
+		q.wake |= w
+		q.events = nil
 	}
 	return nil
 }

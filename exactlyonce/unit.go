@@ -409,14 +409,8 @@ func (u *Unit) begin(ctx context.Context) (tx pgx.Tx, release func(), err error)
 // back as after any failure: an effect's permanent failure still re-runs the batch with
 // savepoints (errCareful). A failure without an answer is resolved as commit resolves it.
 func (u *Unit) sendCommit(ctx context.Context, tx pgx.Tx, q *queue, msgs []*Message, xid string) error {
-	q.flushMany()
-	if len(q.events) > 0 {
-		w, err := u.outbox.QueueQuiet(&q.batch, q.events...)
-		if err != nil {
-			return errCareful // the event is refused for good: Permanent, as in send
-		}
-		q.wake |= w
-		q.events = nil
+	if err := u.complete(q); err != nil {
+		return errCareful // an event refused for good, as after send
 	}
 	if u.cfg.BeforeCommit != nil {
 		u.cfg.BeforeCommit(msgs)

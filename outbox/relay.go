@@ -146,7 +146,7 @@ type Relay struct {
 	letters     *deadletter.Store
 	statsSQL    string
 	published   atomic.Int64
-	marks       atomic.Int64 // statements that marked (deleted) published rows: rounds that published
+	pubRounds   atomic.Int64 // rounds that published (marked or deleted rows)
 	leader      atomic.Bool
 	tracer      *tracing.Tracer
 
@@ -254,7 +254,7 @@ func (r *Relay) Published() int64 { return r.published.Load() }
 
 // Rounds returns how many rounds of this relay published something (the bench: records
 // per round).
-func (r *Relay) Rounds() int64 { return r.marks.Load() }
+func (r *Relay) Rounds() int64 { return r.pubRounds.Load() }
 
 // IsLeader reports whether this relay currently holds the leadership.
 func (r *Relay) IsLeader() bool { return r.leader.Load() }

@@ -350,7 +350,7 @@ func (r *Relay) mark(ctx context.Context, ids []int64) error {
 		return fmt.Errorf("error marking %d outbox rows published: %w", len(ids), err)
 	}
 	r.published.Add(int64(len(ids)))
-	r.marks.Add(1)
+	r.pubRounds.Add(1)
 	return nil
 }
 
