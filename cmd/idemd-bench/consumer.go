@@ -223,6 +223,7 @@ func (e *env) runConsumer(ctx context.Context, m consumerRun) (*Row, error) {
 		counted int
 		window  time.Duration
 		total   time.Duration
+		commits string // with the relay: the rate to the last offset commit
 	)
 	if m.byEffects {
 		first, last, err := e.waitEffects(ctx, unique, 10*time.Minute)
@@ -243,6 +244,20 @@ func (e *env) runConsumer(ctx context.Context, m consumerRun) (*Row, error) {
 			return nil, err
 		}
 		counted, window, total = len(recs)-int(w.atFirst), w.end.Sub(w.first), w.end.Sub(begin)
+		if m.relay {
+			// As in production, the run is done when the relay has published what the
+			// consumer enqueued: a consumer that outruns its relay only grows the outbox.
+			published, err := e.waitPublished(ctx, before, 10*time.Minute)
+			if err != nil {
+				c.kill()
+				return nil, err
+			}
+			commits = fmt.Sprintf("; to the last offset commit %.0f msgs/s, the relay's last publish %s after it",
+				float64(counted)/window.Seconds(), published.Sub(w.end).Round(time.Millisecond))
+			if published.After(w.end) {
+				window, total = published.Sub(w.first), published.Sub(begin)
+			}
+		}
 	}
 	cpu := e.cpuPerMessage(ctx, c, len(recs))
 	rss, err := e.checkOnce(ctx, c, before, outTopic, m.partitions, unique, m.relay)
@@ -253,8 +268,11 @@ func (e *env) runConsumer(ctx context.Context, m consumerRun) (*Row, error) {
 	e.logf("consumer %s: %d msgs in %s (%d msgs, %s from start): %.0f msgs/s, peak RSS %.1f MiB",
 		m.name, counted, window.Round(time.Millisecond), len(recs), total.Round(time.Millisecond), rate, rss)
 	how := "rate from first to last offset commit"
-	if m.byEffects {
+	switch {
+	case m.byEffects:
 		how = "rate from first to last effect row"
+	case m.relay:
+		how = "rate from the first offset commit to the last offset commit or the relay's last publish, whichever came later" + commits
 	}
 	return &Row{Section: "consumer", Mode: m.name, Count: counted, Seconds: window.Seconds(), Rate: rate, Unit: "msgs/s",
 		PeakRSSMiB: rss, CPU: cpu, Note: fmt.Sprintf("%d records, %d distinct ids, %d duplicates on %d partitions; each effect and outbox row once; %s (all %d from child start: %.0f msgs/s)",
@@ -384,6 +402,30 @@ func (e *env) waitCommitted(ctx context.Context, group, topic string, want []int
 		case <-ctx.Done():
 			return pr, ctx.Err()
 		case <-time.After(2 * time.Millisecond):
+		}
+	}
+}
+
+// waitPublished polls the outbox until no row after id before waits to be published, and
+// returns when it found it so (to the 5 ms poll).
+func (e *env) waitPublished(ctx context.Context, before int64, timeout time.Duration) (time.Time, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		var waiting bool
+		err := e.pool.QueryRow(ctx, "SELECT EXISTS (SELECT FROM "+e.q()+".outbox WHERE id > $1 AND published_at IS NULL)", before).Scan(&waiting)
+		now := time.Now()
+		switch {
+		case err != nil:
+			return now, err
+		case !waiting:
+			return now, nil
+		case now.After(deadline):
+			return now, fmt.Errorf("the relay left outbox rows unpublished %s after the consumer committed its last offset", timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return now, ctx.Err()
+		case <-time.After(5 * time.Millisecond):
 		}
 	}
 }
