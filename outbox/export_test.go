@@ -11,3 +11,6 @@ type RelayRound = round
 
 // TestSignals returns r's test signals; initialise the ones a test waits on before Run.
 func (r *Relay) TestSignals() *RelaySignals { return &r.signals }
+
+// ReadAheads is how many rounds used rows read ahead while the round before was published.
+func (r *Relay) ReadAheads() int64 { return r.readAheads.Load() }

@@ -116,7 +116,9 @@ type RelayConfig struct {
 // stand by and take over within StandbyPoll when the leader's connection goes away.
 //
 // The relay keeps no cursor: each round selects every unpublished row in id order, so a row
-// whose transaction committed late is picked up by the next round, never skipped. Rows are
+// whose transaction committed late is picked up by the next round, never skipped. When it is
+// behind, it reads the next round ahead while publishing the current one (see ahead); a
+// late row then waits for the next full read, at most a few rounds. Rows are
 // deleted (or, with KeepPublished, marked published) only after their broker acknowledged
 // them (Kafka with acks=all); a crash in between publishes them again with the same
 // operation-id header or attribute (and, on an SQS FIFO queue, the same deduplication id).
@@ -152,6 +154,11 @@ type Relay struct {
 
 	// failing are the topics whose last publish failed. Only the leading goroutine uses it.
 	failing map[string]*topicFailure
+	// next is the next round's rows being read ahead, and sinceFull the rounds read ahead
+	// since the last full read. Only the leading goroutine uses them.
+	next       *ahead
+	sinceFull  int
+	readAheads atomic.Int64 // rounds whose rows were read ahead
 
 	mu         sync.Mutex
 	rounds     uint64             // rounds started since the relay was created
@@ -232,7 +239,7 @@ func NewRelay(pool *pgxpool.Pool, cfg *RelayConfig) (*Relay, error) {
 		channel: Channel(c.Schema),
 		// $2 are the topics waiting for a retry: their rows stay where they are.
 		selectSQL: `SELECT id, operation_id, pipeline, causation_id, topic, key, payload, headers
-FROM ` + table + ` WHERE published_at IS NULL AND topic <> ALL($2::text[]) ORDER BY id LIMIT $1`,
+FROM ` + table + ` WHERE published_at IS NULL AND topic <> ALL($2::text[]) AND id > $3 ORDER BY id LIMIT $1`,
 		markSQL:   markSQL(table, c.KeepPublished),
 		deleteSQL: `DELETE FROM ` + table + ` WHERE id = ANY($1) AND published_at IS NULL`,
 		letters:   deadletter.New(c.Schema),
@@ -433,6 +440,7 @@ func (r *Relay) lead(ctx context.Context) error {
 	r.log.Info("relay is the leader: publishing the outbox")
 	defer r.log.Info("relay stepped down")
 	r.signals.Leading.Signal(struct{}{})
+	defer r.dropAhead()
 
 	lastStats := time.Time{}
 	failures := 0
@@ -443,6 +451,10 @@ func (r *Relay) lead(ctx context.Context) error {
 		}
 		n := r.startRound()
 		rd, err := r.publishRound(ctx)
+		if err != nil {
+			// The round's rows may not be marked: read from the head again.
+			r.dropAhead()
+		}
 		var hookErr hookError
 		switch {
 		case errors.As(err, &hookErr):

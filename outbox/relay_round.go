@@ -108,20 +108,88 @@ type outlet interface {
 	verdict(err error, alone bool) verdict
 }
 
+// relayReadAheadRounds bounds how many rounds in a row are read ahead (see ahead): every
+// that many rounds a full read from the head of the outbox picks up the rows of
+// transactions that committed late, below the ids already read.
+const relayReadAheadRounds = 4
+
+// ahead is the next round's rows, read while the current round's were being published,
+// when the relay is behind (the current round was full). It reads only rows after the
+// current round's last id, so it cannot return a row the current round is publishing; the
+// rows of a transaction that committed late, below that id, wait for the next full read.
+// It is used only while no destination is failing: a failing destination's later rows
+// must never be read past its earlier ones.
+type ahead struct {
+	batches []*batch
+	more    bool
+	err     error
+	done    chan struct{}
+}
+
+// readAhead starts reading the rows after id after, for the next round.
+func (r *Relay) readAhead(ctx context.Context, after int64) {
+	a := &ahead{done: make(chan struct{})}
+	go func() {
+		defer close(a.done)
+		a.batches, a.more, _, a.err = r.selectRound(ctx, nil, after)
+	}()
+	r.next = a
+}
+
+// takeAhead returns the rows read ahead for this round, if any and still usable.
+func (r *Relay) takeAhead() (batches []*batch, more, ok bool) {
+	a := r.next
+	if a == nil {
+		return nil, false, false
+	}
+	r.next = nil
+	<-a.done
+	if a.err != nil || len(r.failing) > 0 {
+		// A destination failed in the round before: read from the head again.
+		return nil, false, false
+	}
+	return a.batches, a.more, true
+}
+
+// dropAhead waits for a read ahead in flight and forgets it.
+func (r *Relay) dropAhead() {
+	if r.next != nil {
+		<-r.next.done
+		r.next = nil
+	}
+}
+
 // publishRound publishes up to BatchSize unpublished rows in id order, within
 // relayRoundBytes, leaving out the destinations that wait for a retry. Each destination is
 // published separately (concurrently), so that one failing destination holds back only
-// its own rows.
+// its own rows. While a full round is being published, the next one is read (ahead).
 func (r *Relay) publishRound(ctx context.Context) (*round, error) {
 	rd := &round{Held: r.heldTopics()}
-	batches, more, err := r.selectRound(ctx, rd.Held)
-	if err != nil {
-		return rd, err
+	batches, more, readAhead := r.takeAhead()
+	var last int64
+	if readAhead {
+		r.readAheads.Add(1)
+		r.sinceFull++
+		for _, b := range batches {
+			last = max(last, b.ids[len(b.ids)-1])
+		}
+	} else {
+		var err error
+		batches, more, last, err = r.selectRound(ctx, rd.Held, 0)
+		if err != nil {
+			return rd, err
+		}
+		r.sinceFull = 0
 	}
-	rd.More = more
+	// A round read ahead may have passed rows that committed late: it is never the clean
+	// round that releases Drain; a full read follows.
+	rd.More = more || readAhead
 	if len(batches) == 0 {
 		r.forgetIdleFailures(batches, rd)
 		return rd, nil
+	}
+	if more && len(rd.Held) == 0 && len(r.failing) == 0 && r.sinceFull < relayReadAheadRounds {
+		r.readAhead(ctx, last)
 	}
 
 	var wg sync.WaitGroup
@@ -293,15 +361,16 @@ func merge(a, b []int) []int {
 	return out
 }
 
-// selectRound reads the round's rows, grouped by destination in the order their first row
-// comes. more reports that rows may be left beyond the round's bounds.
-func (r *Relay) selectRound(ctx context.Context, held []string) (batches []*batch, more bool, err error) {
+// selectRound reads the round's rows after id after (0: from the head), grouped by
+// destination in the order their first row comes. more reports that rows may be left beyond
+// the round's bounds; last is the largest id read.
+func (r *Relay) selectRound(ctx context.Context, held []string, after int64) (batches []*batch, more bool, last int64, err error) {
 	if held == nil {
 		held = []string{}
 	}
-	rows, done, err := queryNoBitmap(ctx, r.pool, r.selectSQL, r.cfg.BatchSize, held)
+	rows, done, err := queryNoBitmap(ctx, r.pool, r.selectSQL, r.cfg.BatchSize, held, after)
 	if err != nil {
-		return nil, false, fmt.Errorf("error reading outbox: %w", err)
+		return nil, false, 0, fmt.Errorf("error reading outbox: %w", err)
 	}
 	defer done() //nolint:errcheck // the rows' own error is checked below
 	defer rows.Close()
@@ -317,7 +386,7 @@ func (r *Relay) selectRound(ctx context.Context, held []string) (batches []*batc
 			e     Event
 		)
 		if err := rows.Scan(&id, &e.OperationID, &e.Pipeline, &e.CausationID, &topic, &e.Key, &e.Payload, &e.Headers); err != nil {
-			return nil, false, fmt.Errorf("error reading outbox: %w", err)
+			return nil, false, 0, fmt.Errorf("error reading outbox: %w", err)
 		}
 		if bytes += eventSize(&e); bytes > relayRoundBytes && n > 0 {
 			// The rest waits for the next round, which starts at once.
@@ -334,13 +403,14 @@ func (r *Relay) selectRound(ctx context.Context, held []string) (batches []*batc
 		}
 		e.Topic = b.name
 		b.ids, b.events = append(b.ids, id), append(b.events, e)
+		last = id
 		n++
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, false, fmt.Errorf("error reading outbox: %w", err)
+		return nil, false, 0, fmt.Errorf("error reading outbox: %w", err)
 	}
-	return batches, more || n == r.cfg.BatchSize, nil
+	return batches, more || n == r.cfg.BatchSize, last, nil
 }
 
 // mark records rows as published. The broker has them: they are marked even if ctx is

@@ -398,3 +398,48 @@ SELECT gen_random_uuid(), 'p', 'quiet-' || i, $1, 'k', convert_to('quiet-' || i,
 	require.NoError(t, stop())
 	require.ErrorIs(t, relay.Drain(ctx), outbox.ErrNotLeader, "a stopped relay leads nothing")
 }
+
+// TestRelayReadAheadNeverSkipsALateCommit: while a full round is being published the relay
+// reads the next one ahead, after the round's last id. A transaction that committed late,
+// with an id below, is not in it; Drain, called once the late row is committed, returns only
+// after a read from the head of the outbox published it.
+func TestRelayReadAheadNeverSkipsALateCommit(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t, 1, pgtest.Options{})
+	ctx := context.Background()
+	// The late transaction takes the lowest id and commits while the relay reads past it.
+	late, err := b.db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = late.Rollback(ctx) }()
+	require.NoError(t, b.store.EnqueueTx(ctx, late, outbox.Event{Topic: b.topic, Payload: []byte("late"), Pipeline: "p", CausationID: "late"}))
+	b.enqueue(t, b.events(25, "early")...) // two full rounds of 10 and five rows
+
+	committed := make(chan struct{})
+	var once sync.Once
+	relay, _ := b.startRelay(t, outbox.RelayConfig{BatchSize: 10, AfterPublish: func([]int64) error {
+		once.Do(func() {
+			// The first round was full: the second is being read ahead, past the late
+			// row's id. The late row commits now, and Drain is called before the first
+			// round ends.
+			if err := late.Commit(ctx); err != nil {
+				t.Error(err)
+			}
+			close(committed)
+			time.Sleep(100 * time.Millisecond)
+		})
+		return nil
+	}})
+	<-committed
+	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	require.NoError(t, relay.Drain(dctx))
+	require.Zero(t, b.db.Count(t, "{schema}.outbox WHERE published_at IS NULL"), "Drain returned before the late row was published")
+	require.GreaterOrEqual(t, relay.ReadAheads(), int64(2), "the rounds after the first were read ahead")
+	records := kafkatest.ReadAll(t, b.topic, 26, 30*time.Second)
+	seen := map[string]bool{}
+	for _, m := range records {
+		seen[string(m.Value)] = true
+	}
+	require.True(t, seen["late"])
+	require.Len(t, seen, 26)
+}
