@@ -97,8 +97,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.peerPartitions, "peer-partitions", 6, "partitions of the peer comparison topic")
 	growthRows := fs.String("growth-rows", "0,1000000", "sizes to pre-fill processed_messages and the published outbox to before measuring the consumer and the limit (comma list; 10000000 takes about 12 minutes on a 2-core machine: the ids go in random key order, as traffic inserts them)")
 	fs.IntVar(&o.growthMessages, "growth-messages", 100000, "records consumed (and limit messages) at each growth size")
-	fs.DurationVar(&o.pruneRetention, "prune-retention", 20*time.Second, "the prune section's pipeline retention (and outbox retention): rows expire and are pruned all along its run")
-	fs.IntVar(&o.prunePeriods, "prune-periods", 8, "how many retention periods the prune section's steady state lasts (at least 7; the largest sizes of the last period are compared with those of the period after the middle)")
+	fs.DurationVar(&o.pruneRetention, "prune-retention", 10*time.Second, "the prune section's pipeline retention (and outbox retention): rows expire and are pruned all along its run")
+	fs.IntVar(&o.prunePeriods, "prune-periods", 24, "how many retention periods the prune section's steady state lasts (at least 7; the largest sizes of the last period are compared with those of the period after the middle)")
 	fs.DurationVar(&o.pruneInterval, "prune-interval", time.Second, "the prune section's pruner interval (the daemon's IDEMD_PRUNE_INTERVAL, 1m by default for 7 days of retention)")
 	fs.DurationVar(&o.pruneNaptime, "prune-naptime", time.Second, "how often the prune section's autovacuum emulation looks at the tables (autovacuum_naptime, 1min on a server)")
 	fs.IntVar(&o.brokerMessages, "broker-messages", 20000, "messages published to each Pub/Sub subscription and SQS queue of the brokers section (20% of them repeats: new broker messages with an earlier operation-id)")
@@ -141,11 +141,13 @@ baseline from the same run, and prints a table (or JSON with -json):
   peers          idemd, idiomatic Watermill and a hand-written kafka-go consumer on one
                  topic (-peer-messages, -peer-partitions); needs -peers-bin;
   growth         the consumer and the limit on tables pre-filled to each -growth-rows;
-  prune          the consumer, relay and pruner running at full speed for -prune-periods
-                 periods of a -prune-retention retention (rows expire and are pruned all
-                 along), VACUUM where autovacuum would (-prune-naptime); table and
-                 index sizes every half period, the last period against the one after
-                 the middle; then the consumer without the pruner on the same tables;
+  prune          the consumer, relay and pruner running at full speed (the rate they
+                 sustain together: the producer counts the outbox rows waiting for the
+                 relay) for -prune-periods periods of a -prune-retention retention (rows
+                 expire and are pruned all along), VACUUM where autovacuum would
+                 (-prune-naptime); table and index sizes every half period, the last
+                 period against the one after the middle; then the consumer without the
+                 pruner on the same tables;
   amplification  the limit with the relay's UPDATE of published_at, with delete at
                  publish, and with lean tables: what a schema change would buy;
   RSS            peak resident memory (VmHWM) of the idemd child process under each load.
