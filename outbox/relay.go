@@ -143,14 +143,16 @@ type Relay struct {
 	lockKey     int64
 	channel     string
 	selectSQL   string
-	markSQL     string
-	deleteSQL   string
-	letters     *deadletter.Store
-	statsSQL    string
-	published   atomic.Int64
-	pubRounds   atomic.Int64 // rounds that published (marked or deleted rows)
-	leader      atomic.Bool
-	tracer      *tracing.Tracer
+	// selectAfterSQL reads ahead (ahead), after an id, while no destination is held.
+	selectAfterSQL string
+	markSQL        string
+	deleteSQL      string
+	letters        *deadletter.Store
+	statsSQL       string
+	published      atomic.Int64
+	pubRounds      atomic.Int64 // rounds that published (marked or deleted rows)
+	leader         atomic.Bool
+	tracer         *tracing.Tracer
 
 	// failing are the topics whose last publish failed. Only the leading goroutine uses it.
 	failing map[string]*topicFailure
@@ -239,7 +241,9 @@ func NewRelay(pool *pgxpool.Pool, cfg *RelayConfig) (*Relay, error) {
 		channel: Channel(c.Schema),
 		// $2 are the topics waiting for a retry: their rows stay where they are.
 		selectSQL: `SELECT id, operation_id, pipeline, causation_id, topic, key, payload, headers
-FROM ` + table + ` WHERE published_at IS NULL AND topic <> ALL($2::text[]) AND id > $3 ORDER BY id LIMIT $1`,
+FROM ` + table + ` WHERE published_at IS NULL AND topic <> ALL($2::text[]) ORDER BY id LIMIT $1`,
+		selectAfterSQL: `SELECT id, operation_id, pipeline, causation_id, topic, key, payload, headers
+FROM ` + table + ` WHERE published_at IS NULL AND id > $2 ORDER BY id LIMIT $1`,
 		markSQL:   markSQL(table, c.KeepPublished),
 		deleteSQL: `DELETE FROM ` + table + ` WHERE id = ANY($1) AND published_at IS NULL`,
 		letters:   deadletter.New(c.Schema),

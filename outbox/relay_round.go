@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/idemd/idemd/internal/metrics"
@@ -368,7 +369,16 @@ func (r *Relay) selectRound(ctx context.Context, held []string, after int64) (ba
 	if held == nil {
 		held = []string{}
 	}
-	rows, done, err := queryNoBitmap(ctx, r.pool, r.selectSQL, r.cfg.BatchSize, held, after)
+	var (
+		rows pgx.Rows
+		done func() error
+	)
+	if after > 0 {
+		// Read ahead: only while no destination is held, so held is empty.
+		rows, done, err = queryNoBitmap(ctx, r.pool, r.selectAfterSQL, r.cfg.BatchSize, after)
+	} else {
+		rows, done, err = queryNoBitmap(ctx, r.pool, r.selectSQL, r.cfg.BatchSize, held)
+	}
 	if err != nil {
 		return nil, false, 0, fmt.Errorf("error reading outbox: %w", err)
 	}
