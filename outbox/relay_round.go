@@ -109,9 +109,9 @@ type outlet interface {
 	verdict(err error, alone bool) verdict
 }
 
-// relayReadAheadRounds bounds how many rounds in a row are read ahead (see ahead): every
-// that many rounds a full read from the head of the outbox picks up the rows of
-// transactions that committed late, below the ids already read.
+// relayReadAheadRounds bounds how many rounds in a row are read ahead (see ahead); the
+// round after them reads from the head of the outbox, and picks up the rows of transactions
+// that committed late, below the ids already read.
 const relayReadAheadRounds = 4
 
 // ahead is the next round's rows, read while the current round's were being published,
