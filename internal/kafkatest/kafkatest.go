@@ -197,9 +197,13 @@ func readAll(tb testing.TB, brokers []string, topic string, want int, timeout, q
 		wg.Add(1)
 		go func(partition int) {
 			defer wg.Done()
+			// kafka-go's reader gives up on a fetch whose answer has not started within
+			// MaxWait, and fetches the same offset again: with 50 ms, a fetch of a few MB
+			// from kfake under -race never started in time, and nothing was ever read
+			// (TestRelayBacklogOfLargeRows failed 2 to 4 times in 8).
 			r := kafka.NewReader(kafka.ReaderConfig{
 				Brokers: brokers, Topic: topic, Partition: partition,
-				MinBytes: 1, MaxBytes: 10 << 20, MaxWait: 50 * time.Millisecond,
+				MinBytes: 1, MaxBytes: 10 << 20, MaxWait: 500 * time.Millisecond,
 			})
 			defer r.Close()
 			for {
