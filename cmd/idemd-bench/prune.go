@@ -73,15 +73,14 @@ func (s *stream) run(ctx context.Context) error {
 				return err
 			}
 			lead := s.produced.Load() - c
+			due := lead+waiting < pruneLead
 			s.mu.Lock()
 			s.maxWaiting = max(s.maxWaiting, waiting)
+			if due && i > pruneLead/pruneChunk && (s.minLead < 0 || lead < s.minLead) {
+				s.minLead = lead
+			}
 			s.mu.Unlock()
-			if lead+waiting < pruneLead {
-				s.mu.Lock()
-				if i > pruneLead/pruneChunk && (s.minLead < 0 || lead < s.minLead) {
-					s.minLead = lead
-				}
-				s.mu.Unlock()
+			if due {
 				break
 			}
 			if s.stopping.Load() {
