@@ -34,6 +34,7 @@ import (
 	"cloud.google.com/go/pubsub/v2"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/segmentio/kafka-go"
 	"github.com/sirupsen/logrus"
 	"go.opentelemetry.io/otel/trace"
 
@@ -52,6 +53,14 @@ const (
 	LingerDefault            = 5 * time.Millisecond
 	ShutdownTimeoutDefault   = 10 * time.Second
 	FetchMaxWaitDefault      = 250 * time.Millisecond
+	// FetchAnswerMargin is how long after FetchMaxWait a partition reader waits for a
+	// fetch's answer: a broker that is busy, or far away, answers late, and an answer
+	// later than the reader's deadline costs a reconnection, a backoff and the fetch again.
+	// kafka-go asks the broker to wait its reader's MaxWait less one second when MaxWait is
+	// a second or more, and three quarters of it below: with MaxWait 250 ms the broker
+	// waited 187 ms and an answer 63 ms late failed, which a loaded machine or a broker a
+	// region away does all the time. The reader's MaxWait is FetchMaxWait plus this margin.
+	FetchAnswerMargin = time.Second
 	HeartbeatIntervalDefault = 3 * time.Second
 	SessionTimeoutDefault    = 30 * time.Second
 	RebalanceTimeoutDefault  = 30 * time.Second
@@ -70,6 +79,10 @@ type Config struct {
 	// Brokers are the Kafka bootstrap addresses. Kafka only; required by Run (not by
 	// replays), ignored by the other doors.
 	Brokers []string `yaml:"-"`
+	// Dialer opens the Kafka connections of the consumer group and its partition readers
+	// (kafka-go's Dialer: TLS, SASL, a client id). Nil is kafka-go's default dialer. Kafka
+	// only.
+	Dialer *kafka.Dialer `yaml:"-"`
 	// Topics are consumed in one consumer group. Exactly one of Topics, PubSub and SQS is
 	// required: it says the door (Door).
 	Topics []string `yaml:"topics"`
@@ -144,8 +157,10 @@ type Config struct {
 	// Linger is how long a partition's batch waits for more records once it has one.
 	// Defaults to 5 ms.
 	Linger time.Duration `yaml:"-"`
-	// FetchMaxWait bounds how long a fetch waits on the broker for new records. Defaults to
-	// 250 ms.
+	// FetchMaxWait is how long the broker may hold a fetch that finds no new records.
+	// Defaults to 250 ms. The partition reader gives the answer a further
+	// FetchAnswerMargin to arrive before it calls the fetch failed (kafka-go then
+	// reconnects and backs off, at least 100 ms, before fetching the same offset again).
 	FetchMaxWait time.Duration `yaml:"-"`
 	// ShutdownTimeout bounds the drain after Run's ctx ends: the batches in hand are
 	// applied and their offsets committed within it, or rolled back and left for
