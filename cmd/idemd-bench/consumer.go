@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/idemd/idemd/consumer"
 	"github.com/idemd/idemd/outbox"
 )
 
@@ -467,7 +468,7 @@ func (e *env) readCausations(ctx context.Context, topic string, partitions int, 
 		if po.LastOffset == 0 {
 			continue
 		}
-		r := kafka.NewReader(kafka.ReaderConfig{Brokers: e.brokers, Topic: topic, Partition: po.Partition, MinBytes: 1, MaxBytes: 10 << 20, MaxWait: 100 * time.Millisecond})
+		r := kafka.NewReader(kafka.ReaderConfig{Brokers: e.brokers, Topic: topic, Partition: po.Partition, MinBytes: 1, MaxBytes: 10 << 20, MaxWait: 100*time.Millisecond + consumer.FetchAnswerMargin})
 		for {
 			m, err := r.ReadMessage(rctx)
 			if err != nil {

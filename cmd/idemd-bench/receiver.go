@@ -19,6 +19,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/idemd/idemd/consumer"
 	"github.com/idemd/idemd/outbox"
 )
 
@@ -308,7 +309,7 @@ func benchRelayUnderLoad(ctx context.Context, e *env, res *Results) error {
 	row := &Row{Section: "relay", Mode: fmt.Sprintf("under receiver load, %d webhooks/s", e.o.relayRate), Count: int(st.ok),
 		Seconds: st.elapsed.Seconds(), Rate: float64(st.ok) / st.elapsed.Seconds(), Unit: "webhooks/s",
 		P50ms: percentile(d, 0.50), P99ms: percentile(d, 0.99), P999ms: percentile(d, 0.999), PeakRSSMiB: rss, CPU: cpu,
-		Note: fmt.Sprintf("latency: 200 answer -> record read from Kafka by the bench; receiver p99 %.1f ms at this rate", st.pct(0.99))}
+		Note: fmt.Sprintf("latency: 200 answer -> record read from Kafka by the bench; receiver p99 %.1f ms at this rate; %d errors of the bench's Kafka readers", st.pct(0.99), lat.readerErrors.Load())}
 	e.logf("relay under load: %d webhooks, 2xx-to-record p50 %.1f ms p99 %.1f ms p999 %.1f ms", st.ok, row.P50ms, row.P99ms, row.P999ms)
 	res.RelayUnderLoad = row
 	return nil
@@ -320,6 +321,9 @@ type latencies struct {
 	d    []time.Duration
 	n    atomic.Int64
 	more chan struct{}
+	// readerErrors counts the errors the Kafka readers logged (a fetch whose answer came
+	// too late is one, and costs the reader a reconnection and a backoff).
+	readerErrors atomic.Int64
 }
 
 func (l *latencies) add(d time.Duration) {
@@ -364,7 +368,10 @@ func (e *env) readLatencies(ctx context.Context, topic string, measure func([]ka
 			defer wg.Done()
 			r := kafka.NewReader(kafka.ReaderConfig{
 				Brokers: e.brokers, Topic: topic, Partition: p, MinBytes: 1, MaxBytes: 10 << 20,
-				MaxWait: 100 * time.Millisecond, ReadBatchTimeout: 100 * time.Millisecond,
+				// The broker holds a fetch 100 ms; the answer has a second more to come back
+				// (consumer.FetchAnswerMargin), so a late answer never costs a reconnection.
+				MaxWait: 100*time.Millisecond + consumer.FetchAnswerMargin, ReadBatchTimeout: 100 * time.Millisecond,
+				ErrorLogger: kafka.LoggerFunc(func(string, ...any) { l.readerErrors.Add(1) }),
 			})
 			defer r.Close()
 			for {

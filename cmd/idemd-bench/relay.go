@@ -204,7 +204,7 @@ func (e *env) relayLatency(ctx context.Context, store *outbox.Store, topic strin
 	row := &Row{Section: "relay", Mode: fmt.Sprintf("steady %d events/s, 1 event/tx", e.o.relayRate), Count: total,
 		Seconds: sent.Seconds(), Rate: float64(total) / sent.Seconds(), Unit: "events/s",
 		P50ms: percentile(d, 0.50), P99ms: percentile(d, 0.99), P999ms: percentile(d, 0.999),
-		Note: "latency: just before COMMIT -> read from Kafka by the bench"}
+		Note: fmt.Sprintf("latency: just before COMMIT -> read from Kafka by the bench; %d errors of the bench's Kafka readers", lat.readerErrors.Load())}
 	e.logf("relay latency at %d events/s: p50 %.1f ms p99 %.1f ms p999 %.1f ms", e.o.relayRate, row.P50ms, row.P99ms, row.P999ms)
 	return row, nil
 }
