@@ -391,12 +391,19 @@ func (r *Relay) selectRound(ctx context.Context, held []string, after int64) (ba
 	)
 	for rows.Next() {
 		var (
-			id    int64
-			topic string
-			e     Event
+			id      int64
+			topic   string
+			e       Event
+			headers []byte
 		)
-		if err := rows.Scan(&id, &e.OperationID, &e.Pipeline, &e.CausationID, &topic, &e.Key, &e.Payload, &e.Headers); err != nil {
+		if err := rows.Scan(&id, &e.OperationID, &e.Pipeline, &e.CausationID, &topic, &e.Key, &e.Payload, &headers); err != nil {
 			return nil, false, 0, fmt.Errorf("error reading outbox: %w", err)
+		}
+		if headers != nil {
+			var err error
+			if e.Headers, err = decodeHeaders(headers); err != nil {
+				return nil, false, 0, fmt.Errorf("error reading outbox: the headers of row %d: %w", id, err)
+			}
 		}
 		if bytes += eventSize(&e); bytes > relayRoundBytes && n > 0 {
 			// The rest waits for the next round, which starts at once.
