@@ -6,14 +6,17 @@ package sqstest
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
@@ -196,32 +199,165 @@ func StringAttributes(m map[string]string) map[string]types.MessageAttributeValu
 // wait for the first, with every attribute; visibility 0 keeps the queue's default.
 func Receive(tb testing.TB, url string, max int, wait, visibility time.Duration) []types.Message {
 	tb.Helper()
-	out, err := Client(tb).ReceiveMessage(ctx(tb), &sqs.ReceiveMessageInput{
+	msgs, err := receive(ctx(tb), Client(tb), url, max, wait, visibility)
+	if err != nil {
+		tb.Fatalf("sqstest: receiving from %s: %v", url, err)
+	}
+	return msgs
+}
+
+func receive(c context.Context, api sqsAPI, url string, max int, wait, visibility time.Duration, opts ...func(*sqs.Options)) ([]types.Message, error) {
+	out, err := api.ReceiveMessage(c, &sqs.ReceiveMessageInput{
 		QueueUrl:                    aws.String(url),
 		MaxNumberOfMessages:         int32(max),
 		WaitTimeSeconds:             int32(wait / time.Second),
 		VisibilityTimeout:           int32(visibility / time.Second),
 		MessageAttributeNames:       []string{"All"},
 		MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll},
-	})
+	}, opts...)
 	if err != nil {
-		tb.Fatalf("sqstest: receiving from %s: %v", url, err)
+		return nil, err
 	}
-	return out.Messages
+	return out.Messages, nil
 }
 
-// ReceiveN receives until it holds n messages, failing the test after timeout.
+// sqsAPI is what ReceiveN calls: the test client, or a test's wrapper of it that loses answers.
+type sqsAPI interface {
+	ReceiveMessage(context.Context, *sqs.ReceiveMessageInput, ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error)
+	ChangeMessageVisibility(context.Context, *sqs.ChangeMessageVisibilityInput, ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error)
+	GetQueueAttributes(context.Context, *sqs.GetQueueAttributesInput, ...func(*sqs.Options)) (*sqs.GetQueueAttributesOutput, error)
+}
+
+const (
+	// receiveLease is the visibility ReceiveN receives with, until it holds every message.
+	receiveLease = 3 * time.Second
+	// lapseMargin is how long after a lease's end ReceiveN counts on the message being
+	// visible again: goaws makes it so on a 1-second tick, which a loaded test binary may run
+	// late.
+	lapseMargin = 2 * time.Second
+)
+
+// ReceiveN receives until it holds n distinct messages, and returns them in the order the
+// queue handed them out, in flight: invisible to other receives, their receipt handles valid,
+// for the queue's VisibilityTimeout from the moment ReceiveN returns (so that a caller can
+// delete them or change their visibility, and a FIFO group stays locked meanwhile). It fails
+// the test if it does not hold n within timeout.
+//
+// goaws v0.5.4 loses ReceiveMessage answers under load (BENCHMARKS.md): an attempt fails in
+// the SDK ("deserialization failed … use of closed network connection") after goaws marked
+// its messages received, and the SDK's retry gets the next ones. Received under the queue's
+// visibility (30 s by default), the lost ones would stay invisible longer than a test waits.
+// So ReceiveN receives with a short visibility (3 s, or the queue's when shorter), which it
+// extends to the queue's only once it holds all n, and without the SDK's retry, so that it
+// sees the failure. A message it sees a second time is the same message (its lease lapsed,
+// or SQS delivered it twice: MessageId is the same) and is counted once.
+//
+// Order: goaws hands out a standard queue's messages in send order, from the first visible
+// one, and tests check that order; lost messages that came back after later ones would break
+// it. After a lost answer, a message seen again, or a lease it cannot extend, ReceiveN
+// therefore forgets what it holds, waits until every lease it (or the lost attempt) took has
+// lapsed, and receives them all again: what it returns comes from one pass. On a queue with a
+// RedrivePolicy each such lapse counts as a receive. A receive error the SDK would retry is
+// taken for a lost answer; any other (such as a missing queue) fails the test at once.
 func ReceiveN(tb testing.TB, url string, n int, timeout time.Duration) []types.Message {
 	tb.Helper()
-	var got []types.Message
-	deadline := time.Now().Add(timeout)
-	for len(got) < n {
-		if time.Now().After(deadline) {
-			tb.Fatalf("sqstest: received %d of %d messages from %s within %s", len(got), n, url, timeout)
-		}
-		got = append(got, Receive(tb, url, min(10, n-len(got)), time.Second, 0)...)
+	return receiveN(tb, Client(tb), url, n, timeout)
+}
+
+func receiveN(tb testing.TB, api sqsAPI, url string, n int, timeout time.Duration) []types.Message {
+	tb.Helper()
+	if n <= 0 {
+		return nil
 	}
-	return got
+	deadline := time.Now().Add(timeout)
+	hold := queueVisibility(tb, api, url)
+	lease := min(receiveLease, hold)
+	noRetry := func(o *sqs.Options) { o.RetryMaxAttempts = 1 }
+	retryable := retry.IsErrorRetryables(retry.DefaultRetryables)
+	var (
+		got      []types.Message
+		seen     = map[string]bool{}
+		leased   time.Time // when the last lease was taken: every lease has lapsed by leased+lease+lapseMargin
+		restarts int
+		lastErr  error
+	)
+	startOver := func(why string) {
+		restarts++
+		tb.Logf("sqstest: %s on %s, holding %d of %d messages: receiving them all again once their leases lapse", why, url, len(got), n)
+		got, seen = nil, map[string]bool{}
+		time.Sleep(min(time.Until(leased.Add(lease+lapseMargin)), time.Until(deadline)))
+	}
+	for {
+		for len(got) < n {
+			if time.Now().After(deadline) {
+				tb.Fatalf("sqstest: received %d of %d messages from %s within %s (started over %d times; last error: %v)", len(got), n, url, timeout, restarts, lastErr)
+			}
+			msgs, err := receive(ctx(tb), api, url, min(10, n-len(got)), time.Second, lease, noRetry)
+			leased = time.Now()
+			if err != nil {
+				if retryable.IsErrorRetryable(err) != aws.TrueTernary {
+					tb.Fatalf("sqstest: receiving from %s: %v", url, err)
+				}
+				lastErr = err
+				startOver(fmt.Sprintf("an answer was lost (%v)", err))
+				continue
+			}
+			if slices.ContainsFunc(msgs, func(m types.Message) bool { return seen[aws.ToString(m.MessageId)] }) {
+				startOver("a message came again (its lease lapsed)")
+				continue
+			}
+			for _, m := range msgs {
+				seen[aws.ToString(m.MessageId)] = true
+				got = append(got, m)
+			}
+		}
+		if lease == hold {
+			return got // received under the queue's own visibility
+		}
+		i, err := changeVisibility(tb, api, url, got, hold)
+		if err == nil {
+			return got
+		}
+		lastErr = err
+		// Those already extended go back to a short lease, to lapse with the rest.
+		if _, rerr := changeVisibility(tb, api, url, got[:i], lease); rerr != nil {
+			lastErr = rerr
+		}
+		leased = time.Now()
+		startOver(fmt.Sprintf("a lease could not be extended (%v)", err))
+	}
+}
+
+// queueVisibility returns the queue's VisibilityTimeout.
+func queueVisibility(tb testing.TB, api sqsAPI, url string) time.Duration {
+	tb.Helper()
+	out, err := api.GetQueueAttributes(ctx(tb), &sqs.GetQueueAttributesInput{
+		QueueUrl: aws.String(url), AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameVisibilityTimeout},
+	})
+	if err != nil {
+		tb.Fatalf("sqstest: reading the VisibilityTimeout of %s: %v", url, err)
+	}
+	s := out.Attributes[string(types.QueueAttributeNameVisibilityTimeout)]
+	secs, err := strconv.Atoi(s)
+	if err != nil {
+		tb.Fatalf("sqstest: the VisibilityTimeout of %s is %q", url, s)
+	}
+	return time.Duration(secs) * time.Second
+}
+
+// changeVisibility sets the visibility of msgs, in order, and returns the index of the first
+// it could not change, with the error.
+func changeVisibility(tb testing.TB, api sqsAPI, url string, msgs []types.Message, visibility time.Duration) (int, error) {
+	tb.Helper()
+	for i, m := range msgs {
+		_, err := api.ChangeMessageVisibility(ctx(tb), &sqs.ChangeMessageVisibilityInput{
+			QueueUrl: aws.String(url), ReceiptHandle: m.ReceiptHandle, VisibilityTimeout: int32(visibility / time.Second),
+		})
+		if err != nil {
+			return i, fmt.Errorf("message %s: %w", aws.ToString(m.MessageId), err)
+		}
+	}
+	return len(msgs), nil
 }
 
 func ctx(tb testing.TB) context.Context {

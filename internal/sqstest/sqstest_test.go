@@ -1,10 +1,17 @@
 package sqstest
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"sync"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -241,4 +248,149 @@ func TestGoawsLimitations(t *testing.T) {
 		require.Error(t, err, "SendMessage checks it")
 		Send(t, url, Message{Body: big}) // SendMessageBatch does not
 	})
+}
+
+// losingSQS is the test client, except that its ReceiveMessage loses the answers numbered in
+// lose (counting the answers that hold messages, from 1) as goaws's are lost under load:
+// goaws has marked their messages received, and the SDK fails reading the answer ("use of
+// closed network connection"). The request after a lost answer is sent after
+// pauseAfterLoss; the answers numbered in slow come back only after a delay.
+type losingSQS struct {
+	*sqs.Client
+	lose           map[int]bool
+	pauseAfterLoss time.Duration
+	slow           map[int]time.Duration
+
+	mu      sync.Mutex
+	answers int
+	pause   time.Duration
+	lost    []string // bodies of the lost messages
+}
+
+func (l *losingSQS) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, opts ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error) {
+	opts = append(opts, func(o *sqs.Options) { o.HTTPClient = losingHTTP{o.HTTPClient, l} })
+	return l.Client.ReceiveMessage(ctx, in, opts...)
+}
+
+type losingHTTP struct {
+	next sqs.HTTPClient
+	l    *losingSQS
+}
+
+func (h losingHTTP) Do(req *http.Request) (*http.Response, error) {
+	h.l.mu.Lock()
+	pause := h.l.pause
+	h.l.pause = 0
+	h.l.mu.Unlock()
+	time.Sleep(pause)
+	resp, err := h.next.Do(req)
+	if err != nil {
+		return resp, err
+	}
+	raw, err := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(raw))
+	var answer struct{ Messages []struct{ Body string } }
+	if json.Unmarshal(raw, &answer) != nil || len(answer.Messages) == 0 {
+		return resp, nil
+	}
+	h.l.mu.Lock()
+	h.l.answers++
+	n := h.l.answers
+	lose := h.l.lose[n]
+	if lose {
+		for _, m := range answer.Messages {
+			h.l.lost = append(h.l.lost, m.Body)
+		}
+		h.l.pause = h.l.pauseAfterLoss
+	}
+	h.l.mu.Unlock()
+	if lose {
+		resp.Body = io.NopCloser(io.MultiReader(bytes.NewReader(raw[:len(raw)/2]), iotest.ErrReader(
+			fmt.Errorf("read tcp 127.0.0.1:1->127.0.0.1:2: use of closed network connection (answer %d lost by the test)", n))))
+		return resp, nil
+	}
+	time.Sleep(h.l.slow[n])
+	return resp, nil
+}
+
+func (l *losingSQS) lostBodies() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.lost...)
+}
+
+func numbered(n int) (msgs []Message, want []string) {
+	for i := range n {
+		msgs = append(msgs, Message{Body: strconv.Itoa(i)})
+		want = append(want, strconv.Itoa(i))
+	}
+	return msgs, want
+}
+
+// requireHeld checks that msgs are still in flight, once ReceiveN's short lease would have
+// lapsed if wait, and deletes them with their receipt handles.
+func requireHeld(t *testing.T, url string, msgs []types.Message, wait bool) {
+	t.Helper()
+	if wait {
+		time.Sleep(receiveLease + lapseMargin)
+	}
+	require.Empty(t, Receive(t, url, 10, 0, 0), "what ReceiveN returned is still in flight")
+	for start := 0; start < len(msgs); start += 10 {
+		deleteAll(t, url, msgs[start:min(start+10, len(msgs))]...)
+	}
+}
+
+// TestReceiveNAfterALostAnswer: when an answer is lost (its ten messages marked received by
+// goaws, never seen by ReceiveN), ReceiveN gets them back within seconds, not after the
+// queue's 30 s visibility, and returns all thirty once each, in send order, whether the first
+// answer or a later one was lost; on a FIFO queue, the group's first message rather than its
+// second. The
+// next request waits 1.5 s, so that an SDK retry (which ReceiveN turns off) would lease the
+// next ten on a later tick of goaws than the lost ones: their return would then not be
+// noticed, and the lost ten would come last.
+func TestReceiveNAfterALostAnswer(t *testing.T) {
+	t.Parallel()
+	for _, lost := range []int{1, 2} {
+		t.Run(fmt.Sprintf("answer %d of 3", lost), func(t *testing.T) {
+			t.Parallel()
+			url := Queue(t, nil)
+			msgs, want := numbered(30)
+			Send(t, url, msgs...)
+			api := &losingSQS{Client: Client(t), lose: map[int]bool{lost: true}, pauseAfterLoss: 1500 * time.Millisecond}
+			start := time.Now()
+			got := receiveN(t, api, url, len(want), 20*time.Second)
+			t.Logf("%d messages in %s", len(got), time.Since(start).Round(time.Millisecond))
+			require.Len(t, api.lostBodies(), 10, "the lost answer held ten messages")
+			require.Equal(t, want, bodies(got))
+			requireHeld(t, url, got, false)
+		})
+	}
+	t.Run("FIFO", func(t *testing.T) {
+		t.Parallel()
+		url := FIFOQueue(t, nil)
+		Send(t, url, Message{Body: "g-1", GroupID: "g", DeduplicationID: "1"}, Message{Body: "g-2", GroupID: "g", DeduplicationID: "2"})
+		api := &losingSQS{Client: Client(t), lose: map[int]bool{1: true}}
+		got := receiveN(t, api, url, 1, 10*time.Second)
+		require.Equal(t, []string{"g-1"}, api.lostBodies())
+		require.Equal(t, []string{"g-1"}, bodies(got))
+		requireHeld(t, url, got, false)
+	})
+}
+
+// TestReceiveNCountsARedeliveryOnce: an answer that comes back after the first answer's
+// messages lapsed makes ReceiveN see those again; it counts each message once, still
+// returns the thirty in send order, and holds them past its short lease.
+func TestReceiveNCountsARedeliveryOnce(t *testing.T) {
+	t.Parallel()
+	url := Queue(t, nil)
+	msgs, want := numbered(30)
+	Send(t, url, msgs...)
+	api := &losingSQS{Client: Client(t), slow: map[int]time.Duration{2: receiveLease + lapseMargin}}
+	got := receiveN(t, api, url, len(want), 30*time.Second)
+	require.Equal(t, want, bodies(got))
+	requireHeld(t, url, got, true)
 }
