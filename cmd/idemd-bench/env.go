@@ -338,3 +338,23 @@ func (c *child) kill() {
 		}
 	}
 }
+
+// checkpoints returns how many checkpoints the server has completed (pg_stat_bgwriter,
+// PostgreSQL 16 and older; -1 where it cannot tell), so that a latency run can say how
+// many fell inside it.
+func (e *env) checkpoints(ctx context.Context) int64 {
+	var n int64
+	if err := e.pool.QueryRow(ctx, `SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter`).Scan(&n); err != nil {
+		return -1
+	}
+	return n
+}
+
+// latencyNote says how many checkpoints completed since the count before (checkpoints).
+func (e *env) latencyNote(ctx context.Context, before int64) string {
+	after := e.checkpoints(ctx)
+	if before < 0 || after < 0 {
+		return "checkpoints during the run unknown"
+	}
+	return fmt.Sprintf("%d checkpoints completed during the run", after-before)
+}

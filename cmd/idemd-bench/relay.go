@@ -135,6 +135,7 @@ func (e *env) records(ctx context.Context, topic string, partitions int) (int64,
 func (e *env) relayLatency(ctx context.Context, store *outbox.Store, topic string) (*Row, error) {
 	total := int(float64(e.o.relayRate) * e.o.relayDuration.Seconds())
 	committing := make([]atomic.Int64, total)
+	checkpoints := e.checkpoints(ctx)
 	lat, stopReaders, err := e.readLatencies(ctx, topic, func(h []kafka.Header, now time.Time) (time.Duration, bool) {
 		for _, x := range h {
 			if x.Key != outbox.HeaderCausationID {
@@ -204,7 +205,8 @@ func (e *env) relayLatency(ctx context.Context, store *outbox.Store, topic strin
 	row := &Row{Section: "relay", Mode: fmt.Sprintf("steady %d events/s, 1 event/tx", e.o.relayRate), Count: total,
 		Seconds: sent.Seconds(), Rate: float64(total) / sent.Seconds(), Unit: "events/s",
 		P50ms: percentile(d, 0.50), P99ms: percentile(d, 0.99), P999ms: percentile(d, 0.999),
-		Note: fmt.Sprintf("latency: just before COMMIT -> read from Kafka by the bench; %d errors of the bench's Kafka readers", lat.readerErrors.Load())}
+		Note: fmt.Sprintf("latency: just before COMMIT -> read from Kafka by the bench; %d errors of the bench's Kafka readers; %s",
+			lat.readerErrors.Load(), e.latencyNote(ctx, checkpoints))}
 	e.logf("relay latency at %d events/s: p50 %.1f ms p99 %.1f ms p999 %.1f ms", e.o.relayRate, row.P50ms, row.P99ms, row.P999ms)
 	return row, nil
 }
