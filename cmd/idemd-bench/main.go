@@ -137,7 +137,7 @@ baseline from the same run, and prints a table (or JSON with -json):
                  net/http receiver with one transaction per request;
   relay          drain rate of a pre-filled outbox, commit-to-Kafka latency at
                  -relay-rate events/s, and 2xx-to-record latency with the receiver taking
-                 -relay-rate webhooks/s;
+                 -relay-rate webhooks/s (after 1 s of warm-up at that rate, reported apart);
   peers          idemd, idiomatic Watermill and a hand-written kafka-go consumer on one
                  topic (-peer-messages, -peer-partitions); needs -peers-bin;
   growth         the consumer and the limit on tables pre-filled to each -growth-rows;
