@@ -304,24 +304,15 @@ func benchRelayUnderLoad(ctx context.Context, e *env, res *Results) error {
 	// publish). In three runs every record slower than 50 ms was answered in the first
 	// 0.04-0.25 s (up to 290 ms late), and that burst alone made the p99 of the runs above
 	// 50 ms. The goal is the steady state's; the warm-up's own p99 is in the note.
-	warm, err := e.loadWebhooks(ctx, "http://"+c.Ready+"/webhooks/stripe", "warm", time.Second, e.o.relayRate,
-		func(i int, at time.Time) {
-			if i < len(warmAt) {
-				warmAt[i].CompareAndSwap(0, at.UnixNano())
-			}
-		})
+	url := "http://" + c.Ready + "/webhooks/stripe"
+	warm, err := e.loadWebhooks(ctx, url, "warm", time.Second, e.o.relayRate, answersInto(warmAt))
 	if err != nil {
 		stopReaders()
 		return err
 	}
 	checkpoints := e.checkpoints(ctx)
 	loadStart := time.Now()
-	st, err := e.loadWebhooks(ctx, "http://"+c.Ready+"/webhooks/stripe", prefix, e.o.relayDuration, e.o.relayRate,
-		func(i int, at time.Time) {
-			if i < len(answeredAt) {
-				answeredAt[i].CompareAndSwap(0, at.UnixNano())
-			}
-		})
+	st, err := e.loadWebhooks(ctx, url, prefix, e.o.relayDuration, e.o.relayRate, answersInto(answeredAt))
 	if err != nil {
 		stopReaders()
 		return err
@@ -487,4 +478,13 @@ func (s *slowRecords) summary(start time.Time) string {
 			b.from.Sub(start).Seconds(), b.to.Sub(start).Seconds(), float64(b.worst)/float64(time.Millisecond))
 	}
 	return out
+}
+
+// answersInto is loadWebhooks' answered: it records when webhook i was first answered.
+func answersInto(at []atomic.Int64) func(int, time.Time) {
+	return func(i int, t time.Time) {
+		if i < len(at) {
+			at[i].CompareAndSwap(0, t.UnixNano())
+		}
+	}
 }
