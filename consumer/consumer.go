@@ -47,20 +47,21 @@ import (
 	"github.com/idemd/idemd/processed"
 )
 
+// FetchAnswerMargin is how long after FetchMaxWait a partition reader waits for a fetch's
+// answer: a broker that is busy, or far away, answers late, and an answer later than the
+// reader's deadline costs a reconnection, a backoff and the fetch again. kafka-go asks the
+// broker to wait its reader's MaxWait less one second when MaxWait is a second or more, and
+// three quarters of it below: with MaxWait 250 ms the broker waited 187 ms and an answer
+// 63 ms late failed, as answers from a loaded machine or a broker a region away do. The
+// reader's MaxWait is FetchMaxWait plus this margin, so the broker waits FetchMaxWait.
+const FetchAnswerMargin = time.Second
+
 // Defaults of Config.
 const (
-	BatchSizeDefault       = 500
-	LingerDefault          = 5 * time.Millisecond
-	ShutdownTimeoutDefault = 10 * time.Second
-	FetchMaxWaitDefault    = 250 * time.Millisecond
-	// FetchAnswerMargin is how long after FetchMaxWait a partition reader waits for a
-	// fetch's answer: a broker that is busy, or far away, answers late, and an answer
-	// later than the reader's deadline costs a reconnection, a backoff and the fetch again.
-	// kafka-go asks the broker to wait its reader's MaxWait less one second when MaxWait is
-	// a second or more, and three quarters of it below: with MaxWait 250 ms the broker
-	// waited 187 ms and an answer 63 ms late failed, which a loaded machine or a broker a
-	// region away does all the time. The reader's MaxWait is FetchMaxWait plus this margin.
-	FetchAnswerMargin        = time.Second
+	BatchSizeDefault         = 500
+	LingerDefault            = 5 * time.Millisecond
+	ShutdownTimeoutDefault   = 10 * time.Second
+	FetchMaxWaitDefault      = 250 * time.Millisecond
 	HeartbeatIntervalDefault = 3 * time.Second
 	SessionTimeoutDefault    = 30 * time.Second
 	RebalanceTimeoutDefault  = 30 * time.Second
