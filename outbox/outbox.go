@@ -216,9 +216,9 @@ func (s *Store) QueueQuiet(batch *pgx.Batch, events ...Event) (Wake, error) {
 
 func (s *Store) queue(batch *pgx.Batch, events []Event) Wake {
 	n := len(events)
-	// Operation ids as pgtype.UUID and headers as JSON text encode without reflection or
-	// a driver.Valuer round trip per element, text and bytea columns (internal/pgarray)
-	// without an allocation per element; the stored values are the same.
+	// Operation ids, text and bytea columns go as internal/pgarray's arrays (no reflection
+	// and no allocation per element in pgx's encoding), headers as JSON text (no
+	// driver.Valuer round trip per element); the stored values are the same.
 	var (
 		ops        = make([]pgtype.UUID, 0, n)
 		pipelines  = make([]string, 0, n)
@@ -257,7 +257,7 @@ func (s *Store) queue(batch *pgx.Batch, events []Event) Wake {
 	}
 	var w Wake
 	if len(ops) > 0 {
-		batch.Queue(s.insert, ops, pgarray.Text(pipelines), pgarray.Text(causations), pgarray.Text(topics),
+		batch.Queue(s.insert, pgarray.UUID(ops), pgarray.Text(pipelines), pgarray.Text(causations), pgarray.Text(topics),
 			pgarray.Bytes(keys), pgarray.Bytes(payloads), headers)
 		w |= WakeRelay
 	}

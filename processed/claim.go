@@ -157,8 +157,8 @@ type claimColumns struct {
 	states   []string
 	retainUs []int64
 	leaseUs  []int64
-	// pgtype.UUID encodes without reflection or a driver.Valuer call per element; Valid
-	// false is NULL.
+	// pgtype.UUID encodes without a driver.Valuer call per element, and pgarray.UUID
+	// without reflection; Valid false is NULL.
 	tokens []pgtype.UUID
 }
 
@@ -208,7 +208,7 @@ func (r *claimRun) index(rows pgx.Rows) (int, bool) {
 // claim queues on batch the statement of sql for cc's rows, marking the claims whose row
 // it returns as Claimed.
 func (r *claimRun) claim(batch *pgx.Batch, sql string, cc *claimColumns) {
-	batch.Queue(sql, pgarray.Text(cc.scopes), pgarray.Text(cc.ids), pgarray.Bytes(cc.fps), pgarray.Text(cc.states), cc.retainUs, cc.leaseUs, cc.tokens).Query(func(rows pgx.Rows) error {
+	batch.Queue(sql, pgarray.Text(cc.scopes), pgarray.Text(cc.ids), pgarray.Bytes(cc.fps), pgarray.Text(cc.states), cc.retainUs, cc.leaseUs, pgarray.UUID(cc.tokens)).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			if i, ok := r.index(rows); ok {
 				r.results[i].Outcome = Claimed

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemd/idemd/internal/pgarray"
 	"github.com/idemd/idemd/outbox"
 	"github.com/idemd/idemd/processed"
 )
@@ -294,7 +295,9 @@ func (e *env) limitBatch(ctx context.Context, pool *pgxpool.Pool, sql string, in
 				r := &in.recs[i]
 				ids[j], fps[j], bodies[j], parts[j], offs[j], ops[j] = r.id, in.fps[i], r.body, int32(r.partition), int64(i), in.ops[i]
 			}
-			_, err := tx.Exec(ctx, sql, scope, topic, outTopic, outboxHeaders, ids, fps, bodies, parts, offs, ops)
+			// The arrays as idemd passes its own (internal/pgarray): no reflection and no
+			// allocation per element in pgx's encoding.
+			_, err := tx.Exec(ctx, sql, scope, topic, outTopic, outboxHeaders, pgarray.Text(ids), pgarray.Bytes(fps), pgarray.Bytes(bodies), parts, offs, pgarray.UUID(ops))
 			return err
 		case methodClaim:
 			claims := make([]processed.Claim, len(part))
@@ -317,7 +320,7 @@ func (e *env) limitBatch(ctx context.Context, pool *pgxpool.Pool, sql string, in
 					offs, ops = append(offs, int64(i)), append(ops, in.ops[i])
 				}
 			}
-			_, err = tx.Exec(ctx, sql, scope, topic, outTopic, outboxHeaders, ids, bodies, parts, offs, ops)
+			_, err = tx.Exec(ctx, sql, scope, topic, outTopic, outboxHeaders, pgarray.Text(ids), pgarray.Bytes(bodies), parts, offs, pgarray.UUID(ops))
 			return err
 		default:
 			_, err := tx.CopyFrom(ctx, pgx.Identifier{"limit_stage"}, []string{"id", "fp", "payload", "part", "off", "op"},

@@ -60,6 +60,29 @@ func (a Bytes) Index(i int) any { return (*bytesElem)(&a[i]) }
 // IndexType implements pgtype.ArrayGetter.
 func (a Bytes) IndexType() any { return new(bytesElem) }
 
+// UUID is a one-dimensional uuid[] argument. pgx encodes a []pgtype.UUID through
+// reflection (its element type has no slice plan of its own); UUID hands it a pointer to
+// each element, which is a pgtype.UUIDValuer. A nil UUID is SQL NULL; an element with
+// Valid false is a NULL element.
+type UUID []pgtype.UUID
+
+// Dimensions implements pgtype.ArrayGetter.
+func (a UUID) Dimensions() []pgtype.ArrayDimension {
+	if a == nil {
+		return nil
+	}
+	return []pgtype.ArrayDimension{{Length: int32(len(a)), LowerBound: 1}}
+}
+
+// Index implements pgtype.ArrayGetter.
+func (a UUID) Index(i int) any { return &a[i] }
+
+// IndexType implements pgtype.ArrayGetter.
+func (a UUID) IndexType() any { return new(pgtype.UUID) }
+
+// Value is the plain []pgtype.UUID, for pgx where the parameter's type is not known.
+func (a UUID) Value() (driver.Value, error) { return []pgtype.UUID(a), nil }
+
 // Value is the plain []string, for pgx where the parameter's type is not known.
 func (a Text) Value() (driver.Value, error) { return []string(a), nil }
 

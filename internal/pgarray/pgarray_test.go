@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemd/idemd/internal/pgarray"
@@ -59,9 +60,30 @@ func TestEveryExecMode(t *testing.T) {
 func TestNoAllocationPerElement(t *testing.T) {
 	a := make(pgarray.Text, 100)
 	b := make(pgarray.Bytes, 100)
+	u := make(pgarray.UUID, 100)
 	require.Zero(t, testing.AllocsPerRun(10, func() {
 		for i := range a {
-			_, _ = a.Index(i), b.Index(i)
+			_, _, _ = a.Index(i), b.Index(i), u.Index(i)
 		}
 	}))
+}
+
+// TestUUIDSameAsPlainSlice: UUID reaches PostgreSQL as []pgtype.UUID does, NULL elements and
+// a NULL array included, in every exec mode.
+func TestUUIDSameAsPlainSlice(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ids := []pgtype.UUID{{Bytes: [16]byte{1, 2, 3}, Valid: true}, {}, {Bytes: [16]byte{0xff, 15: 0xee}, Valid: true}}
+	const q = `SELECT $1::uuid[] IS NOT DISTINCT FROM $2::uuid[], ($1::uuid[])[2] IS NULL, $3::uuid[] IS NULL, ($1::uuid[])[3]::text`
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe,
+		pgx.QueryExecModeDescribeExec, pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol} {
+		var same, nullElem, nullArray bool
+		var third string
+		require.NoError(t, db.Pool.QueryRow(context.Background(), q, mode, pgarray.UUID(ids), ids, pgarray.UUID(nil)).
+			Scan(&same, &nullElem, &nullArray, &third), mode)
+		require.True(t, same, mode)
+		require.True(t, nullElem, mode)
+		require.True(t, nullArray, mode)
+		require.Equal(t, "ff000000-0000-0000-0000-0000000000ee", third, mode)
+	}
 }
