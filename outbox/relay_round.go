@@ -123,6 +123,7 @@ const relayReadAheadRounds = 4
 type ahead struct {
 	batches []*batch
 	more    bool
+	last    int64
 	err     error
 	done    chan struct{}
 }
@@ -132,24 +133,25 @@ func (r *Relay) readAhead(ctx context.Context, after int64) {
 	a := &ahead{done: make(chan struct{})}
 	go func() {
 		defer close(a.done)
-		a.batches, a.more, _, a.err = r.selectRound(ctx, nil, after)
+		a.batches, a.more, a.last, a.err = r.selectRound(ctx, nil, after)
 	}()
 	r.next = a
 }
 
-// takeAhead returns the rows read ahead for this round, if any and still usable.
-func (r *Relay) takeAhead() (batches []*batch, more, ok bool) {
+// takeAhead returns the rows read ahead for this round, if any and still usable, and the
+// largest id among them.
+func (r *Relay) takeAhead() (batches []*batch, more bool, last int64, ok bool) {
 	a := r.next
 	if a == nil {
-		return nil, false, false
+		return nil, false, 0, false
 	}
 	r.next = nil
 	<-a.done
 	if a.err != nil || len(r.failing) > 0 {
 		// A destination failed in the round before: read from the head again.
-		return nil, false, false
+		return nil, false, 0, false
 	}
-	return a.batches, a.more, true
+	return a.batches, a.more, a.last, true
 }
 
 // dropAhead waits for a read ahead in flight and forgets it.
@@ -166,14 +168,10 @@ func (r *Relay) dropAhead() {
 // its own rows. While a full round is being published, the next one is read (ahead).
 func (r *Relay) publishRound(ctx context.Context) (*round, error) {
 	rd := &round{Held: r.heldTopics()}
-	batches, more, readAhead := r.takeAhead()
-	var last int64
+	batches, more, last, readAhead := r.takeAhead()
 	if readAhead {
 		r.readAheads.Add(1)
 		r.sinceFull++
-		for _, b := range batches {
-			last = max(last, b.ids[len(b.ids)-1])
-		}
 	} else {
 		var err error
 		batches, more, last, err = r.selectRound(ctx, rd.Held, 0)
