@@ -148,10 +148,7 @@ func receiveFIFO(t *testing.T, url string, n int) []types.Message {
 	for len(out) < n {
 		got := sqstest.ReceiveN(t, url, 1, 20*time.Second)
 		out = append(out, got...)
-		for _, m := range got {
-			_, err := sqstest.Client(t).DeleteMessage(context.Background(), &sqs.DeleteMessageInput{QueueUrl: aws.String(url), ReceiptHandle: m.ReceiptHandle})
-			require.NoError(t, err)
-		}
+		sqstest.Delete(t, url, got...)
 	}
 	return out
 }

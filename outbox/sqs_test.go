@@ -98,8 +98,7 @@ func TestSQSPublisherFIFO(t *testing.T) {
 			bodies = append(bodies, aws.ToString(m.Body))
 			require.Equal(t, OperationID("pipe", "msg-"+aws.ToString(m.Body), 0).String(), stringAttrs(m)[HeaderOperationID])
 		}
-		_, err := sqstest.Client(t).DeleteMessage(context.Background(), &sqs.DeleteMessageInput{QueueUrl: aws.String(url), ReceiptHandle: got[0].ReceiptHandle})
-		require.NoError(t, err)
+		sqstest.Delete(t, url, got...)
 	}
 	require.Equal(t, []string{"0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11"}, bodies)
 	require.Empty(t, sqstest.Receive(t, url, 10, time.Second, 0), "the second publish was deduplicated")

@@ -6,6 +6,7 @@ package sqstest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"regexp"
@@ -20,6 +21,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/aws/smithy-go"
 
 	"github.com/idemd/idemd/internal/sqsfake"
 	"github.com/idemd/idemd/internal/testname"
@@ -221,8 +223,58 @@ func receive(c context.Context, api sqsAPI, url string, max int, wait, visibilit
 	return out.Messages, nil
 }
 
-// sqsAPI is what ReceiveN calls: the test client, or a test's wrapper of it that loses answers.
+// Delete deletes msgs, received from url, one DeleteMessage each, and fails the test if one
+// is not deleted. goaws can lose a DeleteMessage answer as it loses ReceiveMessage answers
+// (ReceiveN): the SDK's retry of a delete that had been done would fail with
+// MessageDoesNotExist. Delete sends the request again itself instead, and takes that answer,
+// after a lost one, for the message deleted by the lost attempt; on a first attempt it is an
+// error.
+func Delete(tb testing.TB, url string, msgs ...types.Message) {
+	tb.Helper()
+	deleteMessages(tb, Client(tb), url, msgs)
+}
+
+func deleteMessages(tb testing.TB, api sqsAPI, url string, msgs []types.Message) {
+	tb.Helper()
+	noRetry := func(o *sqs.Options) { o.RetryMaxAttempts = 1 }
+	retryable := retry.IsErrorRetryables(retry.DefaultRetryables)
+	for _, m := range msgs {
+		var lost error
+		for attempt := 1; ; attempt++ {
+			_, err := api.DeleteMessage(ctx(tb), &sqs.DeleteMessageInput{QueueUrl: aws.String(url), ReceiptHandle: m.ReceiptHandle}, noRetry)
+			switch {
+			case err == nil:
+			case lost != nil && slices.Contains(messageGone, apiErrorCode(err)):
+				// the lost attempt deleted it
+			case retryable.IsErrorRetryable(err) == aws.TrueTernary && attempt < 5:
+				lost = err
+				continue
+			default:
+				tb.Fatalf("sqstest: deleting message %s from %s (attempt %d, after %v): %v", aws.ToString(m.MessageId), url, attempt, lost, err)
+			}
+			break
+		}
+	}
+}
+
+// messageGone are the error codes of a DeleteMessage whose message is not in the queue:
+// goaws v0.5.4 answers MessageDoesNotExist with the code AWS.SimpleQueueService.QueueExists
+// ("The specified queue does not contain the message specified", HTTP 404).
+var messageGone = []string{"MessageDoesNotExist", "ReceiptHandleIsInvalid", "AWS.SimpleQueueService.QueueExists"}
+
+// apiErrorCode is the error code of the service's answer in err, "" when there is none.
+func apiErrorCode(err error) string {
+	var ae smithy.APIError
+	if errors.As(err, &ae) {
+		return ae.ErrorCode()
+	}
+	return ""
+}
+
+// sqsAPI is what ReceiveN and Delete call: the test client, or a test's wrapper of it that
+// loses answers.
 type sqsAPI interface {
+	DeleteMessage(context.Context, *sqs.DeleteMessageInput, ...func(*sqs.Options)) (*sqs.DeleteMessageOutput, error)
 	ReceiveMessage(context.Context, *sqs.ReceiveMessageInput, ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error)
 	ChangeMessageVisibility(context.Context, *sqs.ChangeMessageVisibilityInput, ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error)
 	GetQueueAttributes(context.Context, *sqs.GetQueueAttributesInput, ...func(*sqs.Options)) (*sqs.GetQueueAttributesOutput, error)

@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 	"github.com/stretchr/testify/require"
 )
 
@@ -393,4 +394,62 @@ func TestReceiveNCountsARedeliveryOnce(t *testing.T) {
 	got := receiveN(t, api, url, len(want), 30*time.Second)
 	require.Equal(t, want, bodies(got))
 	requireHeld(t, url, got, true)
+}
+
+// losingDeletes is the test client, except that the first `lose` DeleteMessage requests are
+// done by the queue but their answers lost, as goaws loses answers under load.
+type losingDeletes struct {
+	*sqs.Client
+	lose int
+
+	mu       sync.Mutex
+	requests int
+}
+
+func (l *losingDeletes) DeleteMessage(ctx context.Context, in *sqs.DeleteMessageInput, opts ...func(*sqs.Options)) (*sqs.DeleteMessageOutput, error) {
+	out, err := l.Client.DeleteMessage(ctx, in, opts...)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.requests++
+	if err == nil && l.requests <= l.lose {
+		return nil, &smithyhttp.RequestSendError{Err: fmt.Errorf("read tcp 127.0.0.1:1->127.0.0.1:2: use of closed network connection (answer %d lost by the test)", l.requests)}
+	}
+	return out, err
+}
+
+// TestDeleteAfterALostAnswer: a delete whose answer was lost is sent again, and the
+// "message does not exist" it then gets is the lost attempt's success; the message does not come
+// back. Without a lost answer, deleting a message that is gone fails the test.
+func TestDeleteAfterALostAnswer(t *testing.T) {
+	t.Parallel()
+	url := Queue(t, map[string]string{"VisibilityTimeout": "1"})
+	msgs, _ := numbered(2)
+	Send(t, url, msgs...)
+	got := ReceiveN(t, url, 2, 10*time.Second)
+	api := &losingDeletes{Client: Client(t), lose: 1}
+	deleteMessages(t, api, url, got)
+	require.Equal(t, 3, api.requests, "the first delete sent twice, the second once")
+	time.Sleep(time.Second + lapseMargin)
+	require.Empty(t, Receive(t, url, 10, 0, 0), "both messages deleted")
+
+	ft := &fatalRecorder{T: t}
+	func() {
+		defer func() { _ = recover() }()
+		deleteMessages(ft, Client(t), url, got[:1])
+	}()
+	require.Contains(t, ft.msg, "does not contain the message", "a message gone before the first attempt is an error")
+}
+
+// fatalRecorder records a Fatalf and stops the function that called it (a panic, recovered
+// by the test), where testing.T would end the test.
+type fatalRecorder struct {
+	*testing.T
+	msg string
+}
+
+func (f *fatalRecorder) Helper() {}
+
+func (f *fatalRecorder) Fatalf(format string, args ...any) {
+	f.msg = fmt.Sprintf(format, args...)
+	panic(f)
 }
