@@ -38,6 +38,7 @@ type options struct {
 	concurrency    int
 	maxBatch       int
 	receiverConns  int
+	receiverTurns  int
 	relayEvents    int
 	relayBatch     int
 	relayRate      int
@@ -88,6 +89,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.concurrency, "concurrency", 64, "concurrent keep-alive connections sending webhooks")
 	fs.IntVar(&o.maxBatch, "max-batch", 128, "receiver MaxBatch (group commit)")
 	fs.IntVar(&o.receiverConns, "receiver-conns", 8, "PostgreSQL connections of the receiver (its concurrent transactions)")
+	fs.IntVar(&o.receiverTurns, "receiver-turns", 4, "turns each of the group-committed and the naive receiver is loaded for, in turns with the other, within -duration")
 	fs.IntVar(&o.relayEvents, "relay-events", 50000, "outbox rows pre-filled for the relay throughput run")
 	fs.IntVar(&o.relayBatch, "relay-batch", 1000, "relay BatchSize")
 	fs.IntVar(&o.relayRate, "relay-rate", 1000, "events/s enqueued, one per transaction, for the commit-to-Kafka latency run")
@@ -133,8 +135,9 @@ baseline from the same run, and prints a table (or JSON with -json):
                  the limit and beside the official client receiving and acknowledging
                  the same messages with no database (-sqs-pollers);
   receiver       Stripe-signed webhooks/s at -concurrency keep-alive connections with
-                 p50/p99/p999 latency: idemd (group commit, and MaxBatch 1) and a naive
-                 net/http receiver with one transaction per request;
+                 p50/p99/p999 latency: idemd with MaxBatch 1, then idemd with group
+                 commit and a naive net/http receiver with one transaction per request,
+                 side by side and loaded in turns (-receiver-turns each, A B B A…);
   relay          drain rate of a pre-filled outbox, commit-to-Kafka latency at
                  -relay-rate events/s, and 2xx-to-record latency with the receiver taking
                  -relay-rate webhooks/s (after 1 s of warm-up at that rate, reported apart);
@@ -246,8 +249,8 @@ func (o *options) validate() error {
 		return errors.New("-growth-rows must not be negative")
 	case o.prunePeriods < 7, o.pruneRetention < 2*time.Second, o.pruneInterval <= 0, o.pruneNaptime <= 0:
 		return errors.New("-prune-periods must be at least 7, -prune-retention at least 2s, -prune-interval and -prune-naptime positive")
-	case o.concurrency < 1, o.receiverConns < 1, o.relayRate < 1:
-		return errors.New("-concurrency, -receiver-conns and -relay-rate must be positive")
+	case o.concurrency < 1, o.receiverConns < 1, o.relayRate < 1, o.receiverTurns < 1:
+		return errors.New("-concurrency, -receiver-conns, -receiver-turns and -relay-rate must be positive")
 	case o.duration <= 0, o.durationOne <= 0, o.relayDuration <= 0:
 		return errors.New("-duration, -duration-one and -relay-duration must be positive")
 	case o.receiverConns > 16:

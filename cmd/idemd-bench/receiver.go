@@ -32,54 +32,150 @@ const stripeSecret = "whsec_idemd_bench_secret"
 const naiveConns = 16
 
 // benchReceiver loads the receiver (in a child process) with Stripe-signed webhooks over
-// -concurrency keep-alive connections, group-committed and with one transaction per
-// request, then the naive net/http receiver the same way, and checks that every 200
+// -concurrency keep-alive connections, with one transaction per request, then
+// group-committed in turns with the naive net/http receiver, and checks that every 200
 // "processed" answer is a durable processed row with its effect.
+//
+// The group-committed receiver and the naive receiver, whose ratio is a goal, run side by
+// side in two children and are loaded in turns of -duration / -receiver-turns each, in the
+// order A B B A A B…: on a shared machine whose speed drifts over a run, each gets its share
+// of the fast and the slow minutes. Each one's rate is its answers over its own loaded time.
 func benchReceiver(ctx context.Context, e *env, res *Results) error {
-	for _, mode := range []struct {
-		name     string
-		kind     string
-		maxBatch int
-		conns    int
-		d        time.Duration
-		out      **Row
-	}{
-		{fmt.Sprintf("idemd, group commit, MaxBatch %d", e.o.maxBatch), "receiver", e.o.maxBatch, e.o.receiverConns, e.o.duration, &res.Receiver},
-		{"idemd, one tx per request, MaxBatch 1", "receiver", 1, e.o.receiverConns, e.o.durationOne, &res.ReceiverOne},
-		{fmt.Sprintf("naive net/http, one tx per request, %d conns", naiveConns), "naive", 1, naiveConns, e.o.duration, &res.Naive},
-	} {
-		if err := e.truncate(ctx); err != nil {
-			return err
-		}
-		c, err := e.startChild(ctx, mode.kind, childConfig{
-			MaxConns: int32(mode.conns), OutboxTopic: "bench.webhooks", Batch: mode.maxBatch, Secret: stripeSecret,
-			ProfileName: fmt.Sprintf("%s-maxbatch%d", mode.kind, mode.maxBatch),
-		})
+	if err := e.truncate(ctx); err != nil {
+		return err
+	}
+	one := &receiverSide{name: "idemd, one tx per request, MaxBatch 1", kind: "receiver", maxBatch: 1, conns: e.o.receiverConns}
+	if err := e.startReceiverSide(ctx, one); err != nil {
+		return err
+	}
+	err := e.loadReceiverSide(ctx, one, "whone", e.o.durationOne)
+	if err := e.endReceiverSides(ctx, err, one); err != nil {
+		return err
+	}
+	res.ReceiverOne = one.row(e, 0)
+
+	if err := e.truncate(ctx); err != nil {
+		return err
+	}
+	group := &receiverSide{name: fmt.Sprintf("idemd, group commit, MaxBatch %d", e.o.maxBatch), kind: "receiver", maxBatch: e.o.maxBatch, conns: e.o.receiverConns}
+	naive := &receiverSide{name: fmt.Sprintf("naive net/http, one tx per request, %d conns", naiveConns), kind: "naive", maxBatch: 1, conns: naiveConns}
+	if err := e.startReceiverSide(ctx, group); err != nil {
+		return err
+	}
+	if err := e.startReceiverSide(ctx, naive); err != nil {
+		group.c.kill()
+		return err
+	}
+	turn := e.o.duration / time.Duration(e.o.receiverTurns)
+	err = nil
+	for i := 0; i < 2*e.o.receiverTurns && err == nil; i++ {
+		side := []*receiverSide{group, naive}[(i+i/2)%2] // A B B A A B …
+		err = e.loadReceiverSide(ctx, side, fmt.Sprintf("wh%s%d-t%d", side.kind, side.maxBatch, i), turn)
+	}
+	if err := e.endReceiverSides(ctx, err, group, naive); err != nil {
+		return err
+	}
+	res.Receiver, res.Naive = group.row(e, e.o.receiverTurns), naive.row(e, e.o.receiverTurns)
+	return nil
+}
+
+// receiverSide is one receiver of the section: its child and what its loads measured.
+type receiverSide struct {
+	name, kind      string
+	maxBatch, conns int
+	c               *child
+	st              loadStats
+	cpu             CPU // summed over the loads, µs per message × messages
+	cpuKnown        bool
+	rss             float64
+}
+
+func (e *env) startReceiverSide(ctx context.Context, s *receiverSide) error {
+	c, err := e.startChild(ctx, s.kind, childConfig{
+		MaxConns: int32(s.conns), OutboxTopic: "bench.webhooks", Batch: s.maxBatch, Secret: stripeSecret,
+		ProfileName: fmt.Sprintf("%s-maxbatch%d", s.kind, s.maxBatch),
+	})
+	s.c, s.cpuKnown = c, true
+	return err
+}
+
+// loadReceiverSide loads s for d and adds what it measured to s.
+func (e *env) loadReceiverSide(ctx context.Context, s *receiverSide, prefix string, d time.Duration) error {
+	e.startCPU(ctx, s.c, s.c.cpu.app)
+	st, err := e.loadWebhooks(ctx, "http://"+s.c.Ready+"/webhooks/stripe", prefix, d, 0, nil)
+	if err != nil {
+		return err
+	}
+	cpu := e.cpuPerMessage(ctx, s.c, int(st.ok))
+	if cpu == nil {
+		s.cpuKnown = false
+	} else {
+		n := float64(st.ok)
+		s.cpu.IdemdUs += cpu.IdemdUs * n
+		s.cpu.PostgresUs += cpu.PostgresUs * n
+		s.cpu.GeneratorUs += cpu.GeneratorUs * n
+	}
+	s.st.ok += st.ok
+	s.st.failed += st.failed
+	if s.st.firstErr == "" {
+		s.st.firstErr = st.firstErr
+	}
+	s.st.elapsed += st.elapsed
+	s.st.lat = append(s.st.lat, st.lat...)
+	e.logf("receiver %s (%s): %d webhooks in %s", s.name, prefix, st.ok, st.elapsed.Round(time.Millisecond))
+	return nil
+}
+
+// endReceiverSides stops the sides' children (killing them after a failed load, err) and
+// checks that every 200 of every side is a committed row with its effect.
+func (e *env) endReceiverSides(ctx context.Context, err error, sides ...*receiverSide) error {
+	for _, s := range sides {
 		if err != nil {
-			return err
+			s.c.kill()
+			continue
 		}
-		st, err := e.loadWebhooks(ctx, "http://"+c.Ready+"/webhooks/stripe", fmt.Sprintf("wh%s%d", mode.kind, mode.maxBatch), mode.d, 0, nil)
-		if err != nil {
-			c.kill()
-			return err
+		var stopErr error
+		s.rss, stopErr = s.c.stop()
+		err = stopErr
+	}
+	if err != nil {
+		return err
+	}
+	var all loadStats
+	for _, s := range sides {
+		all.ok += s.st.ok
+		all.failed += s.st.failed
+		if all.firstErr == "" {
+			all.firstErr = s.st.firstErr
 		}
-		cpu := e.cpuPerMessage(ctx, c, int(st.ok))
-		rss, err := c.stop()
-		if err != nil {
-			return err
+	}
+	if err := e.checkWebhooks(ctx, &all); err != nil {
+		names := make([]string, len(sides))
+		for i, s := range sides {
+			names[i] = s.name
 		}
-		if err := e.checkWebhooks(ctx, st); err != nil {
-			return fmt.Errorf("%s: %w", mode.name, err)
-		}
-		rate := float64(st.ok) / st.elapsed.Seconds()
-		r := Row{Section: "receiver", Mode: mode.name, Count: int(st.ok), Seconds: st.elapsed.Seconds(), Rate: rate, Unit: "webhooks/s",
-			P50ms: st.pct(0.50), P99ms: st.pct(0.99), P999ms: st.pct(0.999), PeakRSSMiB: rss, CPU: cpu,
-			Note: fmt.Sprintf("%d connections; every 200 is a committed processed row with its effect", e.o.concurrency)}
-		e.logf("receiver %s: %d webhooks in %s: %.0f/s, p50 %.1f ms p99 %.1f ms p999 %.1f ms, peak RSS %.1f MiB",
-			mode.name, st.ok, st.elapsed.Round(time.Millisecond), rate, r.P50ms, r.P99ms, r.P999ms, rss)
-		*mode.out = &r
+		return fmt.Errorf("%s: %w", strings.Join(names, " and "), err)
 	}
 	return nil
+}
+
+// row is the section's row of s, loaded in turns turns (0: at once).
+func (s *receiverSide) row(e *env, turns int) *Row {
+	rate := float64(s.st.ok) / s.st.elapsed.Seconds()
+	var cpu *CPU
+	if s.cpuKnown && s.st.ok > 0 {
+		n := float64(s.st.ok)
+		cpu = &CPU{IdemdUs: s.cpu.IdemdUs / n, PostgresUs: s.cpu.PostgresUs / n, GeneratorUs: s.cpu.GeneratorUs / n}
+	}
+	note := fmt.Sprintf("%d connections; every 200 is a committed processed row with its effect", e.o.concurrency)
+	if turns > 0 {
+		note += fmt.Sprintf("; loaded in %d turns of %s, in turns with the other receiver (A B B A…)", turns, (e.o.duration / time.Duration(turns)).Round(time.Millisecond))
+	}
+	r := &Row{Section: "receiver", Mode: s.name, Count: int(s.st.ok), Seconds: s.st.elapsed.Seconds(), Rate: rate, Unit: "webhooks/s",
+		P50ms: s.st.pct(0.50), P99ms: s.st.pct(0.99), P999ms: s.st.pct(0.999), PeakRSSMiB: s.rss, CPU: cpu, Note: note}
+	e.logf("receiver %s: %d webhooks in %s: %.0f/s, p50 %.1f ms p99 %.1f ms p999 %.1f ms, peak RSS %.1f MiB",
+		s.name, s.st.ok, s.st.elapsed.Round(time.Millisecond), rate, r.P50ms, r.P99ms, r.P999ms, s.rss)
+	return r
 }
 
 // checkWebhooks holds the receiver to its answers: every 200 is a done row and an effect.
