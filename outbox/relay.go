@@ -176,6 +176,10 @@ type Relay struct {
 type relaySignals struct {
 	// Leading is signalled each time the relay takes the leadership.
 	Leading testsignal.Signal[struct{}]
+	// Warmed is signalled when the warm-up of the Kafka writer's connections that follows
+	// Leading ended (warmWriter), with its error; not when the writer is not a
+	// *kafka.Writer.
+	Warmed testsignal.Signal[error]
 	// Round is signalled after each round that published, dead-lettered or failed
 	// something.
 	Round testsignal.Signal[round]
@@ -445,6 +449,8 @@ func (r *Relay) lead(ctx context.Context) error {
 	defer r.log.Info("relay stepped down")
 	r.signals.Leading.Signal(struct{}{})
 	defer r.dropAhead()
+	// The first round does not wait for it: rows may be waiting, or Kafka may be down.
+	defer r.warmWriter(ctx)()
 
 	lastStats := time.Time{}
 	failures := 0
