@@ -24,6 +24,7 @@ import (
 	"github.com/idemd/idemd/consumer"
 	"github.com/idemd/idemd/internal/brokerenv"
 	"github.com/idemd/idemd/internal/metrics"
+	"github.com/idemd/idemd/internal/pgpool"
 	"github.com/idemd/idemd/outbox"
 	"github.com/idemd/idemd/pipeline"
 	"github.com/idemd/idemd/processed"
@@ -92,6 +93,10 @@ func serveChild(ctx context.Context, kind, raw string, stdout io.Writer) error {
 		return err
 	}
 	defer pool.Close()
+	// Opened before "ready", as the daemon opens its pool before /readyz says ready.
+	if failed, err := pgpool.Warm(ctx, pool); err != nil {
+		return fmt.Errorf("opening %d of the pool's connections: %w", failed, err)
+	}
 	l := logrus.New()
 	l.SetOutput(os.Stderr)
 	l.SetLevel(logrus.WarnLevel)

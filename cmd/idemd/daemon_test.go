@@ -83,3 +83,21 @@ SELECT gen_random_uuid(), 'stripe', 'quiet-' || i, $1, '{}' FROM generate_series
 	require.Zero(t, unpublished)
 	require.Len(t, kafkatest.ReadAll(t, topic, 51, 30*time.Second), 51)
 }
+
+// TestDaemonOpensItsPoolAtStart: the daemon says it is ready with its pool's connections
+// open, so that its first requests do not wait for PostgreSQL to start backends.
+func TestDaemonOpensItsPoolAtStart(t *testing.T) {
+	t.Parallel()
+	f, err := config.Parse("idemd.yaml", []byte(`sources:
+  - name: stripe
+    verify: {scheme: stripe, secrets_env: [WARM_STRIPE_SECRET]}
+    publish: {topic: warm}
+`), func(string) (string, bool) { return stripeSecret, true })
+	require.NoError(t, err)
+	d, _ := inProcess(t, &daemonConfig{
+		DatabaseURL: pgtest.URL(), Schema: testSchema(t), MaxConns: 5, Pipelines: f, Roles: []role{rolePruner}, Migrate: true,
+		AdminAddr: "127.0.0.1:0", ShutdownTimeout: 20 * time.Second,
+	})
+	d.signals.ready.Wait(t)
+	require.EqualValues(t, 5, d.pool.Stat().TotalConns())
+}
