@@ -42,22 +42,10 @@ func TestLookupsByIDReadTheirHashIndexes(t *testing.T) {
 // Migration 0007 goes down to the B-trees of 0002 and 0004 and up again.
 func TestHashIndexesMigrateDownAndUp(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
-	ctx := context.Background()
-	conn, err := db.Pool.Acquire(ctx)
-	require.NoError(t, err)
-	defer conn.Release()
-
-	require.NoError(t, migrations.MigrateTo(ctx, conn.Conn(), db.Schema, 6))
-	for _, l := range idLookups {
-		require.Equal(t, "", indexMethod(ctx, t, db, l.index), l.index)
-		require.Equal(t, "btree", indexMethod(ctx, t, db, l.table+"_"+l.column+"_idx"), l.table+"."+l.column)
-	}
-	require.NoError(t, migrations.MigrateTo(ctx, conn.Conn(), db.Schema, 7))
-	for _, l := range idLookups {
-		require.Equal(t, "hash", indexMethod(ctx, t, db, l.index), l.index)
-		require.Equal(t, "", indexMethod(ctx, t, db, l.table+"_"+l.column+"_idx"), l.table+"."+l.column)
-	}
+	db, conn := migratedTo(t, 6)
+	requireLookupIndexes(t, db, "btree")
+	require.NoError(t, migrations.MigrateTo(context.Background(), conn, db.Schema, 7))
+	requireLookupIndexes(t, db, "hash")
 }
 
 // The upgrade of a large database (docs/daemon.md, "Upgrading"): the hash indexes built
@@ -65,13 +53,8 @@ func TestHashIndexesMigrateDownAndUp(t *testing.T) {
 // the migration keeps them and drops the B-trees.
 func TestHashIndexesBuiltBeforehandAreKept(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
+	db, _ := migratedTo(t, 6)
 	ctx := context.Background()
-	conn, err := db.Pool.Acquire(ctx)
-	require.NoError(t, err)
-	defer conn.Release()
-	require.NoError(t, migrations.MigrateTo(ctx, conn.Conn(), db.Schema, 6))
-
 	q := pgx.Identifier{db.Schema}.Sanitize()
 	db.Exec(t, `INSERT INTO `+q+`.processed_messages (scope, message_id, fingerprint, status, expires_at)
 SELECT 'orders', 'evt_' || i, '\x00', 'done', now() + interval '1 day' FROM generate_series(1, 1000) i`)
@@ -82,11 +65,38 @@ SELECT 'orders', 'evt_' || i, '\x00', 'done', now() + interval '1 day' FROM gene
 	}
 
 	require.NoError(t, migrations.Apply(ctx, db.Pool, &migrations.Config{Schema: db.Schema}))
+	requireLookupIndexes(t, db, "hash")
 	for _, l := range idLookups {
 		require.Equal(t, before[l.index], indexOID(ctx, t, db, l.index), "%s was built again", l.index)
-		require.Equal(t, "", indexMethod(ctx, t, db, l.table+"_"+l.column+"_idx"), l.table+"."+l.column)
 	}
 	require.Equal(t, 1, db.Count(t, "{schema}.processed_messages WHERE message_id = 'evt_500'"))
+}
+
+// migratedTo returns a fresh schema migrated to version, and a connection of its pool.
+func migratedTo(t *testing.T, version int32) (*pgtest.DB, *pgx.Conn) {
+	t.Helper()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	conn, err := db.Pool.Acquire(ctx)
+	require.NoError(t, err)
+	t.Cleanup(conn.Release)
+	require.NoError(t, migrations.MigrateTo(ctx, conn.Conn(), db.Schema, version))
+	return db, conn.Conn()
+}
+
+// requireLookupIndexes checks that the lookups by id have the indexes of migration 0007
+// (am "hash") or those before it ("btree"), and not the others.
+func requireLookupIndexes(t *testing.T, db *pgtest.DB, am string) {
+	t.Helper()
+	ctx := context.Background()
+	for _, l := range idLookups {
+		hash, btree := indexMethod(ctx, t, db, l.index), indexMethod(ctx, t, db, l.table+"_"+l.column+"_idx")
+		if am == "hash" {
+			require.Equal(t, []string{"hash", ""}, []string{hash, btree}, "%s.%s: the hash index and the B-tree", l.table, l.column)
+		} else {
+			require.Equal(t, []string{"", "btree"}, []string{hash, btree}, "%s.%s: the hash index and the B-tree", l.table, l.column)
+		}
+	}
 }
 
 // explain returns the plan of sql with sequential scans priced out.
