@@ -38,7 +38,8 @@ type Config struct {
 	// commit). 1 gives one transaction per request. Defaults to 128.
 	MaxBatch int
 	// Linger is how long a batch waits for more requests while earlier batches are still
-	// committing; an idle receiver never waits. Negative disables it. Defaults to 1 ms.
+	// committing: at most once per batch, from its first wait, however many requests arrive
+	// meanwhile; an idle receiver never waits. Negative disables it. Defaults to 1 ms.
 	Linger time.Duration
 	// Workers is how many webhook batches may be in their transaction at once. Defaults to
 	// the pool's MaxConns.

@@ -52,3 +52,61 @@ func TestGroupCommitPoisonDoesNotFailNeighbours(t *testing.T) {
 	// means requests really were grouped.
 	require.Less(t, b.db.Count(t, "(SELECT DISTINCT xmin::text FROM {schema}.processed_messages) txs"), n)
 }
+
+// TestLingerBoundsABatchsWait: while a batch is committing, the next one waits up to Linger
+// for more requests, once: a steady stream of requests, each arriving well within Linger
+// of the one before, does not hold it open until MaxBatch. The first batch is held in
+// BeforeCommit while the stream runs, so that the second lingers the whole time.
+func TestLingerBoundsABatchsWait(t *testing.T) {
+	t.Parallel()
+	const (
+		linger = 40 * time.Millisecond
+		every  = 4 * time.Millisecond
+		n      = 80 // over 300 ms: eight Lingers
+	)
+	var (
+		mu      sync.Mutex
+		sizes   []int
+		release = make(chan struct{})
+		first   sync.Once
+	)
+	b := setup(t, 4, func(db *pgtest.DB) Config {
+		return Config{Sources: []Source{stripeSource(db)}, Linger: linger, Workers: 2, MaxBatch: n,
+			BeforeCommit: func(ids []string) {
+				held := false
+				first.Do(func() { held = true })
+				if held {
+					<-release
+					return
+				}
+				mu.Lock()
+				sizes = append(sizes, len(ids))
+				mu.Unlock()
+			}}
+	})
+	var wg sync.WaitGroup
+	send := func(i int) {
+		defer wg.Done()
+		r := b.stripe(t, stripeEvent(fmt.Sprintf("evt_linger_%d", i), 100, ""))
+		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	}
+	wg.Add(1)
+	go send(0)
+	require.Eventually(t, func() bool { return len(b.rcv.sem) == 1 }, 5*time.Second, time.Millisecond)
+	tick := time.NewTicker(every)
+	for i := 1; i < n; i++ {
+		<-tick.C
+		wg.Add(1)
+		go send(i)
+	}
+	tick.Stop()
+	close(release)
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	require.NotEmpty(t, sizes)
+	// Renewed by each arrival, the second batch's wait lasted until the stream ended: all
+	// n-1 requests in it. Once per batch, it closes after about linger/every of them.
+	require.Less(t, sizes[0], n/2, "the second batch's sizes, in commit order: %v", sizes)
+	require.Equal(t, n, b.effects(t))
+}

@@ -357,6 +357,7 @@ func (r *Receiver) batchLoop() {
 		r.sem <- struct{}{}
 		batch := []*item{first}
 		busy := len(r.sem) > 1
+		lingering := false
 	drain:
 		for len(batch) < r.cfg.MaxBatch {
 			select {
@@ -368,18 +369,26 @@ func (r *Receiver) batchLoop() {
 			if !busy || r.cfg.Linger <= 0 {
 				break
 			}
-			if timer == nil {
-				timer = time.NewTimer(r.cfg.Linger)
-			} else {
-				timer.Reset(r.cfg.Linger)
+			if !lingering {
+				// One Linger from the first wait, not from each arrival: under a steady
+				// stream a wait renewed by every request would hold the batch until
+				// MaxBatch, or until the clients have nothing left to send.
+				lingering = true
+				if timer == nil {
+					timer = time.NewTimer(r.cfg.Linger)
+				} else {
+					timer.Reset(r.cfg.Linger)
+				}
 			}
 			select {
 			case it := <-r.queue:
 				batch = append(batch, it)
-				timer.Stop()
 			case <-timer.C:
 				break drain
 			}
+		}
+		if lingering {
+			timer.Stop()
 		}
 		r.wg.Add(1)
 		go r.applyBatch(batch)
