@@ -44,8 +44,13 @@ type childConfig struct {
 	OutboxTopic string   `json:"outbox_topic,omitempty"`
 	Batch       int      `json:"batch,omitempty"`
 	Secret      string   `json:"secret,omitempty"`
-	ProfileDir  string   `json:"profile_dir,omitempty"`
-	ProfileName string   `json:"profile_name,omitempty"`
+	// Source is the receiver's (and the naive receiver's) source name, its dedup scope and
+	// its path /webhooks/{Source}; "" is "stripe".
+	Source string `json:"source,omitempty"`
+	// Linger is the receiver's (0: its default).
+	Linger      time.Duration `json:"linger,omitempty"`
+	ProfileDir  string        `json:"profile_dir,omitempty"`
+	ProfileName string        `json:"profile_name,omitempty"`
 	// Relay runs the outbox relay in the same process (as the daemon does), with
 	// RelayBatch rows per round; Prune runs the pruner every PruneInterval (0: every
 	// second), deleting published outbox rows after OutboxRetention (0: the daemon's 24 h).
@@ -189,9 +194,10 @@ func serveChild(ctx context.Context, kind, raw string, stdout io.Writer) error {
 		rcv, err := receiver.New(pool, &receiver.Config{
 			Schema:   c.Schema,
 			MaxBatch: c.Batch,
+			Linger:   c.Linger,
 			Logger:   log,
 			Sources: []receiver.Source{{
-				Name:    "stripe",
+				Name:    cmp.Or(c.Source, "stripe"),
 				Verify:  receiver.Verify{Scheme: receiver.SchemeStripe, Secrets: []string{c.Secret}},
 				Effect:  receiver.Effect{SQL: fmt.Sprintf(effectSQL, q)},
 				Publish: pipeline.Targets{{Topic: c.OutboxTopic, Key: &pipeline.Field{JSON: "/data/object/id"}}},
@@ -207,7 +213,7 @@ func serveChild(ctx context.Context, kind, raw string, stdout io.Writer) error {
 	case "relay":
 		runFn = rel.Run
 	case "naive":
-		h, err := newNaiveReceiver(ctx, pool, c.Schema, c.Secret, c.OutboxTopic)
+		h, err := newNaiveReceiver(ctx, pool, c.Schema, cmp.Or(c.Source, "stripe"), c.Secret, c.OutboxTopic)
 		if err != nil {
 			return err
 		}

@@ -24,7 +24,7 @@ func (e *env) prefill(ctx context.Context, rows int) error {
 	began := time.Now()
 	if _, err := e.pool.Exec(ctx, `INSERT INTO `+q+`.processed_messages
     (scope, message_id, fingerprint, status, received_at, completed_at, expires_at)
-SELECT 'bench', 'evt_' || md5('prefill-' || g), sha256(int8send(g)), 'done', t, t, t + interval '7 days'
+SELECT '`+growthScope+`', 'evt_' || md5('prefill-' || g), sha256(int8send(g)), 'done', t, t, t + interval '7 days'
 FROM (SELECT g, now() - ((g % 7) + 0.5) * interval '1 day' AS t
       FROM generate_series(1, $1::bigint) g) s`, rows); err != nil {
 		return fmt.Errorf("pre-filling processed_messages: %w", err)
@@ -87,8 +87,12 @@ func (e *env) bestLimit(res *Results) limitConfig {
 	return limitConfig{method: methodUnnest, batch: e.o.batch, workers: e.o.partitions}
 }
 
-// benchGrowth measures the limit and the consumer (relay running) on tables pre-filled to
-// each -growth-rows size.
+// growthScope is the scope of the pre-filled dedup rows: the consumer's pipeline, and the
+// receivers' source in the growth section.
+const growthScope = "bench"
+
+// benchGrowth measures the limit and the consumer (relay running), then the receiver and
+// the naive receiver, on tables pre-filled to each -growth-rows size.
 func benchGrowth(ctx context.Context, e *env, res *Results) error {
 	lc := e.bestLimit(res)
 	sizes := e.o.growthRows
@@ -149,7 +153,15 @@ func benchGrowth(ctx context.Context, e *env, res *Results) error {
 			return err
 		}
 		con.Section = "growth"
-		res.Growth = append(res.Growth, GrowthPoint{Rows: rows, Limit: limit, LimitClaim: claim, Consumer: con})
+		// The receiver and the naive receiver in turns, as in the receiver section, on the
+		// same tables: their source is the pre-fill's scope and their ids are spread over
+		// the key space, so that their rows land among the pre-filled ones.
+		rcv, naive, err := e.receiverTurns(ctx, growthScope, fmt.Sprintf("at %s rows: ", size), true)
+		if err != nil {
+			return err
+		}
+		rcv.Section, naive.Section = "growth", "growth"
+		res.Growth = append(res.Growth, GrowthPoint{Rows: rows, Limit: limit, LimitClaim: claim, Consumer: con, Receiver: rcv, Naive: naive})
 	}
 	return nil
 }

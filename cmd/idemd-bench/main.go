@@ -37,6 +37,7 @@ type options struct {
 	durationOne    time.Duration
 	concurrency    int
 	maxBatch       int
+	linger         time.Duration
 	receiverConns  int
 	receiverTurns  int
 	relayEvents    int
@@ -88,6 +89,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.durationOne, "duration-one", 5*time.Second, "how long the receiver is loaded with one transaction per request")
 	fs.IntVar(&o.concurrency, "concurrency", 64, "concurrent keep-alive connections sending webhooks")
 	fs.IntVar(&o.maxBatch, "max-batch", 128, "receiver MaxBatch (group commit)")
+	fs.DurationVar(&o.linger, "linger", 0, "receiver Linger (0: its default; negative: none)")
 	fs.IntVar(&o.receiverConns, "receiver-conns", 8, "PostgreSQL connections of the receiver (its concurrent transactions)")
 	fs.IntVar(&o.receiverTurns, "receiver-turns", 4, "turns each of the group-committed and the naive receiver is loaded for, in turns with the other, within -duration")
 	fs.IntVar(&o.relayEvents, "relay-events", 50000, "outbox rows pre-filled for the relay throughput run")
@@ -97,7 +99,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.peersBin, "peers-bin", "", "the peer consumers' program (build: go build -C bench/peers -o idemd-peers .); without it the peers section is skipped")
 	fs.IntVar(&o.peerMessages, "peer-messages", 24000, "records of the peer comparison topic (20% duplicates)")
 	fs.IntVar(&o.peerPartitions, "peer-partitions", 6, "partitions of the peer comparison topic")
-	growthRows := fs.String("growth-rows", "0,1000000", "sizes to pre-fill processed_messages and the published outbox to before measuring the consumer and the limit (comma list; 10000000 takes about 12 minutes on a 2-core machine: the ids go in random key order, as traffic inserts them)")
+	growthRows := fs.String("growth-rows", "0,1000000", "sizes to pre-fill processed_messages and the published outbox to before measuring the limit, the consumer and the receivers (comma list; 10000000 takes about 12 minutes on a 2-core machine: the ids go in random key order, as traffic inserts them)")
 	fs.IntVar(&o.growthMessages, "growth-messages", 100000, "records consumed (and limit messages) at each growth size")
 	fs.DurationVar(&o.pruneRetention, "prune-retention", 10*time.Second, "the prune section's pipeline retention (and outbox retention): rows expire and are pruned all along its run")
 	fs.IntVar(&o.prunePeriods, "prune-periods", 24, "how many retention periods the prune section's steady state lasts (at least 7; the largest sizes of the last period are compared with those of the period after the middle)")
@@ -143,7 +145,8 @@ baseline from the same run, and prints a table (or JSON with -json):
                  -relay-rate webhooks/s (after 1 s of warm-up at that rate, reported apart);
   peers          idemd, idiomatic Watermill and a hand-written kafka-go consumer on one
                  topic (-peer-messages, -peer-partitions); needs -peers-bin;
-  growth         the consumer and the limit on tables pre-filled to each -growth-rows;
+  growth         the limit and the consumer, then the receiver and the naive receiver
+                 in turns (rate and p99), on tables pre-filled to each -growth-rows;
   prune          the consumer, relay and pruner running at full speed (the rate they
                  sustain together: the producer counts the outbox rows waiting for the
                  relay) for -prune-periods periods of a -prune-retention retention (rows

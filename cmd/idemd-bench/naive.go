@@ -25,15 +25,16 @@ import (
 // Nothing is shared between requests but the connection pool.
 type naiveReceiver struct {
 	pool                *pgxpool.Pool
+	scope               string
 	secret              []byte
 	topic               string
 	dedup, effect, emit string
 }
 
-func newNaiveReceiver(_ context.Context, pool *pgxpool.Pool, schema, secret, topic string) (*naiveReceiver, error) {
+func newNaiveReceiver(_ context.Context, pool *pgxpool.Pool, schema, scope, secret, topic string) (*naiveReceiver, error) {
 	q := quote(schema)
 	return &naiveReceiver{
-		pool: pool, secret: []byte(secret), topic: topic,
+		pool: pool, scope: scope, secret: []byte(secret), topic: topic,
 		dedup: `INSERT INTO ` + q + `.processed_messages (scope, message_id, fingerprint, status, received_at, completed_at, expires_at)
 VALUES ($1, $2, $3, 'done', now(), now(), now() + interval '7 days') ON CONFLICT DO NOTHING`,
 		effect: `INSERT INTO ` + q + `.effects (message_id, payload, topic) VALUES ($1, $2::jsonb, $3)`,
@@ -71,7 +72,7 @@ func (n *naiveReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	fp := sha256.Sum256(body)
 	status := "processed"
 	err = pgx.BeginFunc(r.Context(), n.pool, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(r.Context(), n.dedup, "stripe", ev.ID, fp[:])
+		tag, err := tx.Exec(r.Context(), n.dedup, n.scope, ev.ID, fp[:])
 		if err != nil {
 			return err
 		}
@@ -79,11 +80,11 @@ func (n *naiveReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			status = "duplicate"
 			return nil
 		}
-		if _, err := tx.Exec(r.Context(), n.effect, ev.ID, string(body), "stripe"); err != nil {
+		if _, err := tx.Exec(r.Context(), n.effect, ev.ID, string(body), n.scope); err != nil {
 			return err
 		}
-		op := pgtype.UUID{Bytes: outbox.OperationID("stripe", ev.ID, 0), Valid: true}
-		_, err = tx.Exec(r.Context(), n.emit, op, "stripe", ev.ID, n.topic, []byte(ev.Data.Object.ID), body, outboxHeaders)
+		op := pgtype.UUID{Bytes: outbox.OperationID(n.scope, ev.ID, 0), Valid: true}
+		_, err = tx.Exec(r.Context(), n.emit, op, n.scope, ev.ID, n.topic, []byte(ev.Data.Object.ID), body, outboxHeaders)
 		return err
 	})
 	if err != nil {

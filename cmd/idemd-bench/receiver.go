@@ -49,7 +49,7 @@ func benchReceiver(ctx context.Context, e *env, res *Results) error {
 		return err
 	}
 	err := e.loadReceiverSide(ctx, one, "whone", e.o.durationOne)
-	if err := e.endReceiverSides(ctx, err, one); err != nil {
+	if err := e.endReceiverSides(ctx, err, webhookCounts{}, one); err != nil {
 		return err
 	}
 	res.ReceiverOne = one.row(e, 0)
@@ -57,32 +57,51 @@ func benchReceiver(ctx context.Context, e *env, res *Results) error {
 	if err := e.truncate(ctx); err != nil {
 		return err
 	}
-	group := &receiverSide{name: fmt.Sprintf("idemd, group commit, MaxBatch %d", e.o.maxBatch), kind: "receiver", maxBatch: e.o.maxBatch, conns: e.o.receiverConns}
-	naive := &receiverSide{name: fmt.Sprintf("naive net/http, one tx per request, %d conns", naiveConns), kind: "naive", maxBatch: 1, conns: naiveConns}
-	if err := e.startReceiverSide(ctx, group); err != nil {
+	group, naive, err := e.receiverTurns(ctx, "", "", false)
+	if err != nil {
 		return err
 	}
-	if err := e.startReceiverSide(ctx, naive); err != nil {
-		group.c.kill()
-		return err
+	res.Receiver, res.Naive = group, naive
+	return nil
+}
+
+// receiverTurns starts the group-committed receiver and the naive receiver of source (""
+// is "stripe"), loads them in turns for -duration in all, and returns their rows, with
+// label before each mode. With spread, the webhooks' ids are spread over the key space, as
+// real event ids are (the growth section: rows pre-filled the same way); else prefix-N.
+func (e *env) receiverTurns(ctx context.Context, source, label string, spread bool) (group, naive *Row, err error) {
+	base, err := e.webhookCounts(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	g := &receiverSide{name: fmt.Sprintf("%sidemd, group commit, MaxBatch %d", label, e.o.maxBatch), kind: "receiver",
+		maxBatch: e.o.maxBatch, conns: e.o.receiverConns, source: source, spread: spread}
+	n := &receiverSide{name: fmt.Sprintf("%snaive net/http, one tx per request, %d conns", label, naiveConns), kind: "naive",
+		maxBatch: 1, conns: naiveConns, source: source, spread: spread}
+	if err := e.startReceiverSide(ctx, g); err != nil {
+		return nil, nil, err
+	}
+	if err := e.startReceiverSide(ctx, n); err != nil {
+		g.c.kill()
+		return nil, nil, err
 	}
 	turn := e.o.duration / time.Duration(e.o.receiverTurns)
-	err = nil
 	for i := 0; i < 2*e.o.receiverTurns && err == nil; i++ {
-		side := []*receiverSide{group, naive}[(i+i/2)%2] // A B B A A B …
-		err = e.loadReceiverSide(ctx, side, fmt.Sprintf("wh%s%d-t%d", side.kind, side.maxBatch, i), turn)
+		side := []*receiverSide{g, n}[(i+i/2)%2] // A B B A A B …
+		err = e.loadReceiverSide(ctx, side, fmt.Sprintf("wh%s%s%d-t%d", source, side.kind, side.maxBatch, i), turn)
 	}
-	if err := e.endReceiverSides(ctx, err, group, naive); err != nil {
-		return err
+	if err := e.endReceiverSides(ctx, err, base, g, n); err != nil {
+		return nil, nil, err
 	}
-	res.Receiver, res.Naive = group.row(e, e.o.receiverTurns), naive.row(e, e.o.receiverTurns)
-	return nil
+	return g.row(e, e.o.receiverTurns), n.row(e, e.o.receiverTurns), nil
 }
 
 // receiverSide is one receiver of the section: its child and what its loads measured.
 type receiverSide struct {
 	name, kind      string
 	maxBatch, conns int
+	source          string // "" is "stripe"
+	spread          bool   // ids spread over the key space (loadWebhooks)
 	c               *child
 	st              loadStats
 	cpu             CPU // summed over the loads, µs per message × messages
@@ -92,7 +111,7 @@ type receiverSide struct {
 
 func (e *env) startReceiverSide(ctx context.Context, s *receiverSide) error {
 	c, err := e.startChild(ctx, s.kind, childConfig{
-		MaxConns: int32(s.conns), OutboxTopic: "bench.webhooks", Batch: s.maxBatch, Secret: stripeSecret,
+		MaxConns: int32(s.conns), OutboxTopic: "bench.webhooks", Batch: s.maxBatch, Secret: stripeSecret, Source: s.source, Linger: e.o.linger,
 		ProfileName: fmt.Sprintf("%s-maxbatch%d", s.kind, s.maxBatch),
 	})
 	s.c, s.cpuKnown = c, true
@@ -102,7 +121,11 @@ func (e *env) startReceiverSide(ctx context.Context, s *receiverSide) error {
 // loadReceiverSide loads s for d and adds what it measured to s.
 func (e *env) loadReceiverSide(ctx context.Context, s *receiverSide, prefix string, d time.Duration) error {
 	e.startCPU(ctx, s.c, s.c.cpu.app)
-	st, err := e.loadWebhooks(ctx, "http://"+s.c.Ready+"/webhooks/stripe", prefix, d, 0, nil)
+	var ids func(int) string
+	if s.spread {
+		ids = func(i int) string { return spreadID(prefix, i) }
+	}
+	st, err := e.loadWebhooks(ctx, "http://"+s.c.Ready+"/webhooks/"+cmp.Or(s.source, "stripe"), prefix, d, 0, ids, nil)
 	if err != nil {
 		return err
 	}
@@ -127,8 +150,9 @@ func (e *env) loadReceiverSide(ctx context.Context, s *receiverSide, prefix stri
 }
 
 // endReceiverSides stops the sides' children (killing them after a failed load, err) and
-// checks that every 200 of every side is a committed row with its effect.
-func (e *env) endReceiverSides(ctx context.Context, err error, sides ...*receiverSide) error {
+// checks that every 200 of every side is a committed row with its effect: rows and effects
+// beyond base, what the tables held before.
+func (e *env) endReceiverSides(ctx context.Context, err error, base webhookCounts, sides ...*receiverSide) error {
 	for _, s := range sides {
 		if err != nil {
 			s.c.kill()
@@ -149,7 +173,7 @@ func (e *env) endReceiverSides(ctx context.Context, err error, sides ...*receive
 			all.firstErr = s.st.firstErr
 		}
 	}
-	if err := e.checkWebhooks(ctx, &all); err != nil {
+	if err := e.checkWebhooks(ctx, base, &all); err != nil {
 		names := make([]string, len(sides))
 		for i, s := range sides {
 			names[i] = s.name
@@ -178,16 +202,27 @@ func (s *receiverSide) row(e *env, turns int) *Row {
 	return r
 }
 
-// checkWebhooks holds the receiver to its answers: every 200 is a done row and an effect.
-func (e *env) checkWebhooks(ctx context.Context, st *loadStats) error {
-	stored, err := e.count(ctx, "{schema}.processed_messages WHERE status = 'done'")
+// webhookCounts are the done dedup rows and the effects the tables hold.
+type webhookCounts struct{ stored, effects int }
+
+func (e *env) webhookCounts(ctx context.Context) (webhookCounts, error) {
+	var c webhookCounts
+	var err error
+	if c.stored, err = e.count(ctx, "{schema}.processed_messages WHERE status = 'done'"); err != nil {
+		return c, err
+	}
+	c.effects, err = e.count(ctx, "{schema}.effects")
+	return c, err
+}
+
+// checkWebhooks holds the receiver to its answers: every 200 is a done row and an effect
+// beyond base, what the tables held before the load.
+func (e *env) checkWebhooks(ctx context.Context, base webhookCounts, st *loadStats) error {
+	now, err := e.webhookCounts(ctx)
 	if err != nil {
 		return err
 	}
-	effects, err := e.count(ctx, "{schema}.effects")
-	if err != nil {
-		return err
-	}
+	stored, effects := now.stored-base.stored, now.effects-base.effects
 	if int64(stored) != st.ok || int64(effects) != st.ok {
 		return fmt.Errorf("answered %d webhooks processed but stored %d records and %d effects", st.ok, stored, effects)
 	}
@@ -216,10 +251,11 @@ func percentile(d []time.Duration, p float64) float64 {
 	return float64(d[i].Microseconds()) / 1000
 }
 
-// loadWebhooks sends signed webhooks with unique ids (prefix-N) from -concurrency workers,
-// each on its own keep-alive connection, for d: as fast as they are answered, or at rate
-// per second when rate > 0. answered, when set, is called with N and the time of each 200.
-func (e *env) loadWebhooks(ctx context.Context, url, prefix string, d time.Duration, rate int, answered func(n int, at time.Time)) (*loadStats, error) {
+// loadWebhooks sends signed webhooks with unique ids (prefix-N, or ids(N) when ids is set)
+// from -concurrency workers, each on its own keep-alive connection, for d: as fast as they
+// are answered, or at rate per second when rate > 0. answered, when set, is called with N
+// and the time of each 200.
+func (e *env) loadWebhooks(ctx context.Context, url, prefix string, d time.Duration, rate int, ids func(int) string, answered func(n int, at time.Time)) (*loadStats, error) {
 	n := e.o.concurrency
 	tr := &http.Transport{
 		MaxIdleConns: n, MaxIdleConnsPerHost: n, MaxConnsPerHost: n, DisableCompression: true,
@@ -280,7 +316,12 @@ func (e *env) loadWebhooks(ctx context.Context, url, prefix string, d time.Durat
 				if !more {
 					break
 				}
-				id := prefix + "-" + strconv.Itoa(i)
+				var id string
+				if ids != nil {
+					id = ids(i)
+				} else {
+					id = prefix + "-" + strconv.Itoa(i)
+				}
 				body := eventBody(id, i)
 				ts := strconv.FormatInt(time.Now().Unix(), 10)
 				mac.Reset()
@@ -402,14 +443,14 @@ func benchRelayUnderLoad(ctx context.Context, e *env, res *Results) error {
 	// p99 is about 40 ms against 15 after it. The goal is the steady state's; the warm-up's
 	// own p99 is in the note.
 	url := "http://" + c.Ready + "/webhooks/stripe"
-	warm, err := e.loadWebhooks(ctx, url, "warm", time.Second, e.o.relayRate, answersInto(warmAt))
+	warm, err := e.loadWebhooks(ctx, url, "warm", time.Second, e.o.relayRate, nil, answersInto(warmAt))
 	if err != nil {
 		stopReaders()
 		return err
 	}
 	checkpoints := e.checkpoints(ctx)
 	loadStart := time.Now()
-	st, err := e.loadWebhooks(ctx, url, prefix, e.o.relayDuration, e.o.relayRate, answersInto(answeredAt))
+	st, err := e.loadWebhooks(ctx, url, prefix, e.o.relayDuration, e.o.relayRate, nil, answersInto(answeredAt))
 	if err != nil {
 		stopReaders()
 		return err
@@ -424,7 +465,7 @@ func benchRelayUnderLoad(ctx context.Context, e *env, res *Results) error {
 	both := *st
 	both.ok, both.failed = st.ok+warm.ok, st.failed+warm.failed
 	both.firstErr = cmp.Or(warm.firstErr, st.firstErr)
-	if err := e.checkWebhooks(ctx, &both); err != nil {
+	if err := e.checkWebhooks(ctx, webhookCounts{}, &both); err != nil {
 		return fmt.Errorf("relay under load (with its warm-up): %w", err)
 	}
 	if got < int(st.ok) {

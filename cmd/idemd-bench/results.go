@@ -69,12 +69,15 @@ type Sizes struct {
 	OutboxTotalMiB     float64
 }
 
-// GrowthPoint is the consumer and the limit on tables pre-filled to Rows rows.
+// GrowthPoint is the consumer and the limit, then the receiver and the naive receiver, on
+// tables pre-filled to Rows rows.
 type GrowthPoint struct {
 	Rows       int  `json:"rows"`
 	Limit      *Row `json:"limit"`
 	LimitClaim *Row `json:"limit_idemd_claim"`
 	Consumer   *Row `json:"consumer"`
+	Receiver   *Row `json:"receiver,omitempty"`
+	Naive      *Row `json:"naive,omitempty"`
 }
 
 // Results is everything one run measured.
@@ -201,6 +204,22 @@ func (r *Results) ratios() []Ratio {
 				info(fmt.Sprintf("limit with idemd's claim at %s rows / at 0 rows", human(gn.Rows)), gn.LimitClaim.Rate/g0.LimitClaim.Rate)
 			}
 		}
+		// The receiver's baseline is the naive receiver, on the same tables in the same
+		// minute: its ratio must hold as the tables grow, and its p99 stay within the goal.
+		if g0.Receiver != nil && g0.Naive != nil && gn.Receiver != nil && gn.Naive != nil {
+			v := (gn.Receiver.Rate / gn.Naive.Rate) / (g0.Receiver.Rate / g0.Naive.Rate)
+			add(fmt.Sprintf("receiver/naive at %s rows / at 0 rows", human(gn.Rows)), v, ">= 0.90", v >= 0.9)
+			info(fmt.Sprintf("receiver at %s rows / at 0 rows", human(gn.Rows)), gn.Receiver.Rate/g0.Receiver.Rate)
+			info(fmt.Sprintf("naive receiver at %s rows / at 0 rows", human(gn.Rows)), gn.Naive.Rate/g0.Naive.Rate)
+		}
+	}
+	for _, g := range r.Growth {
+		if g.Receiver != nil && g.Naive != nil {
+			info(fmt.Sprintf("receiver / naive receiver at %s rows", human(g.Rows)), g.Receiver.Rate/g.Naive.Rate)
+		}
+		if g.Receiver != nil {
+			add(fmt.Sprintf("receiver p99 ms at 64 connections, %s rows", human(g.Rows)), g.Receiver.P99ms, "<= 50", g.Receiver.P99ms <= 50)
+		}
 	}
 	if r.PruneSteady != nil && r.PruneOff != nil {
 		info("consumer with the pruner (steady state) / without it, same tables", r.PruneSteady.Rate/r.PruneOff.Rate)
@@ -320,7 +339,7 @@ func (r *Results) all() []*Row {
 		r.Relay, r.RelayLatency, r.RelayUnderLoad)
 	rows = append(rows, r.Peers...)
 	for _, g := range r.Growth {
-		rows = append(rows, g.Limit, g.LimitClaim, g.Consumer)
+		rows = append(rows, g.Limit, g.LimitClaim, g.Consumer, g.Receiver, g.Naive)
 	}
 	rows = append(rows, r.PruneSteady, r.PruneOff)
 	rows = append(rows, r.Amplification...)
