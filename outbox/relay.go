@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"net"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -138,11 +139,15 @@ type Relay struct {
 	pool        *pgxpool.Pool
 	cfg         RelayConfig
 	writer      Writer // nil: no Kafka
-	outlets     map[string]outlet
-	log         *logrus.Entry
-	lockKey     int64
-	channel     string
-	selectSQL   string
+	// transport is the Kafka writer's when the relay built it (from Brokers): closed with
+	// it, so that a relay that stops leaves no connection nor goroutine behind (kafka-go's
+	// DefaultTransport keeps a pool per address until the process exits).
+	transport *kafka.Transport
+	outlets   map[string]outlet
+	log       *logrus.Entry
+	lockKey   int64
+	channel   string
+	selectSQL string
 	// selectAfterSQL reads ahead (ahead), after an id, while no destination is held.
 	selectAfterSQL string
 	markSQL        string
@@ -215,9 +220,13 @@ func NewRelay(pool *pgxpool.Pool, cfg *RelayConfig) (*Relay, error) {
 		c.Logger = logrus.NewEntry(logrus.StandardLogger())
 	}
 	w := c.Writer
+	var transport *kafka.Transport
 	if w == nil && len(c.Brokers) > 0 {
+		// DefaultTransport's settings, in a transport of the relay's own.
+		transport = &kafka.Transport{Dial: (&net.Dialer{Timeout: 3 * time.Second}).DialContext}
 		w = &kafka.Writer{
 			Addr:         kafka.TCP(c.Brokers...),
+			Transport:    transport,
 			Balancer:     &kafka.Murmur2Balancer{},
 			RequiredAcks: kafka.RequireAll,
 			BatchTimeout: c.BatchTimeout,
@@ -231,10 +240,11 @@ func NewRelay(pool *pgxpool.Pool, cfg *RelayConfig) (*Relay, error) {
 	}
 	table := pgx.Identifier{c.Schema}.Sanitize() + ".outbox"
 	return &Relay{
-		decided: make(chan struct{}),
-		pool:    pool,
-		cfg:     c,
-		writer:  w,
+		decided:   make(chan struct{}),
+		pool:      pool,
+		cfg:       c,
+		writer:    w,
+		transport: transport,
 		outlets: map[string]outlet{
 			DestinationKafka:  kafkaOutlet{w},
 			DestinationPubSub: brokerOutlet{DestinationPubSub, c.PubSub},
@@ -405,8 +415,9 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 }
 
-// close closes the Kafka writer and the Publishers; their errors are logged (nothing
-// unpublished is lost: the rows stay in the outbox).
+// close closes the Kafka writer (and its connections, when the relay built it) and the
+// Publishers; their errors are logged (nothing unpublished is lost: the rows stay in the
+// outbox).
 func (r *Relay) close() {
 	for _, c := range []interface{ Close() error }{r.writer, r.cfg.PubSub, r.cfg.SQS} {
 		if c == nil {
@@ -415,6 +426,9 @@ func (r *Relay) close() {
 		if err := c.Close(); err != nil {
 			r.log.WithError(err).Warn("error closing a publisher of the relay")
 		}
+	}
+	if r.transport != nil {
+		r.transport.CloseIdleConnections()
 	}
 }
 

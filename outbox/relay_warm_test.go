@@ -19,22 +19,39 @@ import (
 	"github.com/idemd/idemd/outbox"
 )
 
-// countingListener counts the connections a broker accepted.
+// countingListener counts the connections a broker accepted and, when open is set, those
+// still open (the broker closes its side when the client closes its).
 type countingListener struct {
 	net.Listener
 	accepted *atomic.Int64
+	open     *atomic.Int64
 }
 
 func (l countingListener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err == nil {
 		l.accepted.Add(1)
+		if l.open != nil {
+			l.open.Add(1)
+			c = &countedConn{Conn: c, open: l.open}
+		}
 	}
 	return c, err
 }
 
+type countedConn struct {
+	net.Conn
+	open *atomic.Int64
+	once sync.Once
+}
+
+func (c *countedConn) Close() error {
+	c.once.Do(func() { c.open.Add(-1) })
+	return c.Conn.Close()
+}
+
 // TestRelayWarmsItsKafkaConnectionsWhenItLeads: a relay that takes the leadership of an
-// empty outbox, with the default writer (kafka-go's DefaultTransport), reads the metadata
+// empty outbox, with the default writer (on a kafka-go Transport of its own), reads the metadata
 // and reaches the partition's leader before any row is written; its first publish then
 // finds its connection open and dials none.
 func TestRelayWarmsItsKafkaConnectionsWhenItLeads(t *testing.T) {
@@ -49,7 +66,7 @@ func TestRelayWarmsItsKafkaConnectionsWhenItLeads(t *testing.T) {
 			if err != nil {
 				return nil, err
 			}
-			return countingListener{l, &accepted}, nil
+			return countingListener{Listener: l, accepted: &accepted}, nil
 		}))
 	require.NoError(t, err)
 	t.Cleanup(cluster.Close)
@@ -159,4 +176,37 @@ func TestRelayWarmUpDoesNotHoldItsRounds(t *testing.T) {
 
 	require.NoError(t, stop())
 	require.ErrorIs(t, r.TestSignals().Warmed.Wait(t), context.Canceled)
+}
+
+// TestRelayClosesItsKafkaConnectionsWhenItStops: a relay that published and then stopped
+// leaves no connection open to its broker. Its writer's transport is its own; on kafka-go's
+// DefaultTransport, shared by the process, the metadata connection and the idle one to the
+// partition's leader stayed open (with the pool's goroutine) until the process exited.
+func TestRelayClosesItsKafkaConnectionsWhenItStops(t *testing.T) {
+	t.Parallel()
+	topic := kafkatest.Name(t, "close")
+	var accepted, open atomic.Int64
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, topic),
+		kfake.ListenFn(func(network, address string) (net.Listener, error) {
+			l, err := net.Listen(network, address)
+			if err != nil {
+				return nil, err
+			}
+			return countingListener{Listener: l, accepted: &accepted, open: &open}, nil
+		}))
+	require.NoError(t, err)
+	t.Cleanup(cluster.Close)
+
+	db := pgtest.New(t)
+	b := &relayBundle{db: db, store: outbox.New(&outbox.Config{Schema: db.Schema}), topic: topic}
+	r, stop := b.startRelay(t, outbox.RelayConfig{Brokers: cluster.ListenAddrs()},
+		func(s *outbox.RelaySignals) { s.Round.Init(t) })
+	r.TestSignals().Leading.Wait(t)
+	b.enqueue(t, b.events(3, "close")...)
+	r.TestSignals().Round.WaitFor(t, "the publish", func(rd outbox.RelayRound) bool { return rd.Published > 0 })
+	require.Positive(t, open.Load(), "the relay's connections are open while it runs")
+
+	require.NoError(t, stop())
+	require.Eventually(t, func() bool { return open.Load() == 0 }, 5*time.Second, 10*time.Millisecond,
+		"connections still open after the relay stopped: %d of %d", open.Load(), accepted.Load())
 }
