@@ -53,6 +53,7 @@ type options struct {
 	prunePeriods   int
 	pruneInterval  time.Duration
 	pruneNaptime   time.Duration
+	pruneVacClock  bool
 	brokerMessages int
 	pubsubMessages int
 	sqsPollers     []int
@@ -105,6 +106,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.prunePeriods, "prune-periods", 24, "how many retention periods the prune section's steady state lasts (at least 7; the largest sizes of the last period are compared with those of the period after the middle)")
 	fs.DurationVar(&o.pruneInterval, "prune-interval", time.Second, "the prune section's pruner interval (the daemon's IDEMD_PRUNE_INTERVAL, 1m by default for 7 days of retention)")
 	fs.DurationVar(&o.pruneNaptime, "prune-naptime", time.Second, "how often the prune section's autovacuum emulation looks at the tables (autovacuum_naptime, 1min on a server)")
+	fs.BoolVar(&o.pruneVacClock, "prune-vacuum-clock", true, "the autovacuum emulation's cost-based sleeps are compressed as its naptime is (the server's autovacuum_naptime / -prune-naptime: 2 ms / 60 by default); false sleeps the server's autovacuum_vacuum_cost_delay, as before phase 7")
 	fs.IntVar(&o.brokerMessages, "broker-messages", 20000, "messages published to each Pub/Sub subscription and SQS queue of the brokers section (20% of them repeats: new broker messages with an earlier operation-id)")
 	fs.IntVar(&o.pubsubMessages, "pubsub-messages", 2000, "messages of the Pub/Sub runs of the brokers section (pstest delivers about 100 messages/s per streaming pull: see BENCHMARKS.md)")
 	fs.StringVar(&o.brokerDoors, "broker-doors", "pubsub,sqs", "doors the brokers section measures: pubsub, sqs or both")
@@ -151,9 +153,10 @@ baseline from the same run, and prints a table (or JSON with -json):
                  sustain together: the producer counts the outbox rows waiting for the
                  relay) for -prune-periods periods of a -prune-retention retention (rows
                  expire and are pruned all along), VACUUM where autovacuum would
-                 (-prune-naptime); table and index sizes every half period, the last
-                 period against the one after the middle; then the consumer without the
-                 pruner on the same tables;
+                 (-prune-naptime, -prune-vacuum-clock); table and index sizes every half
+                 period, the largest of the second half against the largest of the
+                 first (from three periods in); then the consumer without the pruner on
+                 the same tables;
   amplification  the limit with the relay's UPDATE of published_at, with delete at
                  publish, and with lean tables: what a schema change would buy;
   RSS            peak resident memory (VmHWM) of the idemd child process under each load.

@@ -162,12 +162,15 @@ func (e *env) committed(ctx context.Context, group, topic string, partitions int
 // reltuples, or inserted rows above the insert threshold), ANALYZEs it when autoanalyze
 // would; the thresholds are the table's storage parameters (migration 0006), else the
 // server's settings. Each worker sleeps as an autovacuum worker does (cost-based delay and
-// limit, the table's own or the server's autovacuum settings).
+// limit, the table's own or the server's autovacuum settings), on a clock compressed as
+// its naptime is (clock: the server's autovacuum_naptime / naptime), unless
+// -prune-vacuum-clock is false.
 type autovacuum struct {
 	e       *env
 	set     map[string]float64
 	limit   float64 // autovacuum's cost limit
 	delay   float64 // and cost delay, ms
+	clock   float64 // how much faster the emulation's clock runs than the server's
 	tables  []string
 	workers []*avWorker
 	active  atomic.Int32
@@ -195,7 +198,14 @@ var avSettings = []string{"autovacuum_vacuum_threshold", "autovacuum_vacuum_scal
 	"autovacuum_analyze_threshold", "autovacuum_analyze_scale_factor"}
 
 func (e *env) startAutovacuum(ctx context.Context, naptime time.Duration, tables ...string) (*autovacuum, error) {
-	a := &autovacuum{e: e, tables: tables, set: map[string]float64{}, vacuums: map[string]int{}, analyzes: map[string]int{}}
+	a := &autovacuum{e: e, tables: tables, set: map[string]float64{}, vacuums: map[string]int{}, analyzes: map[string]int{}, clock: 1}
+	if e.o.pruneVacClock {
+		var secs float64
+		if err := e.pool.QueryRow(ctx, "SELECT setting::float8 FROM pg_settings WHERE name = 'autovacuum_naptime'").Scan(&secs); err != nil {
+			return nil, fmt.Errorf("reading autovacuum_naptime: %w", err)
+		}
+		a.clock = max(1, secs/naptime.Seconds())
+	}
 	for _, name := range avSettings {
 		var v float64
 		if err := e.pool.QueryRow(ctx, "SELECT current_setting($1)::float8", name).Scan(&v); err != nil {
@@ -309,6 +319,12 @@ FROM pg_class c JOIN pg_stat_user_tables s ON s.relid = c.oid WHERE c.oid = $1::
 	if ownLimit <= 0 && ownDelay <= 0 {
 		limit /= float64(n)
 	}
+	// The sleeps, on the emulation's clock: a naptime of 1 s for the server's 1 min makes
+	// a cost delay of 2 ms one of 33 µs. Left at the server's, a VACUUM would take as long
+	// as on a real server while the retention it keeps up with is compressed: the dead rows
+	// of a whole retention period waiting for it, where autovacuum keeps them near its
+	// scale factor.
+	delay /= a.clock
 	if _, err := w.conn.Exec(ctx, "SELECT set_config('vacuum_cost_limit', $1, false), set_config('vacuum_cost_delay', $2, false)",
 		strconv.Itoa(max(1, int(limit))), strconv.FormatFloat(delay, 'f', -1, 64)+"ms"); err != nil {
 		return err
@@ -378,8 +394,8 @@ func (a *autovacuum) finish() (string, time.Duration, error) {
 	for _, t := range a.tables {
 		parts = append(parts, fmt.Sprintf("%s vacuumed %d times, analyzed %d times", t, a.vacuums[t], a.analyzes[t]))
 	}
-	return fmt.Sprintf("%s; %s in VACUUM/ANALYZE (the workers' time added up)", strings.Join(parts, ", "),
-		a.spent.Round(100*time.Millisecond)), cpu, a.err
+	return fmt.Sprintf("%s; %s in VACUUM/ANALYZE (the workers' time added up); cost delay %.3g ms (the server's, on a clock %.0f× faster)", strings.Join(parts, ", "),
+		a.spent.Round(100*time.Millisecond), a.delay/a.clock, a.clock), cpu, a.err
 }
 
 // benchPrune runs the steady state and measures sizes and rates; see the top of this file.
@@ -436,7 +452,7 @@ func benchPrune(ctx context.Context, e *env, res *Results) error {
 	began := time.Now()
 	var lastAt time.Time
 	var lastCommitted int64
-	snap := func(role string) (Sizes, int64, error) {
+	snap := func(role string, half int) (Sizes, int64, error) {
 		s, err := e.sizes(ctx, "")
 		if err != nil {
 			return s, 0, err
@@ -448,7 +464,7 @@ func benchPrune(ctx context.Context, e *env, res *Results) error {
 		}
 		s.At = now.Sub(began).Seconds()
 		s.When = fmt.Sprintf("%.0f s", s.At)
-		s.Role = role
+		s.Role, s.Half = role, half
 		if !lastAt.IsZero() {
 			s.Rate = float64(n-lastCommitted) / now.Sub(lastAt).Seconds()
 		}
@@ -461,16 +477,17 @@ func benchPrune(ctx context.Context, e *env, res *Results) error {
 			s.ProcessedVacuums, s.OutboxVacuums)
 		return s, n, nil
 	}
-	if _, _, err := snap(""); err != nil {
+	if _, _, err := snap("", 0); err != nil {
 		c.kill()
 		return err
 	}
-	// Samples every half period. The goal compares the samples of the last period with
-	// those of the period after the middle of the run (the reference): the live rows
-	// level off after the first period, but the primary key, built by inserts alone in the
-	// first, settles to the fill that deletes leave it only over the next few; the third
-	// period is kept to show that. The CPU and rate of the steady state count from two
-	// periods in.
+	// Samples every half period. The goal compares the samples of the second half of the
+	// run with those of the first, from three periods in (the live rows level off after
+	// the first period; the primary key, built by inserts alone in the first, settles to
+	// the fill that deletes leave it over the next few). The windows of the goal before
+	// phase 7 (the period after the middle, the reference, and the last period) and the
+	// third period are kept to show that. The CPU and rate of the steady state count from
+	// two periods in.
 	half := retention / 2
 	var refAt time.Time
 	var refCommitted, endCommitted int64
@@ -490,7 +507,14 @@ func benchPrune(ctx context.Context, e *env, res *Results) error {
 		case i >= 2*periods-2:
 			role = "end"
 		}
-		_, n, err := snap(role)
+		half := 0
+		switch {
+		case i > periods:
+			half = 2
+		case i >= 6:
+			half = 1
+		}
+		_, n, err := snap(role, half)
 		if err != nil {
 			c.kill()
 			return err
@@ -553,7 +577,7 @@ func benchPrune(ctx context.Context, e *env, res *Results) error {
 		return err
 	}
 	offCPU := e.cpuPerMessage(ctx, c, int(toCommitted-fromCommitted))
-	if _, _, err := snap("no pruner"); err != nil {
+	if _, _, err := snap("no pruner", 0); err != nil {
 		c.kill()
 		return err
 	}
@@ -592,7 +616,7 @@ func benchPrune(ctx context.Context, e *env, res *Results) error {
 	lead += fmt.Sprintf(", with at most %d outbox rows waiting for the relay (the producer counts them in its lead of %d)", maxWaiting, pruneLead)
 	steady.Note = fmt.Sprintf("%d records (%d distinct ids) produced in chunks of %d while the run went on, each effect once and each event in the outbox or on its topic; %s; pruner every %s (the daemon's default is 1 min for 7 days of retention); the autovacuum emulation every %s: %s, %.0f µs of its backends' CPU per message over the whole run (not in the CPU column, which counts from two periods in to the end)",
 		total, unique, pruneChunk, lead, e.o.pruneInterval, e.o.pruneNaptime, avNote, float64(avCPU.Microseconds())/float64(max(total, 1)))
-	res.Notes = append(res.Notes, "prune: sizes in MiB of processed_messages and the outbox, each with its indexes and total (pg_total_relation_size), sampled every half retention period; live rows by count(*), dead rows pg_stat_user_tables.n_dead_tup; vacuums: how many VACUUMs the autovacuum emulation ran on each table so far; the goal compares the largest sizes of the last period (end) with those of the period after the middle of the run (reference), see BENCHMARKS.md")
+	res.Notes = append(res.Notes, "prune: sizes in MiB of processed_messages and the outbox, each with its indexes and total (pg_total_relation_size), sampled every half retention period; live rows by count(*), dead rows pg_stat_user_tables.n_dead_tup; vacuums: how many VACUUMs the autovacuum emulation ran on each table so far; the goal compares the largest sizes of the run's second half with those of its first half from three periods in (half 2 and 1), see BENCHMARKS.md")
 	return nil
 }
 
@@ -603,35 +627,48 @@ type pruneWindow struct {
 	unexpired                      int64
 	// held is the most dedup rows the table held in the window, live and dead.
 	held int64
+	n    int // samples
 }
 
-// pruneWindows are the steady state's third period, reference (the period after the
-// middle of the run) and end (last period) windows; ok is false when the run has none.
-func (r *Results) pruneWindows() (third, ref, end pruneWindow, ok bool) {
+func (w *pruneWindow) add(s Sizes, unexpired int64) {
+	w.total = max(w.total, s.ProcessedTotalMiB+s.OutboxTotalMiB)
+	w.heap = max(w.heap, s.ProcessedHeapMiB)
+	w.pkey = max(w.pkey, s.ProcessedPKeyMiB)
+	w.exp = max(w.exp, s.ProcessedExpMiB)
+	w.outbox = max(w.outbox, s.OutboxTotalMiB)
+	w.unexpired = unexpired
+	w.held = max(w.held, s.ProcessedRows+s.ProcessedDead)
+	w.n++
+}
+
+// pruneWindowSet are the steady state's windows: its first and second halves (the goal's),
+// and the third period, reference (the period after the middle) and end (last period), the
+// windows of the goal before phase 7.
+type pruneWindowSet struct {
+	first, second, third, ref, end pruneWindow
+}
+
+// pruneWindows are the steady state's windows; ok is false when the run has no halves.
+func (r *Results) pruneWindows() (w pruneWindowSet, ok bool) {
 	var unexpired int64
-	var okRef, okEnd bool
 	for _, s := range r.PruneSizes {
 		unexpired = max(unexpired, s.ProcessedUnexpired)
-		var w *pruneWindow
+		switch s.Half {
+		case 1:
+			w.first.add(s, unexpired)
+		case 2:
+			w.second.add(s, unexpired)
+		}
 		switch s.Role {
 		case "third":
-			w = &third
+			w.third.add(s, unexpired)
 		case "reference":
-			w, okRef = &ref, true
+			w.ref.add(s, unexpired)
 		case "end":
-			w, okEnd = &end, true
-		default:
-			continue
+			w.end.add(s, unexpired)
 		}
-		w.total = max(w.total, s.ProcessedTotalMiB+s.OutboxTotalMiB)
-		w.heap = max(w.heap, s.ProcessedHeapMiB)
-		w.pkey = max(w.pkey, s.ProcessedPKeyMiB)
-		w.exp = max(w.exp, s.ProcessedExpMiB)
-		w.outbox = max(w.outbox, s.OutboxTotalMiB)
-		w.unexpired = unexpired
-		w.held = max(w.held, s.ProcessedRows+s.ProcessedDead)
 	}
-	return third, ref, end, okRef && okEnd && ref.total > 0
+	return w, w.first.n > 0 && w.second.n > 0 && w.first.total > 0
 }
 
 // The size goal: flat, within what sampling a sawtooth every half period and relations

@@ -5,17 +5,19 @@ import (
 	"testing"
 )
 
-// pruneRun is a steady state's samples: the third period, the reference and the end, with
-// the pkey and unexpired rows given for the reference and the end.
+// pruneRun is a steady state's samples: a first half (the third period, the reference) and
+// a second (ending with the last period), with the largest pkey and unexpired rows given
+// for each.
 func pruneRun(refPKey, endPKey float64, refUnexpired, endUnexpired int64) *Results {
-	s := func(role string, pkey float64, unexpired int64) Sizes {
-		return Sizes{Role: role, ProcessedHeapMiB: 10, ProcessedPKeyMiB: pkey, ProcessedExpMiB: 1,
+	s := func(half int, role string, pkey float64, unexpired int64) Sizes {
+		return Sizes{Half: half, Role: role, ProcessedHeapMiB: 10, ProcessedPKeyMiB: pkey, ProcessedExpMiB: 1,
 			ProcessedTotalMiB: 11 + pkey, OutboxTotalMiB: 2, ProcessedUnexpired: unexpired}
 	}
 	return &Results{PruneSizes: []Sizes{
-		s("third", refPKey, refUnexpired), s("reference", refPKey, refUnexpired),
+		s(0, "", refPKey*0.5, refUnexpired/2), // before the steady state: not compared
+		s(1, "third", refPKey*0.95, refUnexpired), s(1, "reference", refPKey, refUnexpired),
 		// A smaller sample inside a window does not count: the window's largest does.
-		s("end", endPKey*0.9, endUnexpired), s("end", endPKey, endUnexpired),
+		s(2, "", endPKey*0.9, endUnexpired), s(2, "end", endPKey*0.8, endUnexpired), s(2, "end", endPKey, endUnexpired),
 	}}
 }
 

@@ -43,10 +43,13 @@ type Sizes struct {
 	// At is when, in seconds from the run's start; Rate the consumer's messages/s since the
 	// sample before; Role "reference" or "end" for the samples of the two windows the goal
 	// compares, "third" for those of the third period, "no pruner" for the sample after
-	// the run without the pruner.
+	// the run without the pruner; Half 1 or 2 for the samples of the steady state's first
+	// half (from three periods in to the middle) and second half (after the middle), the
+	// windows the goal compares since phase 7.
 	At   float64 `json:"at_s"`
 	Rate float64 `json:"rate"`
 	Role string  `json:"role,omitempty"`
+	Half int     `json:"half,omitempty"`
 	// ProcessedVacuums and OutboxVacuums count the VACUUMs run on each table so far.
 	ProcessedVacuums int `json:"processed_vacuums"`
 	OutboxVacuums    int `json:"outbox_vacuums"`
@@ -124,7 +127,7 @@ func (o *options) public() map[string]any {
 		"receiver_conns": o.receiverConns, "relay_events": o.relayEvents, "relay_batch": o.relayBatch,
 		"relay_rate": o.relayRate, "relay_duration": o.relayDuration.String(), "peer_messages": o.peerMessages,
 		"peer_partitions": o.peerPartitions, "growth_rows": o.growthRows, "growth_messages": o.growthMessages,
-		"prune_retention": o.pruneRetention.String(), "prune_periods": o.prunePeriods, "prune_interval": o.pruneInterval.String(), "prune_naptime": o.pruneNaptime.String(), "broker_messages": o.brokerMessages, "pubsub_messages": o.pubsubMessages, "sqs_pollers": o.sqsPollers, "only": o.only, "keep_published": o.keepPublished,
+		"prune_retention": o.pruneRetention.String(), "prune_periods": o.prunePeriods, "prune_interval": o.pruneInterval.String(), "prune_naptime": o.pruneNaptime.String(), "prune_vacuum_clock": o.pruneVacClock, "broker_messages": o.brokerMessages, "pubsub_messages": o.pubsubMessages, "sqs_pollers": o.sqsPollers, "only": o.only, "keep_published": o.keepPublished,
 	}
 }
 
@@ -232,49 +235,62 @@ func (r *Results) ratios() []Ratio {
 			}
 		}
 	}
-	if third, ref, end, ok := r.pruneWindows(); ok {
-		// Each relation of processed_messages (the table retention fills) in the last
-		// period against the period after the middle of the run (the live rows level off
-		// after the first period; the primary key, built by inserts alone in the first,
-		// settles to the fill deletes leave over the next few), by its largest size in each,
-		// as sizes move in a sawtooth while VACUUM truncates a heap and it grows again:
-		// what the disk had to hold. More unexpired rows (the most seen until then) excuse
-		// as much growth; fewer excuse nothing, since a table does not shrink. The goal is
-		// the relation that grew most; the outbox, a queue whose size follows the relay's
-		// lag rather than the retention, both tables' total, and the growth from the third
-		// period to the reference are shown beside it.
-		grown := max(1, float64(end.unexpired)/float64(max(ref.unexpired, 1)))
+	if w, ok := r.pruneWindows(); ok {
+		// Each relation of processed_messages (the table retention fills), by its largest
+		// size in the second half of the steady state against its largest in the first
+		// (from three periods in, once the live rows have levelled off, to the middle):
+		// sizes move in a sawtooth as VACUUM falls behind, truncates a heap and it grows
+		// again, and the largest of some twenty samples is the sawtooth's height where the
+		// largest of three (the windows before phase 7: the period after the middle and the
+		// last period) was whichever tooth they fell on. A relation still growing at the
+		// end shows in its second half. More unexpired rows (the most seen until the
+		// window's end) excuse as much growth; fewer excuse nothing, since a table does not
+		// shrink. The goal is the relation that grew most; the outbox, a queue whose size
+		// follows the relay's lag rather than the retention, both tables' total, the
+		// windows before phase 7 and the growth from the third period to the reference are
+		// shown beside it.
+		first, second := w.first, w.second
+		grown := max(1, float64(second.unexpired)/float64(max(first.unexpired, 1)))
 		rels := []struct {
-			name     string
-			end, ref float64
+			name           string
+			second, first  float64
+			end, reference float64
 		}{
-			{"heap", end.heap, ref.heap},
-			{"pkey", end.pkey, ref.pkey},
-			{"expires_at index", end.exp, ref.exp},
-			{"outbox, total", end.outbox, ref.outbox},
-			{"both tables, total", end.total, ref.total},
+			{"heap", second.heap, first.heap, w.end.heap, w.ref.heap},
+			{"pkey", second.pkey, first.pkey, w.end.pkey, w.ref.pkey},
+			{"expires_at index", second.exp, first.exp, w.end.exp, w.ref.exp},
+			{"outbox, total", second.outbox, first.outbox, w.end.outbox, w.ref.outbox},
+			{"both tables, total", second.total, first.total, w.end.total, w.ref.total},
 		}
 		worst, v := "", 0.0
 		for _, p := range rels[:3] { // processed_messages' own
-			if g := p.end / max(p.ref, 1e-9) / grown; g > v {
+			if g := p.second / max(p.first, 1e-9) / grown; g > v {
 				worst, v = p.name, g
 			}
 		}
-		add(fmt.Sprintf("processed_messages, largest size in the last period / the reference, per unexpired row if more (worst: %s)", worst), v, pruneGoal, v <= pruneTolerance)
+		add(fmt.Sprintf("processed_messages, largest size in the second half / the first, per unexpired row if more (worst: %s)", worst), v, pruneGoal, v <= pruneTolerance)
 		for i, p := range rels {
 			if i < 3 {
 				p.name = "processed_messages " + p.name
 			}
-			if p.ref > 0 {
-				info(p.name+", last period / reference", p.end/p.ref)
+			if p.first > 0 {
+				info(p.name+", second half / first half", p.second/p.first)
 			}
 		}
-		info(fmt.Sprintf("most unexpired dedup rows until the last period / until the reference (%d / %d)", end.unexpired, ref.unexpired), float64(end.unexpired)/float64(max(ref.unexpired, 1)))
-		// Sizes follow the most rows held so far: a last period that held fewer than the
-		// reference tests flatness less than one that held more.
-		info(fmt.Sprintf("most dedup rows held (live + dead), last period / reference (%d / %d)", end.held, ref.held), float64(end.held)/float64(max(ref.held, 1)))
-		if third.pkey > 0 {
-			info(fmt.Sprintf("warm-up: processed_messages pkey, reference / third period (unexpired %d / %d)", ref.unexpired, third.unexpired), ref.pkey/third.pkey)
+		info(fmt.Sprintf("most unexpired dedup rows until the second half's end / the first's (%d / %d)", second.unexpired, first.unexpired), float64(second.unexpired)/float64(max(first.unexpired, 1)))
+		info(fmt.Sprintf("most dedup rows held (live + dead), second half / first half (%d / %d)", second.held, first.held), float64(second.held)/float64(max(first.held, 1)))
+		if w.ref.total > 0 && w.end.total > 0 {
+			gr := max(1, float64(w.end.unexpired)/float64(max(w.ref.unexpired, 1)))
+			old, oldWorst := 0.0, ""
+			for _, p := range rels[:3] {
+				if g := p.end / max(p.reference, 1e-9) / gr; g > old {
+					oldWorst, old = p.name, g
+				}
+			}
+			info(fmt.Sprintf("before phase 7's windows: largest in the last period / the period after the middle, per unexpired row if more (worst: %s)", oldWorst), old)
+		}
+		if w.third.pkey > 0 {
+			info(fmt.Sprintf("warm-up: processed_messages pkey, reference / third period (unexpired %d / %d)", w.ref.unexpired, w.third.unexpired), w.ref.pkey/w.third.pkey)
 		}
 	}
 	var peak float64
@@ -383,7 +399,7 @@ func (r *Results) print(w io.Writer) {
 			both := s.ProcessedTotalMiB + s.OutboxTotalMiB
 			fmt.Fprintf(tw, "%s\t%.0f\t%d\t%d\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%d\t%d\t%d\t%.1f\t%.1f\t%d\t%.1f\t%s\t%s\t\n", s.When, s.Rate,
 				s.ProcessedRows, s.ProcessedUnexpired, s.ProcessedDead, s.ProcessedHeapMiB, s.ProcessedPKeyMiB, s.ProcessedExpMiB, s.ProcessedTotalMiB, s.ProcessedVacuums,
-				s.OutboxRows, s.OutboxDead, s.OutboxHeapMiB, s.OutboxTotalMiB, s.OutboxVacuums, both, perRow(both, s.ProcessedRows), s.Role)
+				s.OutboxRows, s.OutboxDead, s.OutboxHeapMiB, s.OutboxTotalMiB, s.OutboxVacuums, both, perRow(both, s.ProcessedRows), sampleRole(s))
 		}
 		_ = tw.Flush()
 	}
@@ -432,3 +448,15 @@ func opt(v float64) string {
 }
 
 func quote(schema string) string { return pgx.Identifier{schema}.Sanitize() }
+
+// sampleRole labels a prune sample with its half of the steady state and its window.
+func sampleRole(s Sizes) string {
+	h := ""
+	if s.Half > 0 {
+		h = fmt.Sprintf("half %d", s.Half)
+	}
+	if s.Role != "" && h != "" {
+		return h + ", " + s.Role
+	}
+	return h + s.Role
+}
