@@ -8,8 +8,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"slices"
 	"strconv"
@@ -257,12 +255,9 @@ func percentile(d []time.Duration, p float64) float64 {
 // and the time of each 200.
 func (e *env) loadWebhooks(ctx context.Context, url, prefix string, d time.Duration, rate int, ids func(int) string, answered func(n int, at time.Time)) (*loadStats, error) {
 	n := e.o.concurrency
-	tr := &http.Transport{
-		MaxIdleConns: n, MaxIdleConnsPerHost: n, MaxConnsPerHost: n, DisableCompression: true,
-		DialContext: (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+	if _, err := newWebhookConn(url); err != nil {
+		return nil, err
 	}
-	defer tr.CloseIdleConnections()
-	client := &http.Client{Transport: tr, Timeout: 30 * time.Second}
 	var (
 		seq      atomic.Int64
 		st       = &loadStats{}
@@ -309,6 +304,8 @@ func (e *env) loadWebhooks(ctx context.Context, url, prefix string, d time.Durat
 			defer wg.Done()
 			lat := make([]time.Duration, 0, 4096)
 			var ok int64
+			conn, _ := newWebhookConn(url) // checked above
+			defer conn.close()
 			mac := hmac.New(sha256.New, key)
 			buf := make([]byte, 0, 512)
 			for {
@@ -332,26 +329,11 @@ func (e *env) loadWebhooks(ctx context.Context, url, prefix string, d time.Durat
 				buf = append(buf, ts...)
 				buf = append(buf, ",v1="...)
 				buf = hex.AppendEncode(buf, mac.Sum(nil))
-				req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
-				if err != nil {
-					firstErr.CompareAndSwap(nil, err.Error())
-					failed.Add(1)
-					return
-				}
-				req.Header.Set("Content-Type", "application/json")
-				req.Header.Set("Stripe-Signature", string(buf))
 				start := time.Now()
-				resp, err := client.Do(req)
-				if err != nil {
-					firstErr.CompareAndSwap(nil, err.Error())
-					failed.Add(1)
-					continue
-				}
-				got, err := io.ReadAll(resp.Body)
-				resp.Body.Close()
+				status, got, err := conn.post(ctx, body, buf)
 				now := time.Now()
-				if err != nil || resp.StatusCode != http.StatusOK || !bytes.Contains(got, okBody) {
-					firstErr.CompareAndSwap(nil, fmt.Sprintf("%d %s %v", resp.StatusCode, got, err))
+				if err != nil || status != http.StatusOK || !bytes.Contains(got, okBody) {
+					firstErr.CompareAndSwap(nil, fmt.Sprintf("%d %s %v", status, got, err))
 					failed.Add(1)
 					continue
 				}
