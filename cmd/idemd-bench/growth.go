@@ -113,25 +113,16 @@ func benchGrowth(ctx context.Context, e *env, res *Results) error {
 		if slices.Contains(sizes[:i], rows) {
 			size += " (again)"
 		}
-		recs, unique := records(fmt.Sprintf("evt-%s-growth-limit-%d", e.runID, i), e.o.growthMessages, e.o.partitions)
-		in := newLimitInput(recs, unique)
-		elapsed, cpu, err := e.runLimit(ctx, in, lc)
+		limit, err := e.growthLimit(ctx, fmt.Sprintf("evt-%s-growth-limit-%d", e.runID, i), size, lc)
 		if err != nil {
 			return err
 		}
-		limit := &Row{Section: "growth", Mode: fmt.Sprintf("limit at %s rows: %s", size, lc), Count: len(recs), Seconds: elapsed.Seconds(),
-			Rate: float64(len(recs)) / elapsed.Seconds(), Unit: "msgs/s", config: lc, CPU: cpu}
-		e.logf("%s: %.0f msgs/s", limit.Mode, limit.Rate)
 		// The same writes with idemd's claim statements, on fresh ids.
 		cc := limitConfig{method: methodClaim, batch: e.o.batch, workers: e.o.partitions}
-		crecs, cunique := records(fmt.Sprintf("evt-%s-growth-claim-%d", e.runID, i), e.o.growthMessages, e.o.partitions)
-		elapsed, cpu, err = e.runLimit(ctx, newLimitInput(crecs, cunique), cc)
+		claim, err := e.growthLimit(ctx, fmt.Sprintf("evt-%s-growth-claim-%d", e.runID, i), size, cc)
 		if err != nil {
 			return err
 		}
-		claim := &Row{Section: "growth", Mode: fmt.Sprintf("limit at %s rows: %s", size, cc), Count: len(crecs), Seconds: elapsed.Seconds(),
-			Rate: float64(len(crecs)) / elapsed.Seconds(), Unit: "msgs/s", config: cc, CPU: cpu}
-		e.logf("%s: %.0f msgs/s", claim.Mode, claim.Rate)
 		// The limit's rows are left in place (the tables keep growing, as they would) but
 		// published as the relay would have (marked, or deleted), so that the consumer's
 		// relay has only its own to publish.
@@ -164,6 +155,28 @@ func benchGrowth(ctx context.Context, e *env, res *Results) error {
 		res.Growth = append(res.Growth, GrowthPoint{Rows: rows, Limit: limit, LimitClaim: claim, Consumer: con, Receiver: rcv, Naive: naive})
 	}
 	return nil
+}
+
+// growthLimit runs the limit c twice at a growth point, each time on fresh ids (prefix),
+// and keeps the faster run: the baseline at its strongest, and steadier than one load of
+// two seconds on a shared machine (at 03:52 on 2 December one such load at 0 rows made the
+// limit 13 % faster at 1 M rows than at 0).
+func (e *env) growthLimit(ctx context.Context, prefix, size string, c limitConfig) (*Row, error) {
+	var best *Row
+	for run := range 2 {
+		recs, unique := records(fmt.Sprintf("%s-%d", prefix, run), e.o.growthMessages, e.o.partitions)
+		elapsed, cpu, err := e.runLimit(ctx, newLimitInput(recs, unique), c)
+		if err != nil {
+			return nil, err
+		}
+		rate := float64(len(recs)) / elapsed.Seconds()
+		e.logf("limit at %s rows: %s, run %d: %.0f msgs/s", size, c, run+1, rate)
+		if best == nil || rate > best.Rate {
+			best = &Row{Section: "growth", Mode: fmt.Sprintf("limit at %s rows: %s", size, c), Count: len(recs), Seconds: elapsed.Seconds(),
+				Rate: rate, Unit: "msgs/s", config: c, CPU: cpu, Note: "faster of two runs on fresh ids"}
+		}
+	}
+	return best, nil
 }
 
 // benchAmplification measures what idemd's table layout costs PostgreSQL: the limit on
