@@ -45,7 +45,7 @@ type childConfig struct {
 	Batch       int      `json:"batch,omitempty"`
 	Secret      string   `json:"secret,omitempty"`
 	// Source is the receiver's (and the naive receiver's) source name, its dedup scope and
-	// its path /webhooks/{Source}; "" is "stripe".
+	// its path /webhooks/{Source}; "" is defaultSource.
 	Source string `json:"source,omitempty"`
 	// Linger is the receiver's (0: its default).
 	Linger      time.Duration `json:"linger,omitempty"`
@@ -197,7 +197,7 @@ func serveChild(ctx context.Context, kind, raw string, stdout io.Writer) error {
 			Linger:   c.Linger,
 			Logger:   log,
 			Sources: []receiver.Source{{
-				Name:    cmp.Or(c.Source, "stripe"),
+				Name:    cmp.Or(c.Source, defaultSource),
 				Verify:  receiver.Verify{Scheme: receiver.SchemeStripe, Secrets: []string{c.Secret}},
 				Effect:  receiver.Effect{SQL: fmt.Sprintf(effectSQL, q)},
 				Publish: pipeline.Targets{{Topic: c.OutboxTopic, Key: &pipeline.Field{JSON: "/data/object/id"}}},
@@ -213,7 +213,7 @@ func serveChild(ctx context.Context, kind, raw string, stdout io.Writer) error {
 	case "relay":
 		runFn = rel.Run
 	case "naive":
-		h, err := newNaiveReceiver(ctx, pool, c.Schema, cmp.Or(c.Source, "stripe"), c.Secret, c.OutboxTopic)
+		h, err := newNaiveReceiver(ctx, pool, c.Schema, cmp.Or(c.Source, defaultSource), c.Secret, c.OutboxTopic)
 		if err != nil {
 			return err
 		}

@@ -24,6 +24,10 @@ import (
 
 const stripeSecret = "whsec_idemd_bench_secret"
 
+// defaultSource is the receivers' source name (their dedup scope and path) unless a section
+// names another.
+const defaultSource = "stripe"
+
 // naiveConns is the naive receiver's pool size: the most the bench allows itself (one
 // transaction per request gains from more connections; idemd's receiver uses
 // -receiver-conns).
@@ -64,7 +68,7 @@ func benchReceiver(ctx context.Context, e *env, res *Results) error {
 }
 
 // receiverTurns starts the group-committed receiver and the naive receiver of source (""
-// is "stripe"), loads them in turns for -duration in all, and returns their rows, with
+// is defaultSource), loads them in turns for -duration in all, and returns their rows, with
 // label before each mode. With spread, the webhooks' ids are spread over the key space, as
 // real event ids are (the growth section: rows pre-filled the same way); else prefix-N.
 func (e *env) receiverTurns(ctx context.Context, source, label string, spread bool) (group, naive *Row, err error) {
@@ -98,7 +102,7 @@ func (e *env) receiverTurns(ctx context.Context, source, label string, spread bo
 type receiverSide struct {
 	name, kind      string
 	maxBatch, conns int
-	source          string // "" is "stripe"
+	source          string // "" is defaultSource
 	spread          bool   // ids spread over the key space (loadWebhooks)
 	c               *child
 	st              loadStats
@@ -123,7 +127,7 @@ func (e *env) loadReceiverSide(ctx context.Context, s *receiverSide, prefix stri
 	if s.spread {
 		ids = func(i int) string { return spreadID(prefix, i) }
 	}
-	st, err := e.loadWebhooks(ctx, "http://"+s.c.Ready+"/webhooks/"+cmp.Or(s.source, "stripe"), prefix, d, 0, ids, nil)
+	st, err := e.loadWebhooks(ctx, "http://"+s.c.Ready+"/webhooks/"+cmp.Or(s.source, defaultSource), prefix, d, 0, ids, nil)
 	if err != nil {
 		return err
 	}
