@@ -259,7 +259,8 @@ func percentile(d []time.Duration, p float64) float64 {
 // and the time of each 200.
 func (e *env) loadWebhooks(ctx context.Context, url, prefix string, d time.Duration, rate int, ids func(int) string, answered func(n int, at time.Time)) (*loadStats, error) {
 	n := e.o.concurrency
-	if _, err := newWebhookConn(url); err != nil {
+	target, err := newWebhookConn(url)
+	if err != nil {
 		return nil, err
 	}
 	var (
@@ -308,7 +309,7 @@ func (e *env) loadWebhooks(ctx context.Context, url, prefix string, d time.Durat
 			defer wg.Done()
 			lat := make([]time.Duration, 0, 4096)
 			var ok int64
-			conn, _ := newWebhookConn(url) // checked above
+			conn := &webhookConn{host: target.host, path: target.path}
 			defer conn.close()
 			mac := hmac.New(sha256.New, key)
 			buf := make([]byte, 0, 512)

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -216,12 +217,16 @@ func (r *Results) ratios() []Ratio {
 			info(fmt.Sprintf("naive receiver at %s rows / at 0 rows", human(gn.Rows)), gn.Naive.Rate/g0.Naive.Rate)
 		}
 	}
-	for _, g := range r.Growth {
+	for i, g := range r.Growth {
+		size := human(g.Rows)
+		if slices.ContainsFunc(r.Growth[:i], func(p GrowthPoint) bool { return p.Rows == g.Rows }) {
+			size += " (again)"
+		}
 		if g.Receiver != nil && g.Naive != nil {
-			info(fmt.Sprintf("receiver / naive receiver at %s rows", human(g.Rows)), g.Receiver.Rate/g.Naive.Rate)
+			info(fmt.Sprintf("receiver / naive receiver at %s rows", size), g.Receiver.Rate/g.Naive.Rate)
 		}
 		if g.Receiver != nil {
-			add(fmt.Sprintf("receiver p99 ms at 64 connections, %s rows", human(g.Rows)), g.Receiver.P99ms, "<= 50", g.Receiver.P99ms <= 50)
+			add(fmt.Sprintf("receiver p99 ms at 64 connections, %s rows", size), g.Receiver.P99ms, "<= 50", g.Receiver.P99ms <= 50)
 		}
 	}
 	if r.PruneSteady != nil && r.PruneOff != nil {
@@ -262,12 +267,17 @@ func (r *Results) ratios() []Ratio {
 			{"outbox, total", second.outbox, first.outbox, w.end.outbox, w.ref.outbox},
 			{"both tables, total", second.total, first.total, w.end.total, w.ref.total},
 		}
-		worst, v := "", 0.0
-		for _, p := range rels[:3] { // processed_messages' own
-			if g := p.second / max(p.first, 1e-9) / grown; g > v {
-				worst, v = p.name, g
+		// The relation of processed_messages' own (the first three) that grew most, per
+		// unexpired row when there are more (grown).
+		worstOf := func(later, earlier func(int) float64, grown float64) (worst string, v float64) {
+			for i, p := range rels[:3] {
+				if g := later(i) / max(earlier(i), 1e-9) / grown; g > v {
+					worst, v = p.name, g
+				}
 			}
+			return worst, v
 		}
+		worst, v := worstOf(func(i int) float64 { return rels[i].second }, func(i int) float64 { return rels[i].first }, grown)
 		add(fmt.Sprintf("processed_messages, largest size in the second half / the first, per unexpired row if more (worst: %s)", worst), v, pruneGoal, v <= pruneTolerance)
 		for i, p := range rels {
 			if i < 3 {
@@ -281,12 +291,7 @@ func (r *Results) ratios() []Ratio {
 		info(fmt.Sprintf("most dedup rows held (live + dead), second half / first half (%d / %d)", second.held, first.held), float64(second.held)/float64(max(first.held, 1)))
 		if w.ref.total > 0 && w.end.total > 0 {
 			gr := max(1, float64(w.end.unexpired)/float64(max(w.ref.unexpired, 1)))
-			old, oldWorst := 0.0, ""
-			for _, p := range rels[:3] {
-				if g := p.end / max(p.reference, 1e-9) / gr; g > old {
-					oldWorst, old = p.name, g
-				}
-			}
+			oldWorst, old := worstOf(func(i int) float64 { return rels[i].end }, func(i int) float64 { return rels[i].reference }, gr)
 			info(fmt.Sprintf("before phase 7's windows: largest in the last period / the period after the middle, per unexpired row if more (worst: %s)", oldWorst), old)
 		}
 		if w.third.pkey > 0 {
