@@ -76,7 +76,11 @@ type Letter struct {
 	// Record, when set, is the broker message the letter stands for; its entries are added
 	// to Headers and Metadata when the letter is written (Record). Letters read back have
 	// them in Headers and Metadata, and Record nil.
-	Record     *Record
+	Record *Record
+	// Request, when set, is the HTTP request the letter stands for; its method, path and
+	// tenant are added to Metadata when the letter is written, as Record's entries are.
+	// Letters read back have them in Metadata, and Request nil.
+	Request    *Request
 	Reason     string
 	Attempts   int
 	CreatedAt  time.Time
@@ -125,6 +129,9 @@ func (s *Store) insert(l *Letter) (string, []any, error) {
 	hs, meta := l.Headers, l.Metadata
 	if l.Record != nil {
 		hs, meta = l.Record.expand(l.Origin.Door, hs, meta)
+	}
+	if l.Request != nil {
+		meta = l.Request.expand(meta)
 	}
 	headers := make(map[string][]string, len(hs))
 	for k, vs := range hs {

@@ -23,7 +23,8 @@ func TestWriteListReplay(t *testing.T) {
 	require.NoError(t, err)
 	id, err := s.WriteTx(ctx, tx, &deadletter.Letter{
 		Pipeline: "stripe", Origin: deadletter.Origin{Door: deadletter.DoorHTTP}, Scope: "stripe", MessageID: "evt_1", Payload: []byte(`{"id":"evt_1"}`),
-		Headers: map[string][]string{"Content-Type": {"application/json"}}, Metadata: map[string]any{"path": "/webhooks/stripe"},
+		Headers: map[string][]string{"Content-Type": {"application/json"}}, Metadata: map[string]any{"extra": "kept"},
+		Request: &deadletter.Request{Method: "POST", Path: "/webhooks/stripe", Tenant: "acme\x00"},
 		Reason: "23505: duplicate key", Attempts: 1,
 	})
 	require.NoError(t, err)
@@ -39,7 +40,9 @@ func TestWriteListReplay(t *testing.T) {
 	require.Len(t, stripe, 1)
 	require.Equal(t, "evt_1", stripe[0].MessageID)
 	require.Equal(t, []string{"application/json"}, stripe[0].Headers["Content-Type"])
-	require.Equal(t, "/webhooks/stripe", stripe[0].Metadata["path"])
+	require.Equal(t, map[string]any{"extra": "kept", "method": "POST", "path": "/webhooks/stripe", "tenant": "acme\uFFFD"}, stripe[0].Metadata,
+		"the request's entries are written as metadata, cleaned like the others")
+	require.Nil(t, stripe[0].Request)
 
 	tx, err = db.Pool.Begin(ctx)
 	require.NoError(t, err)

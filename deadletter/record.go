@@ -98,6 +98,28 @@ func (r *Record) expand(door Door, headers map[string][]string, metadata map[str
 	return h, m
 }
 
+// Request is the HTTP request a letter of DoorHTTP stands for (Letter.Request): like a
+// Record, it becomes metadata ("method", "path", "tenant") only when the letter is written,
+// so that a receiver builds no map for the webhooks that are not dead-lettered.
+type Request struct {
+	Method, Path, Tenant string
+}
+
+// Metadata keys of a Request.
+const (
+	MetaMethod = "method"
+	MetaPath   = "path"
+	MetaTenant = "tenant"
+)
+
+// expand returns metadata with r's entries added; the map given is not changed.
+func (r *Request) expand(metadata map[string]any) map[string]any {
+	m := make(map[string]any, len(metadata)+3)
+	maps.Copy(m, metadata)
+	m[MetaMethod], m[MetaPath], m[MetaTenant] = r.Method, r.Path, r.Tenant
+	return m
+}
+
 // RecordOf reads back the Record of a stored letter, from its Metadata and Headers: every
 // field whose entry is there, Headers (in the order of the stored values, names in no
 // particular order) and Attributes (the first value of each name) both.

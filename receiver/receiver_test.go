@@ -203,6 +203,8 @@ func TestWebhookStatusTable(t *testing.T) {
 	require.Equal(t, stripeEvent("evt_bad", -5, ""), letters[0].Payload)
 	require.NotContains(t, letters[0].Headers, "Stripe-Signature")
 	require.Contains(t, letters[0].Reason, "23514")
+	require.Equal(t, map[string]any{"method": "POST", "path": "/webhooks/stripe", "tenant": ""}, letters[0].Metadata,
+		"the request's method, path and tenant are the letter's metadata")
 	r = b.stripe(t, stripeEvent("evt_bad", -5, ""))
 	require.Equal(t, 200, r.status)
 	require.Equal(t, "duplicate", r.json(t)["status"])

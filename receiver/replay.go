@@ -40,8 +40,8 @@ func (r *Receiver) replay(ctx context.Context, tx pgx.Tx, l *deadletter.Letter) 
 func replayCall(src *source, l *deadletter.Letter) *call {
 	str := func(k string) string { s, _ := l.Metadata[k].(string); return s }
 	req := &Request{
-		Source: src.name, Tenant: str("tenant"), MessageID: l.MessageID, Method: str("method"),
-		Path: str("path"), Header: l.Headers, Body: l.Payload, ReceivedAt: l.CreatedAt,
+		Source: src.name, Tenant: str(deadletter.MetaTenant), MessageID: l.MessageID, Method: str(deadletter.MetaMethod),
+		Path: str(deadletter.MetaPath), Header: l.Headers, Body: l.Payload, ReceivedAt: l.CreatedAt,
 	}
 	c := &call{src: src, req: req, body: &parsedBody{raw: l.Payload}, scope: l.Scope}
 	c.eventType = src.eventType(http.Header(l.Headers), c.body)

@@ -275,6 +275,10 @@ type call struct {
 	// span the request's span (a no-op one with tracing off).
 	trace trace.SpanContext
 	span  trace.Span
+	// letter and request are the call's dead letter, kept here rather than allocated on
+	// their own: nearly every call is applied, not dead-lettered.
+	letter  deadletter.Letter
+	request deadletter.Request
 }
 
 // Field reads a plain field of the request (pipeline.Message).
@@ -321,11 +325,13 @@ func (s *source) message(c *call) *exactlyonce.Message {
 		sum := sha256.Sum256(c.req.Body)
 		m.Also = []exactlyonce.Key{{Scope: c.scope + bodyScopeSuffix, ID: "sha256:" + hex.EncodeToString(sum[:]), Fingerprint: sum[:]}}
 	}
-	m.Letter = &deadletter.Letter{
+	c.request = deadletter.Request{Method: c.req.Method, Path: c.req.Path, Tenant: c.req.Tenant}
+	c.letter = deadletter.Letter{
 		Pipeline: s.name, Origin: deadletter.Origin{Door: deadletter.DoorHTTP},
 		Scope: c.scope, MessageID: c.req.MessageID, Payload: c.req.Body, Headers: c.req.Header,
-		Metadata: map[string]any{"method": c.req.Method, "path": c.req.Path, "tenant": c.req.Tenant},
+		Request: &c.request,
 	}
+	m.Letter = &c.letter
 	return m
 }
 
