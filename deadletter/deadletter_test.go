@@ -25,7 +25,7 @@ func TestWriteListReplay(t *testing.T) {
 		Pipeline: "stripe", Origin: deadletter.Origin{Door: deadletter.DoorHTTP}, Scope: "stripe", MessageID: "evt_1", Payload: []byte(`{"id":"evt_1"}`),
 		Headers: map[string][]string{"Content-Type": {"application/json"}}, Metadata: map[string]any{"extra": "kept"},
 		Request: &deadletter.Request{Method: "POST", Path: "/webhooks/stripe", Tenant: "acme\x00"},
-		Reason: "23505: duplicate key", Attempts: 1,
+		Reason:  "23505: duplicate key", Attempts: 1,
 	})
 	require.NoError(t, err)
 	_, err = s.WriteTx(ctx, tx, &deadletter.Letter{Pipeline: "ledger", Origin: deadletter.Origin{Door: deadletter.DoorKafka}, Scope: "ledger", Reason: "no message id", Attempts: 1})
