@@ -39,7 +39,9 @@ type Config struct {
 	MaxBatch int
 	// Linger is how long a batch waits for more requests while earlier batches are still
 	// committing: at most once per batch, from its first wait, however many requests arrive
-	// meanwhile; an idle receiver never waits. Negative disables it. Defaults to 1 ms.
+	// meanwhile; an idle receiver never waits. Negative disables it. Defaults to 1 ms. The
+	// best value depends on the database: longer where its CPU is the bound, as bigger
+	// batches cost it less per request (docs/receiver.md, "Group commit").
 	Linger time.Duration
 	// Workers is how many webhook batches may be in their transaction at once. Defaults to
 	// the pool's MaxConns.

@@ -70,6 +70,10 @@ type daemonConfig struct {
 	// HTTPMaxUnverified bounds the request body bytes read before verification
 	// (receiver.Config.MaxUnverifiedBytes). Defaults to the receiver's.
 	HTTPMaxUnverified int64
+	// HTTPMaxBatch and HTTPLinger are the receiver's group commit (receiver.Config.MaxBatch
+	// and Linger; a negative HTTPLinger never waits). Default to the receiver's.
+	HTTPMaxBatch int
+	HTTPLinger   time.Duration
 	// TLSCertFile and TLSKeyFile, when both set, make the receiver serve HTTPS with that
 	// PEM certificate (chain) and key. Default to plain HTTP.
 	TLSCertFile, TLSKeyFile string
@@ -435,6 +439,7 @@ func (d *daemon) startReceiver(start starter) (*part, string, error) {
 	cfg.Schema = d.cfg.Schema
 	cfg.Logger = d.cfg.Logger
 	cfg.MaxUnverifiedBytes = d.cfg.HTTPMaxUnverified
+	cfg.MaxBatch, cfg.Linger = d.cfg.HTTPMaxBatch, d.cfg.HTTPLinger
 	cfg.TracerProvider = d.cfg.TracerProvider
 	rcv, err := receiver.New(d.pool, cfg)
 	if err != nil {

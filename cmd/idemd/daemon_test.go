@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -100,4 +102,46 @@ func TestDaemonOpensItsPoolAtStart(t *testing.T) {
 	})
 	d.signals.ready.Wait(t)
 	require.EqualValues(t, 5, d.pool.Stat().TotalConns())
+}
+
+// TestDaemonGroupCommitSettings: the daemon's receiver takes its group commit from
+// HTTPMaxBatch (IDEMD_HTTP_MAX_BATCH): with 1, concurrent webhooks whose effect holds its
+// transaction for 50 ms are committed one transaction each; with the receiver's default
+// they share transactions.
+func TestDaemonGroupCommitSettings(t *testing.T) {
+	t.Parallel()
+	const n = 16
+	transactions := func(t *testing.T, maxBatch int) int {
+		schema := testSchema(t)
+		f, err := config.Parse("idemd.yaml", []byte(`sources:
+  - name: stripe
+    verify: {scheme: stripe, secrets_env: [BATCH_STRIPE_SECRET]}
+    effect: {sql: "SELECT pg_sleep(0.05)"}
+`), func(string) (string, bool) { return stripeSecret, true })
+		require.NoError(t, err)
+		d, _ := inProcess(t, &daemonConfig{
+			DatabaseURL: pgtest.URL(), Schema: schema, MaxConns: 4, Pipelines: f, Roles: []role{roleReceiver}, Migrate: true,
+			HTTPAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", ShutdownTimeout: 20 * time.Second, HTTPMaxBatch: maxBatch,
+		})
+		addrs := d.signals.ready.Wait(t)
+		var wg sync.WaitGroup
+		status := make([]int, n)
+		for i := range n {
+			wg.Go(func() {
+				resp, err := http.DefaultClient.Do(stripeRequest(t, "http://"+addrs[0]+"/webhooks/stripe", stripeSecret, fmt.Appendf(nil, `{"id":"evt_batch_%d"}`, i)))
+				if err == nil {
+					status[i] = resp.StatusCode
+					resp.Body.Close()
+				}
+			})
+		}
+		wg.Wait()
+		require.Equal(t, slices.Repeat([]int{http.StatusOK}, n), status)
+		var xids int
+		require.NoError(t, pgtest.Pool(t, 1).QueryRow(context.Background(),
+			`SELECT count(DISTINCT xmin::text) FROM `+schema+`.processed_messages`).Scan(&xids))
+		return xids
+	}
+	require.Equal(t, n, transactions(t, 1), "IDEMD_HTTP_MAX_BATCH=1: one transaction per request")
+	require.Less(t, transactions(t, 0), n, "the default batches concurrent requests")
 }

@@ -48,9 +48,12 @@ type Env struct {
 	EntityVersionRetain time.Duration `env:"ENTITY_VERSION_RETENTION" envDefault:"720h" cmds:"serve,dev,check" help:"how long the stale-event guard keeps an entity's last version after its last update"`
 	TLSCertFile         string        `env:"TLS_CERT_FILE" cmds:"serve,dev,check" help:"PEM certificate (chain) of the receiver: it serves HTTPS (with IDEMD_TLS_KEY_FILE)"`
 	TLSKeyFile          string        `env:"TLS_KEY_FILE" cmds:"serve,dev,check" help:"PEM private key of IDEMD_TLS_CERT_FILE"`
-	// The defaults are receiver.MaxConnsDefault and MaxUnverifiedBytesDefault (a test holds them equal).
-	HTTPMaxConns           int   `env:"HTTP_MAX_CONNS" envDefault:"1024" cmds:"serve,dev,check" help:"receiver connections open at once, idle ones included; one more is closed as soon as it is accepted"`
-	HTTPMaxUnverifiedBytes int64 `env:"HTTP_MAX_UNVERIFIED_BYTES" envDefault:"67108864" cmds:"serve,dev,check" help:"request body bytes read before their signature or token is checked, all requests together; a request that does not fit gets 503"`
+	// The defaults are receiver.MaxConnsDefault, MaxUnverifiedBytesDefault, MaxBatchDefault
+	// and LingerDefault (a test holds them equal).
+	HTTPMaxConns           int           `env:"HTTP_MAX_CONNS" envDefault:"1024" cmds:"serve,dev,check" help:"receiver connections open at once, idle ones included; one more is closed as soon as it is accepted"`
+	HTTPMaxUnverifiedBytes int64         `env:"HTTP_MAX_UNVERIFIED_BYTES" envDefault:"67108864" cmds:"serve,dev,check" help:"request body bytes read before their signature or token is checked, all requests together; a request that does not fit gets 503"`
+	HTTPMaxBatch           int           `env:"HTTP_MAX_BATCH" envDefault:"128" cmds:"serve,dev,check" help:"webhook requests one transaction may carry (group commit; 1: one transaction per request)"`
+	HTTPLinger             time.Duration `env:"HTTP_LINGER" envDefault:"1ms" cmds:"serve,dev,check" help:"how long a batch of webhooks waits for more requests while other batches are committing, once per batch (0: never)"`
 
 	// set records which variables were given, for dev's defaults.
 	set map[string]bool
@@ -196,6 +199,18 @@ var envChecks = map[string]func(*Env) error{
 	"IDEMD_HTTP_MAX_UNVERIFIED_BYTES": func(c *Env) error {
 		if c.HTTPMaxUnverifiedBytes < 1 {
 			return fmt.Errorf("IDEMD_HTTP_MAX_UNVERIFIED_BYTES: %d is too small: it must be at least 1", c.HTTPMaxUnverifiedBytes)
+		}
+		return nil
+	},
+	"IDEMD_HTTP_MAX_BATCH": func(c *Env) error {
+		if c.HTTPMaxBatch < 1 {
+			return fmt.Errorf("IDEMD_HTTP_MAX_BATCH: %d is too small: it must be at least 1", c.HTTPMaxBatch)
+		}
+		return nil
+	},
+	"IDEMD_HTTP_LINGER": func(c *Env) error {
+		if c.HTTPLinger < 0 {
+			return fmt.Errorf("IDEMD_HTTP_LINGER: %s is negative: it must be 0 (never wait) or more", c.HTTPLinger)
 		}
 		return nil
 	},

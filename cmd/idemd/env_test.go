@@ -7,9 +7,12 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/sirupsen/logrus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemd/idemd/config"
 	"github.com/idemd/idemd/internal/brokerenv"
 	"github.com/idemd/idemd/internal/tracing"
 	"github.com/idemd/idemd/receiver"
@@ -97,6 +100,35 @@ func TestReceiverLimitDefaults(t *testing.T) {
 	_, err = loadEnv(newEnvironment([]string{"IDEMD_HTTP_MAX_CONNS=0", "IDEMD_HTTP_MAX_UNVERIFIED_BYTES=-1"}))
 	require.ErrorContains(t, err, "IDEMD_HTTP_MAX_CONNS: 0 is too small")
 	require.ErrorContains(t, err, "IDEMD_HTTP_MAX_UNVERIFIED_BYTES: -1 is too small")
+}
+
+// TestReceiverGroupCommitSettings: IDEMD_HTTP_MAX_BATCH and IDEMD_HTTP_LINGER default to
+// the receiver's own defaults, reach its Config, and are checked; IDEMD_HTTP_LINGER=0 means
+// never wait (the receiver's negative Linger), not the receiver's default.
+func TestReceiverGroupCommitSettings(t *testing.T) {
+	t.Parallel()
+	e, err := loadEnv(newEnvironment(nil))
+	require.NoError(t, err)
+	require.Equal(t, receiver.MaxBatchDefault, e.HTTPMaxBatch)
+	require.Equal(t, receiver.LingerDefault, e.HTTPLinger)
+	cfg := daemonConfigFrom(e, &config.File{}, nil, logrus.NewEntry(logrus.New()), nil)
+	require.Equal(t, receiver.MaxBatchDefault, cfg.HTTPMaxBatch)
+	require.Equal(t, receiver.LingerDefault, cfg.HTTPLinger)
+
+	e, err = loadEnv(newEnvironment([]string{"IDEMD_HTTP_MAX_BATCH=1", "IDEMD_HTTP_LINGER=0"}))
+	require.NoError(t, err)
+	cfg = daemonConfigFrom(e, &config.File{}, nil, logrus.NewEntry(logrus.New()), nil)
+	require.Equal(t, 1, cfg.HTTPMaxBatch)
+	require.Negative(t, cfg.HTTPLinger, "0 is no linger")
+	e, err = loadEnv(newEnvironment([]string{"IDEMD_HTTP_LINGER=3ms"}))
+	require.NoError(t, err)
+	require.Equal(t, 3*time.Millisecond, daemonConfigFrom(e, &config.File{}, nil, logrus.NewEntry(logrus.New()), nil).HTTPLinger)
+
+	_, err = loadEnv(newEnvironment([]string{"IDEMD_HTTP_MAX_BATCH=0", "IDEMD_HTTP_LINGER=-1ms"}))
+	require.ErrorContains(t, err, "IDEMD_HTTP_MAX_BATCH: 0 is too small: it must be at least 1")
+	require.ErrorContains(t, err, "IDEMD_HTTP_LINGER: -1ms is negative")
+	_, err = loadEnv(newEnvironment([]string{"IDEMD_HTTP_LINGER=soon"}))
+	require.ErrorContains(t, err, "IDEMD_HTTP_LINGER")
 }
 
 // TestHelpCoversTracingAndBrokers: the commands that read the OTEL_* variables, and those

@@ -112,6 +112,8 @@ func daemonConfigFrom(e *Env, f *config.File, lookup brokerenv.Lookup, log *logr
 		TLSKeyFile:                  e.TLSKeyFile,
 		HTTPMaxConns:                e.HTTPMaxConns,
 		HTTPMaxUnverified:           e.HTTPMaxUnverifiedBytes,
+		HTTPMaxBatch:                e.HTTPMaxBatch,
+		HTTPLinger:                  receiverLinger(e.HTTPLinger),
 		AdminAddr:                   e.AdminAddr,
 		AdminTokens:                 e.adminTokens,
 		AdminInsecureReads:          e.AdminInsecureReads,
@@ -128,6 +130,15 @@ func daemonConfigFrom(e *Env, f *config.File, lookup brokerenv.Lookup, log *logr
 		Logger:                      log,
 		OnReady:                     onReady,
 	}
+}
+
+// receiverLinger is receiver.Config.Linger for IDEMD_HTTP_LINGER, whose 0 means never wait
+// (the receiver's 0 means its default).
+func receiverLinger(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }
 
 func (c *cli) migrate(args []string) int {
