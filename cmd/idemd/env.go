@@ -113,6 +113,14 @@ func (e environment) lookup(name string) (string, bool) {
 }
 
 // loadEnv parses and checks every IDEMD_ variable, reporting every problem at once.
+// atLeast checks a whole-number variable against its lower bound.
+func atLeast[T int | int32 | int64](name string, v, least T) error {
+	if v < least {
+		return fmt.Errorf("%s: %d is too small: it must be at least %d", name, v, least)
+	}
+	return nil
+}
+
 func loadEnv(e environment) (*Env, error) { return loadEnvFor("", e) }
 
 // loadEnvFor parses the IDEMD_ variables and checks those that command cmd reads,
@@ -190,36 +198,16 @@ var envChecks = map[string]func(*Env) error{
 		c.adminTokens = tokens
 		return nil
 	},
-	"IDEMD_HTTP_MAX_CONNS": func(c *Env) error {
-		if c.HTTPMaxConns < 1 {
-			return fmt.Errorf("IDEMD_HTTP_MAX_CONNS: %d is too small: it must be at least 1", c.HTTPMaxConns)
-		}
-		return nil
-	},
-	"IDEMD_HTTP_MAX_UNVERIFIED_BYTES": func(c *Env) error {
-		if c.HTTPMaxUnverifiedBytes < 1 {
-			return fmt.Errorf("IDEMD_HTTP_MAX_UNVERIFIED_BYTES: %d is too small: it must be at least 1", c.HTTPMaxUnverifiedBytes)
-		}
-		return nil
-	},
-	"IDEMD_HTTP_MAX_BATCH": func(c *Env) error {
-		if c.HTTPMaxBatch < 1 {
-			return fmt.Errorf("IDEMD_HTTP_MAX_BATCH: %d is too small: it must be at least 1", c.HTTPMaxBatch)
-		}
-		return nil
-	},
+	"IDEMD_HTTP_MAX_CONNS":            func(c *Env) error { return atLeast("IDEMD_HTTP_MAX_CONNS", c.HTTPMaxConns, 1) },
+	"IDEMD_HTTP_MAX_UNVERIFIED_BYTES": func(c *Env) error { return atLeast("IDEMD_HTTP_MAX_UNVERIFIED_BYTES", c.HTTPMaxUnverifiedBytes, 1) },
+	"IDEMD_HTTP_MAX_BATCH":            func(c *Env) error { return atLeast("IDEMD_HTTP_MAX_BATCH", c.HTTPMaxBatch, 1) },
 	"IDEMD_HTTP_LINGER": func(c *Env) error {
 		if c.HTTPLinger < 0 {
 			return fmt.Errorf("IDEMD_HTTP_LINGER: %s is negative: it must be 0 (never wait) or more", c.HTTPLinger)
 		}
 		return nil
 	},
-	"IDEMD_DB_MAX_CONNS": func(c *Env) error {
-		if c.DBMaxConns < 2 {
-			return fmt.Errorf("IDEMD_DB_MAX_CONNS: %d is too small: it must be at least 2", c.DBMaxConns)
-		}
-		return nil
-	},
+	"IDEMD_DB_MAX_CONNS": func(c *Env) error { return atLeast("IDEMD_DB_MAX_CONNS", c.DBMaxConns, 2) },
 	"IDEMD_KAFKA_SESSION_TIMEOUT": func(c *Env) error {
 		if c.KafkaSessionTimeout < 6*time.Second {
 			// Brokers refuse shorter sessions by default (group.min.session.timeout.ms).

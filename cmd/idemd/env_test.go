@@ -88,29 +88,23 @@ func TestSelfCommand(t *testing.T) {
 	require.Equal(t, `'/opt/my tools/idemd'`, selfCommandFor("/opt/my tools/idemd", "."))
 }
 
-// TestReceiverLimitDefaults: the defaults of IDEMD_HTTP_MAX_CONNS and
-// IDEMD_HTTP_MAX_UNVERIFIED_BYTES (their envDefault tags, shown by --help and the README)
-// are the receiver's own.
-func TestReceiverLimitDefaults(t *testing.T) {
+// TestReceiverSettings: the defaults of IDEMD_HTTP_MAX_CONNS,
+// IDEMD_HTTP_MAX_UNVERIFIED_BYTES, IDEMD_HTTP_MAX_BATCH and IDEMD_HTTP_LINGER (their
+// envDefault tags, shown by --help and the README) are the receiver's own; the group commit
+// settings reach the daemon's config, IDEMD_HTTP_LINGER=0 as never wait (the receiver's
+// negative Linger), not as the receiver's default; bad values are named.
+func TestReceiverSettings(t *testing.T) {
 	t.Parallel()
 	e, err := loadEnv(newEnvironment(nil))
 	require.NoError(t, err)
 	require.Equal(t, receiver.MaxConnsDefault, e.HTTPMaxConns)
 	require.EqualValues(t, receiver.MaxUnverifiedBytesDefault, e.HTTPMaxUnverifiedBytes)
-	_, err = loadEnv(newEnvironment([]string{"IDEMD_HTTP_MAX_CONNS=0", "IDEMD_HTTP_MAX_UNVERIFIED_BYTES=-1"}))
-	require.ErrorContains(t, err, "IDEMD_HTTP_MAX_CONNS: 0 is too small")
-	require.ErrorContains(t, err, "IDEMD_HTTP_MAX_UNVERIFIED_BYTES: -1 is too small")
-}
-
-// TestReceiverGroupCommitSettings: IDEMD_HTTP_MAX_BATCH and IDEMD_HTTP_LINGER default to
-// the receiver's own defaults, reach its Config, and are checked; IDEMD_HTTP_LINGER=0 means
-// never wait (the receiver's negative Linger), not the receiver's default.
-func TestReceiverGroupCommitSettings(t *testing.T) {
-	t.Parallel()
-	e, err := loadEnv(newEnvironment(nil))
-	require.NoError(t, err)
 	require.Equal(t, receiver.MaxBatchDefault, e.HTTPMaxBatch)
 	require.Equal(t, receiver.LingerDefault, e.HTTPLinger)
+	_, err = loadEnv(newEnvironment([]string{"IDEMD_HTTP_MAX_CONNS=0", "IDEMD_HTTP_MAX_UNVERIFIED_BYTES=-1"}))
+	require.ErrorContains(t, err, "IDEMD_HTTP_MAX_CONNS: 0 is too small: it must be at least 1")
+	require.ErrorContains(t, err, "IDEMD_HTTP_MAX_UNVERIFIED_BYTES: -1 is too small")
+
 	cfg := daemonConfigFrom(e, &config.File{}, nil, logrus.NewEntry(logrus.New()), nil)
 	require.Equal(t, receiver.MaxBatchDefault, cfg.HTTPMaxBatch)
 	require.Equal(t, receiver.LingerDefault, cfg.HTTPLinger)
