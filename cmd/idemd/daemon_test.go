@@ -124,11 +124,15 @@ func TestDaemonGroupCommitSettings(t *testing.T) {
 			HTTPAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", ShutdownTimeout: 20 * time.Second, HTTPMaxBatch: maxBatch,
 		})
 		addrs := d.signals.ready.Wait(t)
+		reqs := make([]*http.Request, n)
+		for i := range reqs {
+			reqs[i] = stripeRequest(t, "http://"+addrs[0]+"/webhooks/stripe", stripeSecret, fmt.Appendf(nil, `{"id":"evt_batch_%d"}`, i))
+		}
 		var wg sync.WaitGroup
 		status := make([]int, n)
-		for i := range n {
+		for i, req := range reqs {
 			wg.Go(func() {
-				resp, err := http.DefaultClient.Do(stripeRequest(t, "http://"+addrs[0]+"/webhooks/stripe", stripeSecret, fmt.Appendf(nil, `{"id":"evt_batch_%d"}`, i)))
+				resp, err := http.DefaultClient.Do(req)
 				if err == nil {
 					status[i] = resp.StatusCode
 					resp.Body.Close()

@@ -112,7 +112,6 @@ func (e environment) lookup(name string) (string, bool) {
 	return v, ok
 }
 
-// loadEnv parses and checks every IDEMD_ variable, reporting every problem at once.
 // atLeast checks a whole-number variable against its lower bound.
 func atLeast[T int | int32 | int64](name string, v, least T) error {
 	if v < least {
@@ -121,6 +120,7 @@ func atLeast[T int | int32 | int64](name string, v, least T) error {
 	return nil
 }
 
+// loadEnv parses and checks every IDEMD_ variable, reporting every problem at once.
 func loadEnv(e environment) (*Env, error) { return loadEnvFor("", e) }
 
 // loadEnvFor parses the IDEMD_ variables and checks those that command cmd reads,
