@@ -98,7 +98,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.relayRate, "relay-rate", 1000, "events/s enqueued, one per transaction, for the commit-to-Kafka latency run")
 	fs.DurationVar(&o.relayDuration, "relay-duration", 10*time.Second, "length of the relay latency run")
 	fs.StringVar(&o.peersBin, "peers-bin", "", "the peer consumers' program (build: go build -C bench/peers -o idemd-peers .); without it the peers section is skipped")
-	fs.IntVar(&o.peerMessages, "peer-messages", 24000, "records of the peer comparison topic (20% duplicates)")
+	fs.IntVar(&o.peerMessages, "peer-messages", 72000, "records of the peer comparison topic (20% duplicates)")
 	fs.IntVar(&o.peerPartitions, "peer-partitions", 6, "partitions of the peer comparison topic")
 	growthRows := fs.String("growth-rows", "0,1000000", "sizes to pre-fill processed_messages and the published outbox to before measuring the limit, the consumer and the receivers (comma list; 10000000 takes about 12 minutes on a 2-core machine: the ids go in random key order, as traffic inserts them)")
 	fs.IntVar(&o.growthMessages, "growth-messages", 100000, "records consumed (and limit messages) at each growth size")
