@@ -109,10 +109,7 @@ func benchGrowth(ctx context.Context, e *env, res *Results) error {
 		if err := e.prefill(ctx, rows); err != nil {
 			return err
 		}
-		size := human(rows)
-		if slices.Contains(sizes[:i], rows) {
-			size += " (again)"
-		}
+		size := sizeLabel(rows, slices.Contains(sizes[:i], rows))
 		limit, err := e.growthLimit(ctx, fmt.Sprintf("evt-%s-growth-limit-%d", e.runID, i), size, lc)
 		if err != nil {
 			return err
@@ -155,6 +152,14 @@ func benchGrowth(ctx context.Context, e *env, res *Results) error {
 		res.Growth = append(res.Growth, GrowthPoint{Rows: rows, Limit: limit, LimitClaim: claim, Consumer: con, Receiver: rcv, Naive: naive})
 	}
 	return nil
+}
+
+// sizeLabel names a growth point's table size, "(again)" when an earlier point had it.
+func sizeLabel(rows int, again bool) string {
+	if again {
+		return human(rows) + " (again)"
+	}
+	return human(rows)
 }
 
 // growthLimit runs the limit c twice at a growth point, each time on fresh ids (prefix),

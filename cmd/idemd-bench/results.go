@@ -218,10 +218,7 @@ func (r *Results) ratios() []Ratio {
 		}
 	}
 	for i, g := range r.Growth {
-		size := human(g.Rows)
-		if slices.ContainsFunc(r.Growth[:i], func(p GrowthPoint) bool { return p.Rows == g.Rows }) {
-			size += " (again)"
-		}
+		size := sizeLabel(g.Rows, slices.ContainsFunc(r.Growth[:i], func(p GrowthPoint) bool { return p.Rows == g.Rows }))
 		if g.Receiver != nil && g.Naive != nil {
 			info(fmt.Sprintf("receiver / naive receiver at %s rows", size), g.Receiver.Rate/g.Naive.Rate)
 		}
