@@ -46,11 +46,13 @@ func Watch(tb testing.TB, tables ...string) *Watcher {
 		tb.Fatalf("pgtest: watch: %v", err)
 	}
 	// One notifying function, shared by every test: CREATE OR REPLACE under an advisory
-	// lock, as concurrent replaces of one function conflict.
-	_, err = conn.Exec(ctx, `SELECT pg_advisory_lock(hashtext('pgtest.watch'));
+	// lock, as concurrent replaces of one function conflict ("tuple concurrently updated").
+	// The statements run in one implicit transaction, so the lock is the transaction's, held
+	// until the replace has committed: a session lock unlocked by the last statement was
+	// released before the commit, and the next test's replace could still meet this one's.
+	_, err = conn.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('pgtest.watch'));
 CREATE OR REPLACE FUNCTION public.pgtest_watch_notify() RETURNS trigger LANGUAGE plpgsql AS
-$$ BEGIN PERFORM pg_notify(TG_ARGV[0], ''); RETURN NULL; END $$;
-SELECT pg_advisory_unlock(hashtext('pgtest.watch'))`)
+$$ BEGIN PERFORM pg_notify(TG_ARGV[0], ''); RETURN NULL; END $$`)
 	if err != nil {
 		tb.Fatalf("pgtest: watch: %v", err)
 	}

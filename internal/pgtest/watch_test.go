@@ -2,6 +2,7 @@ package pgtest_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -30,4 +31,18 @@ func TestWatch(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	require.ErrorIs(t, w.Wait(ctx, func() bool { return false }), context.DeadlineExceeded)
+}
+
+// TestWatchesStartTogether: watchers started at once by parallel tests all get the shared
+// notifying function; none meets another's replace of it ("tuple concurrently updated").
+func TestWatchesStartTogether(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	db.Exec(t, db.Q("CREATE TABLE {schema}.items (n int)"))
+	for i := range 12 {
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			t.Parallel()
+			pgtest.Watch(t, db.Q("{schema}.items"))
+		})
+	}
 }
