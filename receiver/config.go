@@ -14,7 +14,7 @@ import (
 // package's.
 const (
 	MaxBatchDefault     = 128
-	LingerDefault       = time.Millisecond
+	LingerDefault       = 2 * time.Millisecond
 	ApplyTimeoutDefault = 5 * time.Second
 	LeaseDefault        = 30 * time.Second
 	MaxWaitDefault      = 30 * time.Second
@@ -39,9 +39,10 @@ type Config struct {
 	MaxBatch int
 	// Linger is how long a batch waits for more requests while earlier batches are still
 	// committing: at most once per batch, from its first wait, however many requests arrive
-	// meanwhile; an idle receiver never waits. Negative disables it. Defaults to 1 ms. The
+	// meanwhile; an idle receiver never waits. Negative disables it. Defaults to 2 ms. The
 	// best value depends on the database: longer where its CPU is the bound, as bigger
-	// batches cost it less per request (docs/receiver.md, "Group commit").
+	// batches cost it less per request, shorter where its CPU idles while transactions
+	// wait on their commits (docs/receiver.md, "Group commit").
 	Linger time.Duration
 	// Workers is how many webhook batches may be in their transaction at once. Defaults to
 	// the pool's MaxConns.
