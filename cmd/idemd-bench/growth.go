@@ -133,14 +133,10 @@ func benchGrowth(ctx context.Context, e *env, res *Results) error {
 		if err := e.vacuum(ctx); err != nil {
 			return err
 		}
-		con, err := e.runConsumer(ctx, consumerRun{
-			name: fmt.Sprintf("consumer at %s rows, BatchSize %d, relay running", size, e.o.batch),
-			n:    e.o.growthMessages, batch: e.o.batch, partitions: e.o.partitions, relay: true,
-		})
+		con, err := e.growthConsumer(ctx, size)
 		if err != nil {
 			return err
 		}
-		con.Section = "growth"
 		// The receiver and the naive receiver in turns, as in the receiver section, on the
 		// same tables: their source is the pre-fill's scope and their ids are spread over
 		// the key space, so that their rows land among the pre-filled ones.
@@ -181,6 +177,30 @@ func (e *env) growthLimit(ctx context.Context, prefix, size string, c limitConfi
 				Rate: rate, Unit: "msgs/s", config: c, CPU: cpu, Note: "faster of two runs on fresh ids"}
 		}
 	}
+	return best, nil
+}
+
+// growthConsumer runs the consumer (relay running) twice at a growth point, each time on
+// fresh ids, and keeps the faster run, as growthLimit does for the limit it is compared
+// with: one run of a few seconds moved the consumer's ratio to the limit at 1 M rows from
+// 0.84 to 1.47 between two runs of this section (phase 9).
+func (e *env) growthConsumer(ctx context.Context, size string) (*Row, error) {
+	var best *Row
+	for run := range 2 {
+		con, err := e.runConsumer(ctx, consumerRun{
+			name: fmt.Sprintf("consumer at %s rows, BatchSize %d, relay running", size, e.o.batch),
+			n:    e.o.growthMessages, batch: e.o.batch, partitions: e.o.partitions, relay: true,
+		})
+		if err != nil {
+			return nil, err
+		}
+		e.logf("consumer at %s rows, run %d: %.0f msgs/s", size, run+1, con.Rate)
+		if best == nil || con.Rate > best.Rate {
+			best = con
+		}
+	}
+	best.Section = "growth"
+	best.Note = "faster of two runs on fresh ids; " + best.Note
 	return best, nil
 }
 
