@@ -23,12 +23,13 @@ var commandsWithEnv = []string{"serve", "dev", "migrate", "check", "dlq", "inspe
 
 // TestHelpCoversTheEnvironment reads the tags of Env itself: every variable has a help line
 // and the commands that read it; `idemd help` lists every variable; each command's --help
-// lists exactly the variables it reads; the README's table has a row for each.
+// lists exactly the variables it reads; the README's table has a row for each, whose
+// default is the variable's (a default changed in one place only fails here).
 func TestHelpCoversTheEnvironment(t *testing.T) {
 	t.Parallel()
 	type variable struct {
-		name string
-		cmds []string
+		name, def string
+		cmds      []string
 	}
 	var vars []variable
 	typ := reflect.TypeFor[Env]()
@@ -44,7 +45,7 @@ func TestHelpCoversTheEnvironment(t *testing.T) {
 		for _, c := range cmds {
 			require.Contains(t, commandsWithEnv, c, "%s: cmds names an unknown command", name)
 		}
-		vars = append(vars, variable{name, cmds})
+		vars = append(vars, variable{name, f.Tag.Get("envDefault"), cmds})
 	}
 	require.GreaterOrEqual(t, len(vars), 19)
 
@@ -55,6 +56,10 @@ func TestHelpCoversTheEnvironment(t *testing.T) {
 	for _, v := range vars {
 		require.Regexp(t, `(?m)^  `+v.name+` `, out, "idemd help")
 		require.Regexp(t, "(?m)^\\| `"+v.name+"`", string(readme), "README's environment table")
+		if v.def != "" {
+			require.Regexp(t, "(?m)^\\| `"+v.name+"` \\| `"+regexp.QuoteMeta(v.def)+"`", string(readme),
+				"README's environment table: the default of %s", v.name)
+		}
 	}
 	for _, cmd := range commandsWithEnv {
 		args := []string{cmd, "--help"}
