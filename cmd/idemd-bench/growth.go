@@ -163,8 +163,7 @@ func sizeLabel(rows int, again bool) string {
 // two seconds on a shared machine (at 03:52 on 2 December one such load at 0 rows made the
 // limit 13 % faster at 1 M rows than at 0).
 func (e *env) growthLimit(ctx context.Context, prefix, size string, c limitConfig) (*Row, error) {
-	var best *Row
-	for run := range 2 {
+	return fasterOfTwo(func(run int) (*Row, error) {
 		recs, unique := records(fmt.Sprintf("%s-%d", prefix, run), e.o.growthMessages, e.o.partitions)
 		elapsed, cpu, err := e.runLimit(ctx, newLimitInput(recs, unique), c)
 		if err != nil {
@@ -172,12 +171,9 @@ func (e *env) growthLimit(ctx context.Context, prefix, size string, c limitConfi
 		}
 		rate := float64(len(recs)) / elapsed.Seconds()
 		e.logf("limit at %s rows: %s, run %d: %.0f msgs/s", size, c, run+1, rate)
-		if best == nil || rate > best.Rate {
-			best = &Row{Section: "growth", Mode: fmt.Sprintf("limit at %s rows: %s", size, c), Count: len(recs), Seconds: elapsed.Seconds(),
-				Rate: rate, Unit: "msgs/s", config: c, CPU: cpu, Note: "faster of two runs on fresh ids"}
-		}
-	}
-	return best, nil
+		return &Row{Section: "growth", Mode: fmt.Sprintf("limit at %s rows: %s", size, c), Count: len(recs), Seconds: elapsed.Seconds(),
+			Rate: rate, Unit: "msgs/s", config: c, CPU: cpu, Note: "faster of two runs on fresh ids"}, nil
+	})
 }
 
 // growthConsumer runs the consumer (relay running) twice at a growth point, each time on
@@ -185,8 +181,7 @@ func (e *env) growthLimit(ctx context.Context, prefix, size string, c limitConfi
 // with: one run of a few seconds moved the consumer's ratio to the limit at 1 M rows from
 // 0.84 to 1.47 between two runs of this section (phase 9).
 func (e *env) growthConsumer(ctx context.Context, size string) (*Row, error) {
-	var best *Row
-	for run := range 2 {
+	best, err := fasterOfTwo(func(run int) (*Row, error) {
 		con, err := e.runConsumer(ctx, consumerRun{
 			name: fmt.Sprintf("consumer at %s rows, BatchSize %d, relay running", size, e.o.batch),
 			n:    e.o.growthMessages, batch: e.o.batch, partitions: e.o.partitions, relay: true,
@@ -195,12 +190,28 @@ func (e *env) growthConsumer(ctx context.Context, size string) (*Row, error) {
 			return nil, err
 		}
 		e.logf("consumer at %s rows, run %d: %.0f msgs/s", size, run+1, con.Rate)
-		if best == nil || con.Rate > best.Rate {
-			best = con
-		}
+		return con, nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	best.Section = "growth"
 	best.Note = "faster of two runs on fresh ids; " + best.Note
+	return best, nil
+}
+
+// fasterOfTwo runs measure twice (run 0, then 1) and keeps the faster row.
+func fasterOfTwo(measure func(run int) (*Row, error)) (*Row, error) {
+	var best *Row
+	for run := range 2 {
+		r, err := measure(run)
+		if err != nil {
+			return nil, err
+		}
+		if best == nil || r.Rate > best.Rate {
+			best = r
+		}
+	}
 	return best, nil
 }
 
