@@ -90,6 +90,9 @@ func TestMessagesFiltersAndPagination(t *testing.T) {
 
 	byID := b.get(t, "/api/v1/messages?id=k-1").data(t)
 	require.Len(t, byID, 2)
+	require.Len(t, b.walk(t, "/api/v1/messages?id=k-1", 1, "message_id"), 2, "an id's records paged")
+	require.Len(t, b.get(t, "/api/v1/messages?id=k-1&pipeline=orders&tenant=globex").data(t), 1)
+	require.Empty(t, b.get(t, "/api/v1/messages?id=k-1&pipeline=hooks").data(t))
 	acme := b.get(t, "/api/v1/messages?pipeline=orders&tenant=acme").data(t)
 	require.Len(t, acme, 1)
 	require.Equal(t, "acme", acme[0]["tenant"])
@@ -265,6 +268,10 @@ func TestOutboxDeliveriesAndEndpoints(t *testing.T) {
 	require.Len(t, row, 1)
 	require.Equal(t, "base64", row[0]["payload"].(map[string]any)["encoding"])
 	require.Len(t, b.get(t, "/api/v1/outbox?causation_id=evt-2").data(t), 1)
+	published := b.get(t, "/api/v1/outbox?causation_id=evt-4").data(t)
+	require.Len(t, published, 1, "a published row kept is found by its ids too")
+	require.Len(t, b.get(t, "/api/v1/outbox?operation_id=00000000-0000-0000-0000-000000000004").data(t), 1)
+	require.Empty(t, b.get(t, "/api/v1/outbox?causation_id=evt-4&unpublished=true").data(t))
 	require.Len(t, b.walk(t, "/api/v1/outbox", 1, "id"), 4)
 	require.Equal(t, http.StatusBadRequest, b.get(t, "/api/v1/outbox?operation_id=nope").status)
 

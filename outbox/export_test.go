@@ -14,3 +14,6 @@ func (r *Relay) TestSignals() *RelaySignals { return &r.signals }
 
 // ReadAheads is how many rounds used rows read ahead while the round before was published.
 func (r *Relay) ReadAheads() int64 { return r.readAheads.Load() }
+
+// RowsSQL is Rows' statement and arguments, for the plan tests.
+func (s *Store) RowsSQL(f RowFilter) (string, []any) { return s.rowsSQL(f) }

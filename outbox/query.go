@@ -48,6 +48,21 @@ type RowFilter struct {
 // them (RelayConfig.KeepPublished), until the pruner deletes them after the outbox
 // retention; by default the outbox holds only the rows still to publish.
 func (s *Store) Rows(ctx context.Context, pool *pgxpool.Pool, f RowFilter) ([]*Row, error) {
+	sql, args := s.rowsSQL(f)
+	rows, err := pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("error listing outbox rows: %w", err)
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (*Row, error) {
+		var r Row
+		err := row.Scan(&r.ID, &r.OperationID, &r.Pipeline, &r.CausationID, &r.Topic, &r.Key, &r.Payload,
+			&r.Headers, &r.CreatedAt, &r.PublishedAt)
+		return &r, err
+	})
+}
+
+// rowsSQL is Rows' statement and its arguments.
+func (s *Store) rowsSQL(f RowFilter) (string, []any) {
 	var w sqlwhere.Where
 	if f.Topic != "" {
 		w.Add("topic = ?", f.Topic)
@@ -68,18 +83,17 @@ func (s *Store) Rows(ctx context.Context, pool *pgxpool.Pool, f RowFilter) ([]*R
 		w.Add("id < ?", f.AfterID)
 	}
 	limit := w.Arg(cmp.Or(f.Limit, 50))
-	rows, err := pool.Query(ctx, `SELECT id, operation_id, pipeline, causation_id, topic, key, payload, headers,
-       created_at, published_at FROM `+pgx.Identifier{s.schema}.Sanitize()+`.outbox`+w.SQL()+
-		` ORDER BY id DESC LIMIT `+limit, w.Args()...)
-	if err != nil {
-		return nil, fmt.Errorf("error listing outbox rows: %w", err)
+	t := pgx.Identifier{s.schema}.Sanitize() + ".outbox"
+	from := t + w.SQL()
+	if (f.OperationID != uuid.Nil || f.CausationID != "") && !f.Unpublished {
+		// Only published rows (kept with KeepPublished) are indexed by these ids (migration
+		// 0007): the rows still to publish are read through outbox_unpublished_idx.
+		from = `(SELECT * FROM ` + t + w.SQL() + ` AND published_at IS NOT NULL
+UNION ALL
+SELECT * FROM ` + t + w.SQL() + ` AND published_at IS NULL) AS outbox`
 	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (*Row, error) {
-		var r Row
-		err := row.Scan(&r.ID, &r.OperationID, &r.Pipeline, &r.CausationID, &r.Topic, &r.Key, &r.Payload,
-			&r.Headers, &r.CreatedAt, &r.PublishedAt)
-		return &r, err
-	})
+	return `SELECT id, operation_id, pipeline, causation_id, topic, key, payload, headers, created_at, published_at
+FROM ` + from + ` ORDER BY id DESC LIMIT ` + limit, w.Args()
 }
 
 // TopicBacklog is the unpublished part of the outbox for one topic.

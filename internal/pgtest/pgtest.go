@@ -189,6 +189,31 @@ func (db *DB) Text(tb testing.TB, sql string, args ...any) string {
 	return *v
 }
 
+// Plan returns PostgreSQL's plan of sql with its arguments (EXPLAIN), planned with
+// sequential scans disabled: a "Seq Scan" in it means that no index can serve the
+// statement, whatever the tables' sizes.
+func (db *DB) Plan(tb testing.TB, sql string, args ...any) string {
+	tb.Helper()
+	ctx := context.Background()
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		tb.Fatalf("pgtest: begin: %v", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // read only
+	if _, err := tx.Exec(ctx, "SET LOCAL enable_seqscan = off"); err != nil {
+		tb.Fatalf("pgtest: %v", err)
+	}
+	rows, err := tx.Query(ctx, "EXPLAIN "+sql, args...)
+	if err != nil {
+		tb.Fatalf("pgtest: EXPLAIN %s: %v", sql, err)
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		tb.Fatalf("pgtest: EXPLAIN %s: %v", sql, err)
+	}
+	return strings.Join(lines, "\n")
+}
+
 // Q replaces {schema} in sql with the quoted test schema.
 func (db *DB) Q(sql string) string {
 	return strings.ReplaceAll(sql, "{schema}", pgx.Identifier{db.Schema}.Sanitize())

@@ -1,0 +1,79 @@
+package outbox_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemd/idemd/internal/pgtest"
+	"github.com/idemd/idemd/outbox"
+)
+
+// The console's and `idemd inspect`'s searches of the outbox by operation id or causation
+// id are served by indexes: the published rows kept with KeepPublished by the partial
+// indexes of migration 0007, the rows still to publish by outbox_unpublished_idx. By
+// default (the relay deletes what it published) the id indexes then stay empty and cost the
+// doors' writes nothing. The plan is read with sequential scans disabled, so a statement no
+// index can serve shows a Seq Scan, or a walk of the whole primary key, however small the
+// table.
+func TestSearchByIDsUsesIndexes(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	store := outbox.New(&outbox.Config{Schema: db.Schema})
+	ctx := context.Background()
+	// 4,000 rows, the even ones published (kept).
+	db.Exec(t, db.Q(`INSERT INTO {schema}.outbox (operation_id, pipeline, causation_id, topic, payload, published_at)
+SELECT md5('op-' || g)::uuid, 'hooks', 'evt-' || g, 't', '{}', CASE WHEN g % 2 = 0 THEN now() END
+FROM generate_series(1, 4000) g`))
+	db.Exec(t, db.Q(`ANALYZE {schema}.outbox`))
+	opID := func(g string) uuid.UUID {
+		id, err := uuid.Parse(db.Text(t, "SELECT md5('op-' || $1::text)::uuid::text", g))
+		require.NoError(t, err)
+		return id
+	}
+
+	for _, f := range []outbox.RowFilter{
+		{OperationID: opID("7")},
+		{CausationID: "evt-8"},
+		{CausationID: "evt-8", Topic: "t", AfterID: 100000},
+		{CausationID: "evt-7", Unpublished: true},
+	} {
+		sql, args := store.RowsSQL(f)
+		plan := db.Plan(t, sql, args...)
+		require.NotContains(t, plan, "Seq Scan", "filter %+v:\n%s", f, plan)
+		// Not the whole table walked in id order either.
+		require.NotContains(t, plan, "using outbox_pkey", "filter %+v:\n%s", f, plan)
+		if !f.Unpublished {
+			require.Contains(t, plan, "using outbox_published_", "filter %+v:\n%s", f, plan)
+		}
+	}
+
+	for g, published := range map[string]bool{"7": false, "8": true} {
+		byOp, err := store.Rows(ctx, db.Pool, outbox.RowFilter{OperationID: opID(g)})
+		require.NoError(t, err)
+		require.Len(t, byOp, 1, "operation of evt-%s", g)
+		require.Equal(t, "evt-"+g, byOp[0].CausationID)
+		require.Equal(t, published, byOp[0].PublishedAt != nil)
+		byCause, err := store.Rows(ctx, db.Pool, outbox.RowFilter{CausationID: "evt-" + g})
+		require.NoError(t, err)
+		require.Len(t, byCause, 1, "evt-%s", g)
+		require.Equal(t, byOp[0].ID, byCause[0].ID)
+		pending, err := store.Rows(ctx, db.Pool, outbox.RowFilter{CausationID: "evt-" + g, Unpublished: true})
+		require.NoError(t, err)
+		require.Len(t, pending, map[bool]int{false: 1, true: 0}[published], "evt-%s still to publish", g)
+	}
+	// Both kinds at once, newest first, paged.
+	db.Exec(t, db.Q(`INSERT INTO {schema}.outbox (operation_id, pipeline, causation_id, topic, payload, published_at)
+VALUES (gen_random_uuid(), 'hooks', 'evt-8', 't', '{}', NULL)`))
+	both, err := store.Rows(ctx, db.Pool, outbox.RowFilter{CausationID: "evt-8"})
+	require.NoError(t, err)
+	require.Len(t, both, 2)
+	require.Nil(t, both[0].PublishedAt, "the newer row, still to publish, first")
+	require.NotNil(t, both[1].PublishedAt)
+	page, err := store.Rows(ctx, db.Pool, outbox.RowFilter{CausationID: "evt-8", AfterID: both[0].ID, Limit: 1})
+	require.NoError(t, err)
+	require.Len(t, page, 1)
+	require.Equal(t, both[1].ID, page[0].ID)
+}

@@ -1,0 +1,58 @@
+package processed_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemd/idemd/internal/pgtest"
+	"github.com/idemd/idemd/processed"
+)
+
+// A search by message id (the console's and `idemd inspect`'s) is served by the primary
+// key, one probe per scope: no index has message_id first since migration 0007, which
+// dropped the one that cost every claim a random index write. The plan is read with
+// sequential scans disabled, so a statement no index can serve shows a Seq Scan however
+// small the table.
+func TestSearchByMessageIDWalksThePrimaryKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t, pgtest.Options{}, processed.Config{})
+	ctx := context.Background()
+	b.db.Exec(t, b.db.Q(`INSERT INTO {schema}.processed_messages (scope, message_id, fingerprint, status, expires_at)
+SELECT s, 'm-' || g, '\xab', 'done', now() + interval '1 day'
+FROM unnest(ARRAY['hooks', 'orders'||chr(31)||'acme', 'orders'||chr(31)||'globex', 'other']) s, generate_series(1, 2000) g`))
+	b.db.Exec(t, b.db.Q(`ANALYZE {schema}.processed_messages`))
+
+	for _, f := range []processed.RecordFilter{
+		{MessageID: "m-17"},
+		{MessageID: "m-17", Pipeline: "orders"},
+		{MessageID: "m-17", Pipeline: "orders", Tenant: "acme"},
+		{MessageID: "m-17", Tenant: "globex", State: processed.StateDone},
+	} {
+		sql, args := b.store.ListRecordsSQL(f)
+		plan := b.db.Plan(t, sql, args...)
+		require.NotContains(t, plan, "Seq Scan", "filter %+v:\n%s", f, plan)
+		// Each scope's record by its whole key, not the key walked for the id.
+		require.Regexp(t, `Index Cond: \(\(scope = s\.scope\) AND \(message_id = `, plan, "filter %+v", f)
+	}
+
+	all, err := b.store.ListRecords(ctx, b.db.Pool, processed.RecordFilter{MessageID: "m-17"})
+	require.NoError(t, err)
+	var scopes []string
+	for _, r := range all {
+		require.Equal(t, "m-17", r.MessageID)
+		scopes = append(scopes, r.Scope)
+	}
+	require.ElementsMatch(t, []string{"hooks", "orders\x1facme", "orders\x1fglobex", "other"}, scopes, "one record per scope")
+	orders, err := b.store.ListRecords(ctx, b.db.Pool, processed.RecordFilter{MessageID: "m-17", Pipeline: "orders"})
+	require.NoError(t, err)
+	require.Len(t, orders, 2)
+	one, err := b.store.ListRecords(ctx, b.db.Pool, processed.RecordFilter{MessageID: "m-17", Pipeline: "orders", Tenant: "globex"})
+	require.NoError(t, err)
+	require.Len(t, one, 1)
+	require.Equal(t, "orders\x1fglobex", one[0].Scope)
+	none, err := b.store.ListRecords(ctx, b.db.Pool, processed.RecordFilter{MessageID: "m-2001"})
+	require.NoError(t, err)
+	require.Empty(t, none)
+}
