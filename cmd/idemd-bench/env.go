@@ -350,11 +350,25 @@ func (e *env) checkpoints(ctx context.Context) int64 {
 	return n
 }
 
+// checkpointWrites returns how many buffers checkpoints have written (pg_stat_bgwriter,
+// PostgreSQL 16 and older; -1 where it cannot tell): a checkpoint spreads its writes over
+// minutes, so a short run can fall inside one that completes after it.
+func (e *env) checkpointWrites(ctx context.Context) int64 {
+	var n int64
+	if err := e.pool.QueryRow(ctx, `SELECT buffers_checkpoint FROM pg_stat_bgwriter`).Scan(&n); err != nil {
+		return -1
+	}
+	return n
+}
+
 // latencyNote says how many checkpoints completed since the count before (checkpoints).
 func (e *env) latencyNote(ctx context.Context, before int64) string {
 	after := e.checkpoints(ctx)
 	if before < 0 || after < 0 {
 		return "checkpoints during the run unknown"
 	}
-	return fmt.Sprintf("%d checkpoints completed during the run", after-before)
+	if n := after - before; n != 1 {
+		return fmt.Sprintf("%d checkpoints completed during the run", n)
+	}
+	return "1 checkpoint completed during the run"
 }

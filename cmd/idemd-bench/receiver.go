@@ -87,6 +87,7 @@ func (e *env) receiverTurns(ctx context.Context, source, label string, spread bo
 		g.c.kill()
 		return nil, nil, err
 	}
+	checkpoints, writes := e.checkpoints(ctx), e.checkpointWrites(ctx)
 	turn := e.o.duration / time.Duration(e.o.receiverTurns)
 	for i := 0; i < 2*e.o.receiverTurns && err == nil; i++ {
 		side := []*receiverSide{g, n}[(i+i/2)%2] // A B B A A B …
@@ -95,7 +96,16 @@ func (e *env) receiverTurns(ctx context.Context, source, label string, spread bo
 	if err := e.endReceiverSides(ctx, err, base, g, n); err != nil {
 		return nil, nil, err
 	}
-	return g.row(e, e.o.receiverTurns), n.row(e, e.o.receiverTurns), nil
+	group, naive = g.row(e, e.o.receiverTurns), n.row(e, e.o.receiverTurns)
+	// A checkpoint's writes compete with the receivers for the disk and the CPU, and after
+	// it each page's first change is logged whole: the latencies say when one ran.
+	note := e.latencyNote(ctx, checkpoints)
+	if after := e.checkpointWrites(ctx); writes >= 0 && after >= 0 {
+		note += fmt.Sprintf(", %d buffers written by checkpoints during the turns", after-writes)
+	}
+	group.Note += "; " + note
+	naive.Note += "; " + note
+	return group, naive, nil
 }
 
 // receiverSide is one receiver of the section: its child and what its loads measured.
