@@ -96,7 +96,11 @@ func (s *Store) listRecordsSQL(f RecordFilter) (string, []any) {
 	if f.MessageID != "" {
 		id := w.Arg(f.MessageID)
 		w.Add("message_id = " + id)
-		from = byMessageID(t, id)
+		if f.Pipeline == "" || f.Tenant == "" {
+			// Not one scope: walk them. With both, the scope filter and the id make the
+			// primary key.
+			from = byMessageID(t, id)
+		}
 	}
 	scopeFilter(&w, f.Pipeline, f.Tenant)
 	if f.State != "" {

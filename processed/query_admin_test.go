@@ -27,7 +27,6 @@ FROM unnest(ARRAY['hooks', 'orders'||chr(31)||'acme', 'orders'||chr(31)||'globex
 	for _, f := range []processed.RecordFilter{
 		{MessageID: "m-17"},
 		{MessageID: "m-17", Pipeline: "orders"},
-		{MessageID: "m-17", Pipeline: "orders", Tenant: "acme"},
 		{MessageID: "m-17", Tenant: "globex", State: processed.StateDone},
 	} {
 		sql, args := b.store.ListRecordsSQL(f)
@@ -36,6 +35,11 @@ FROM unnest(ARRAY['hooks', 'orders'||chr(31)||'acme', 'orders'||chr(31)||'globex
 		// Each scope's record by its whole key, not the key walked for the id.
 		require.Regexp(t, `Index Cond: \(\(scope = s\.scope\) AND \(message_id = `, plan, "filter %+v", f)
 	}
+	// A pipeline and a tenant are one scope: one probe, no walk (however many tenants).
+	sql, args := b.store.ListRecordsSQL(processed.RecordFilter{MessageID: "m-17", Pipeline: "orders", Tenant: "acme"})
+	plan := b.db.Plan(t, sql, args...)
+	require.NotContains(t, plan, "Recursive", plan)
+	require.Regexp(t, `Index Cond: \(\(scope = '[^']+'::text\) AND \(message_id = 'm-17'::text\)\)`, plan)
 
 	all, err := b.store.ListRecords(ctx, b.db.Pool, processed.RecordFilter{MessageID: "m-17"})
 	require.NoError(t, err)
