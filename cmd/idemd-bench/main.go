@@ -141,7 +141,8 @@ baseline from the same run, and prints a table (or JSON with -json):
   receiver       Stripe-signed webhooks/s at -concurrency keep-alive connections with
                  p50/p99/p999 latency: idemd with MaxBatch 1, then idemd with group
                  commit and a naive net/http receiver with one transaction per request,
-                 side by side and loaded in turns (-receiver-turns each, A B B A…);
+                 side by side and loaded in turns (-receiver-turns each, A B B A…)
+                 after 1 s of warm-up each, not counted;
   relay          drain rate of a pre-filled outbox, commit-to-Kafka latency at
                  -relay-rate events/s, and 2xx-to-record latency with the receiver taking
                  -relay-rate webhooks/s (after 1 s of warm-up at that rate, reported apart);
