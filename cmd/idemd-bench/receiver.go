@@ -124,21 +124,22 @@ const receiverWarmUp = time.Second
 // warmReceiverSide loads s for receiverWarmUp and counts only its answers, for the check
 // that every 200 is a committed row.
 func (e *env) warmReceiverSide(ctx context.Context, s *receiverSide, prefix string) error {
+	st, err := e.loadSide(ctx, s, prefix, receiverWarmUp)
+	if err != nil {
+		return err
+	}
+	s.warm.count(st)
+	e.logf("receiver %s (%s): %d webhooks in %s, warm-up, not counted", s.name, prefix, st.ok, st.elapsed.Round(time.Millisecond))
+	return nil
+}
+
+// loadSide loads s's receiver for d with webhook ids under prefix.
+func (e *env) loadSide(ctx context.Context, s *receiverSide, prefix string, d time.Duration) (*loadStats, error) {
 	var ids func(int) string
 	if s.spread {
 		ids = func(i int) string { return spreadID(prefix, i) }
 	}
-	st, err := e.loadWebhooks(ctx, "http://"+s.c.Ready+"/webhooks/"+cmp.Or(s.source, defaultSource), prefix, receiverWarmUp, 0, ids, nil)
-	if err != nil {
-		return err
-	}
-	s.warm.ok += st.ok
-	s.warm.failed += st.failed
-	if s.warm.firstErr == "" {
-		s.warm.firstErr = st.firstErr
-	}
-	e.logf("receiver %s (%s): %d webhooks in %s, warm-up, not counted", s.name, prefix, st.ok, st.elapsed.Round(time.Millisecond))
-	return nil
+	return e.loadWebhooks(ctx, "http://"+s.c.Ready+"/webhooks/"+cmp.Or(s.source, defaultSource), prefix, d, 0, ids, nil)
 }
 
 // receiverSide is one receiver of the section: its child and what its loads measured.
@@ -167,11 +168,7 @@ func (e *env) startReceiverSide(ctx context.Context, s *receiverSide) error {
 // loadReceiverSide loads s for d and adds what it measured to s.
 func (e *env) loadReceiverSide(ctx context.Context, s *receiverSide, prefix string, d time.Duration) error {
 	e.startCPU(ctx, s.c, s.c.cpu.app)
-	var ids func(int) string
-	if s.spread {
-		ids = func(i int) string { return spreadID(prefix, i) }
-	}
-	st, err := e.loadWebhooks(ctx, "http://"+s.c.Ready+"/webhooks/"+cmp.Or(s.source, defaultSource), prefix, d, 0, ids, nil)
+	st, err := e.loadSide(ctx, s, prefix, d)
 	if err != nil {
 		return err
 	}
@@ -184,11 +181,7 @@ func (e *env) loadReceiverSide(ctx context.Context, s *receiverSide, prefix stri
 		s.cpu.PostgresUs += cpu.PostgresUs * n
 		s.cpu.GeneratorUs += cpu.GeneratorUs * n
 	}
-	s.st.ok += st.ok
-	s.st.failed += st.failed
-	if s.st.firstErr == "" {
-		s.st.firstErr = st.firstErr
-	}
+	s.st.count(st)
 	s.st.elapsed += st.elapsed
 	s.st.lat = append(s.st.lat, st.lat...)
 	e.logf("receiver %s (%s): %d webhooks in %s", s.name, prefix, st.ok, st.elapsed.Round(time.Millisecond))
@@ -213,13 +206,8 @@ func (e *env) endReceiverSides(ctx context.Context, err error, base webhookCount
 	}
 	var all loadStats
 	for _, s := range sides {
-		for _, st := range []*loadStats{&s.warm, &s.st} {
-			all.ok += st.ok
-			all.failed += st.failed
-			if all.firstErr == "" {
-				all.firstErr = st.firstErr
-			}
-		}
+		all.count(&s.warm)
+		all.count(&s.st)
 	}
 	if err := e.checkWebhooks(ctx, base, &all); err != nil {
 		names := make([]string, len(sides))
@@ -286,6 +274,15 @@ type loadStats struct {
 	firstErr   string
 	elapsed    time.Duration
 	lat        []time.Duration
+}
+
+// count adds st's answers, and its first error if l has none, to l.
+func (l *loadStats) count(st *loadStats) {
+	l.ok += st.ok
+	l.failed += st.failed
+	if l.firstErr == "" {
+		l.firstErr = st.firstErr
+	}
 }
 
 func (s *loadStats) pct(p float64) float64 { return percentile(s.lat, p) }
@@ -496,9 +493,9 @@ func benchRelayUnderLoad(ctx context.Context, e *env, res *Results) error {
 	if err != nil {
 		return err
 	}
-	both := *st
-	both.ok, both.failed = st.ok+warm.ok, st.failed+warm.failed
-	both.firstErr = cmp.Or(warm.firstErr, st.firstErr)
+	var both loadStats
+	both.count(warm)
+	both.count(st)
 	if err := e.checkWebhooks(ctx, webhookCounts{}, &both); err != nil {
 		return fmt.Errorf("relay under load (with its warm-up): %w", err)
 	}
