@@ -221,8 +221,10 @@ func serveChild(ctx context.Context, kind, raw string, stdout io.Writer) error {
 		if err != nil {
 			return err
 		}
+	case "bare":
+		runFn, after = serveBare(c, pool)
 	default:
-		return fmt.Errorf("unknown -serve kind %q (consumer, receiver, relay, naive)", kind)
+		return fmt.Errorf("unknown -serve kind %q (consumer, bare, receiver, relay, naive)", kind)
 	}
 	runFn = withParts(runFn, parts)
 

@@ -110,16 +110,18 @@ func benchConsumer(ctx context.Context, e *env, res *Results) error {
 		n     int
 		batch int
 		relay bool
+		bare  bool
 		out   **Row
 	}{
-		{fmt.Sprintf("exactly-once, BatchSize %d, relay running", e.o.batch), e.o.messages, e.o.batch, true, &res.Consumer},
-		{fmt.Sprintf("exactly-once, BatchSize %d, no relay", e.o.batch), e.o.messages, e.o.batch, false, &res.ConsumerNoRelay},
-		{"exactly-once, BatchSize 1, relay running", e.o.messagesOne, 1, true, &res.ConsumerOne},
+		{fmt.Sprintf("exactly-once, BatchSize %d, relay running", e.o.batch), e.o.messages, e.o.batch, true, false, &res.Consumer},
+		{fmt.Sprintf("exactly-once, BatchSize %d, no relay", e.o.batch), e.o.messages, e.o.batch, false, false, &res.ConsumerNoRelay},
+		{fmt.Sprintf("bare: kafka-go and the limit's unnest, BatchSize %d, events published after commit", e.o.batch), e.o.messages, e.o.batch, false, true, &res.ConsumerBare},
+		{"exactly-once, BatchSize 1, relay running", e.o.messagesOne, 1, true, false, &res.ConsumerOne},
 	} {
 		if err := e.truncate(ctx); err != nil {
 			return err
 		}
-		r, err := e.runConsumer(ctx, consumerRun{name: mode.name, n: mode.n, batch: mode.batch, relay: mode.relay, partitions: e.o.partitions})
+		r, err := e.runConsumer(ctx, consumerRun{name: mode.name, n: mode.n, batch: mode.batch, relay: mode.relay, bare: mode.bare, partitions: e.o.partitions})
 		if err != nil {
 			return err
 		}
@@ -161,6 +163,9 @@ type consumerRun struct {
 	partitions int
 	relay      bool
 	prune      bool
+	// bare runs the bare consumer (bare.go) instead of idemd's; it publishes its events
+	// itself, before each offset commit.
+	bare bool
 	// byEffects times the run by the effects table (first to last effect row) instead of
 	// the group's offsets, as the peers are timed.
 	byEffects bool
@@ -204,14 +209,18 @@ func (e *env) runConsumer(ctx context.Context, m consumerRun) (*Row, error) {
 		}
 	}
 	outTopic := "bench.ledger"
-	if m.relay {
+	if m.relay || m.bare {
 		var err error
 		if outTopic, err = e.topic(ctx, "ledger-"+tag, m.partitions); err != nil {
 			return nil, err
 		}
 	}
 	group := "bench-" + e.runID + "-" + tag
-	c, err := e.startChild(ctx, "consumer", childConfig{
+	kind := "consumer"
+	if m.bare {
+		kind = "bare"
+	}
+	c, err := e.startChild(ctx, kind, childConfig{
 		MaxConns: int32(m.partitions + 4), Topic: topic, Group: group, OutboxTopic: outTopic,
 		Batch: m.batch, Relay: m.relay, RelayBatch: e.o.relayBatch, Prune: m.prune,
 		ProfileName: fmt.Sprintf("consumer-%s-batch%d", tag, m.batch),
@@ -261,7 +270,12 @@ func (e *env) runConsumer(ctx context.Context, m consumerRun) (*Row, error) {
 		}
 	}
 	cpu := e.cpuPerMessage(ctx, c, len(recs))
-	rss, err := e.checkOnce(ctx, c, before, outTopic, m.partitions, unique, m.relay)
+	var rss float64
+	if m.bare {
+		rss, err = e.checkBare(ctx, c, before, outTopic, m.partitions, unique)
+	} else {
+		rss, err = e.checkOnce(ctx, c, before, outTopic, m.partitions, unique, m.relay)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -272,6 +286,8 @@ func (e *env) runConsumer(ctx context.Context, m consumerRun) (*Row, error) {
 	switch {
 	case m.byEffects:
 		how = "rate from first to last effect row"
+	case m.bare:
+		how = "rate from first to last offset commit (each batch's events published before its offset commit); no fingerprint but SHA-256, no conflicts, no retries, no relay: the outbox rows stay"
 	case m.relay:
 		how = "rate from the first offset commit to the last offset commit or the relay's last publish, whichever came later" + commits
 	}
@@ -309,6 +325,27 @@ func (e *env) checkOnce(ctx context.Context, c *child, before int64, outTopic st
 	}
 	if effects != unique || len(events) != unique {
 		return rss, fmt.Errorf("consumer applied %d effects and enqueued events of %d ids for %d distinct ids: not exactly once", effects, len(events), unique)
+	}
+	return rss, nil
+}
+
+// checkBare stops the bare consumer c and checks that it wrote one effect and one outbox
+// row per distinct id, and published every distinct id's event to outTopic.
+func (e *env) checkBare(ctx context.Context, c *child, before int64, outTopic string, partitions, unique int) (float64, error) {
+	rss, effects, err := e.stopAndCount(ctx, c)
+	if err != nil {
+		return rss, err
+	}
+	waiting, err := e.waitingCausations(ctx, before)
+	if err != nil {
+		return rss, err
+	}
+	published := make(map[string]bool, unique)
+	if err := e.readCausations(ctx, outTopic, partitions, published); err != nil {
+		return rss, err
+	}
+	if effects != unique || len(waiting) != unique || len(published) != unique {
+		return rss, fmt.Errorf("bare consumer wrote %d effects and outbox rows of %d ids, and published events of %d ids, for %d distinct ids", effects, len(waiting), len(published), unique)
 	}
 	return rss, nil
 }

@@ -96,8 +96,10 @@ const outboxHeaders = `{"content-type":"application/json"}`
 
 // limitSQL is the statement of a method: $1 scope, $2 topic (effects), $3 outbox topic,
 // $4 outbox headers, then the message columns.
-func (e *env) limitSQL(c limitConfig) string {
-	q := e.q()
+func (e *env) limitSQL(c limitConfig) string { return limitSQL(e.q(), c) }
+
+// limitSQL is env.limitSQL in the schema q (quoted).
+func limitSQL(q string, c limitConfig) string {
 	pm := q + "." + cmpOr(c.processed, "processed_messages")
 	ob := q + "." + cmpOr(c.outboxTable, "outbox")
 	cols := `(scope, message_id, fingerprint, status, received_at, completed_at, expires_at)`

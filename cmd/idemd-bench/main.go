@@ -133,7 +133,9 @@ baseline from the same run, and prints a table (or JSON with -json):
                  -limit-workers; the fastest is the limit;
   consumer       exactly-once messages/s over -messages pre-produced records with 20%%
                  duplicates, with the relay running (as in production), without it, and
-                 with one transaction per message;
+                 with one transaction per message; and the bare consumer (kafka-go as
+                 idemd reads, the limit's unnest writes, events published after each
+                 commit, none of idemd's other work): how close any consumer came;
   brokers        idemd's Pub/Sub and SQS subscriptions on in-process fakes (pstest,
                  goaws) over -broker-messages (SQS) and -pubsub-messages messages with 20%% repeats, each beside
                  the limit and beside the official client receiving and acknowledging

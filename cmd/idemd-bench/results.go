@@ -94,6 +94,7 @@ type Results struct {
 	LimitOne        *Row           `json:"limit_one_tx,omitempty"`
 	Consumer        *Row           `json:"consumer,omitempty"`
 	ConsumerNoRelay *Row           `json:"consumer_no_relay,omitempty"`
+	ConsumerBare    *Row           `json:"consumer_bare,omitempty"`
 	ConsumerOne     *Row           `json:"consumer_one_tx,omitempty"`
 	Brokers         []*Row         `json:"brokers,omitempty"`
 	PubSub          *Row           `json:"-"`
@@ -145,6 +146,10 @@ func (r *Results) ratios() []Ratio {
 		add("consumer (relay running) / limit", v, ">= 0.70", v >= 0.7)
 		if r.ConsumerNoRelay != nil {
 			info("consumer (no relay) / limit", r.ConsumerNoRelay.Rate/limit)
+		}
+		if r.ConsumerBare != nil {
+			info("bare consumer / limit: how close any consumer came here", r.ConsumerBare.Rate/limit)
+			info("consumer (relay running) / bare consumer", r.Consumer.Rate/r.ConsumerBare.Rate)
 		}
 	}
 	for _, b := range []struct {
@@ -351,7 +356,7 @@ func abs(n int) int {
 
 // all are the rows of the run in print order.
 func (r *Results) all() []*Row {
-	rows := []*Row{r.Limit, r.LimitAgain, r.LimitOne, r.Consumer, r.ConsumerNoRelay, r.ConsumerOne}
+	rows := []*Row{r.Limit, r.LimitAgain, r.LimitOne, r.Consumer, r.ConsumerNoRelay, r.ConsumerBare, r.ConsumerOne}
 	rows = append(rows, r.Brokers...)
 	rows = append(rows, r.Receiver, r.ReceiverOne, r.Naive,
 		r.Relay, r.RelayLatency, r.RelayUnderLoad)
