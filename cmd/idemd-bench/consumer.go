@@ -137,6 +137,24 @@ func benchConsumer(ctx context.Context, e *env, res *Results) error {
 			res.LimitAgain = again
 		}
 	}
+	// The bare consumer is the ceiling: it also runs at the limit's best batch size, and
+	// the faster of the two counts.
+	if res.Limit != nil && res.Limit.config.batch != e.o.batch {
+		if err := e.truncate(ctx); err != nil {
+			return err
+		}
+		b := res.Limit.config.batch
+		r, err := e.runConsumer(ctx, consumerRun{name: fmt.Sprintf("bare: kafka-go and the limit's unnest, BatchSize %d, events published after commit", b),
+			n: e.o.messages, batch: b, bare: true, partitions: e.o.partitions})
+		if err != nil {
+			return err
+		}
+		slower := res.ConsumerBare
+		if r.Rate > slower.Rate {
+			res.ConsumerBare, slower = r, res.ConsumerBare
+		}
+		res.ConsumerBare.Note += fmt.Sprintf("; the faster of two: BatchSize %d (the consumer's) and %d (the limit's best), the other %.0f msgs/s", e.o.batch, b, slower.Rate)
+	}
 	return nil
 }
 
