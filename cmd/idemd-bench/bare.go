@@ -33,16 +33,23 @@ import (
 // process dies between its commit and its publish (nothing reads the outbox, whose rows
 // stay). So its rate over the limit's is how close any consumer of this topic can come to
 // the limit here, where the broker shares the two cores with PostgreSQL and the consumer.
+//
+// With deletes set it also deletes its batch's outbox rows once their events are
+// published (one statement per batch), as a relay that deletes what it published must:
+// the least a consumer whose events go through a transactional outbox does.
 type bare struct {
 	pool    *pgxpool.Pool
 	brokers []string
 	w       *kafka.Writer
-	sql    string
-	batch  int
-	topic  string // the effects' topic column: the topic read
-	out    string
-	events atomic.Int64
-	txs    atomic.Int64
+	sql     string
+	del     string
+	batch   int
+	topic   string // the effects' topic column: the topic read
+	out     string
+	// deletes removes each batch's outbox rows once published (BareDelete).
+	deletes bool
+	events  atomic.Int64
+	txs     atomic.Int64
 }
 
 const bareScope = "bench"
@@ -57,8 +64,9 @@ func serveBare(c childConfig, pool *pgxpool.Pool) (func(context.Context) error, 
 			BatchTimeout: outbox.RelayBatchTimeoutDefault, BatchSize: c.RelayBatch, BatchBytes: 64 << 20,
 		},
 		// The limit's statement, telling which ids were new: their events are published.
-		sql:   limitSQL(quote(c.Schema), limitConfig{method: methodUnnest}) + "\nRETURNING causation_id",
-		batch: c.Batch, topic: c.Topic, out: c.OutboxTopic,
+		sql:   limitSQL(quote(c.Schema), limitConfig{method: methodUnnest}) + "\nRETURNING causation_id, id",
+		batch: c.Batch, topic: c.Topic, out: c.OutboxTopic, deletes: c.BareDelete,
+		del: "DELETE FROM " + quote(c.Schema) + ".outbox WHERE id = ANY($1)",
 	}
 	run := func(ctx context.Context) error {
 		defer b.w.Close() //nolint:errcheck // every write waited for its acknowledgement
@@ -167,6 +175,7 @@ type bareBatch struct {
 	offs   []int64
 	ops    []pgtype.UUID
 	pub    []kafka.Message
+	rowIDs []int64 // the outbox ids of pub
 }
 
 // apply writes s.msgs in one transaction, then publishes the new ids' events.
@@ -198,15 +207,19 @@ func (b *bare) apply(ctx context.Context, s *bareBatch) error {
 		s.offs = append(s.offs, m.Offset)
 		s.ops = append(s.ops, pgtype.UUID{Bytes: outbox.OperationID(bareScope, id, 0), Valid: true})
 	}
-	s.pub = s.pub[:0]
+	s.pub, s.rowIDs = s.pub[:0], s.rowIDs[:0]
 	err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, b.sql, bareScope, b.topic, b.out, outboxHeaders,
 			pgarray.Text(s.ids), pgarray.Bytes(s.fps), pgarray.Bytes(s.bodies), s.parts, s.offs, pgarray.UUID(s.ops))
 		if err != nil {
 			return err
 		}
-		var id string
-		_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
+		var (
+			id    string
+			rowID int64
+		)
+		_, err = pgx.ForEachRow(rows, []any{&id, &rowID}, func() error {
+			s.rowIDs = append(s.rowIDs, rowID)
 			j := s.first[id]
 			m := &s.msgs[s.at[j]]
 			s.pub = append(s.pub, kafka.Message{Value: m.Value, Headers: []kafka.Header{
@@ -229,6 +242,11 @@ func (b *bare) apply(ctx context.Context, s *bareBatch) error {
 		return fmt.Errorf("publishing %d events: %w", len(s.pub), err)
 	}
 	b.events.Add(int64(len(s.pub)))
+	if b.deletes {
+		if _, err := b.pool.Exec(ctx, b.del, s.rowIDs); err != nil {
+			return fmt.Errorf("deleting %d published outbox rows: %w", len(s.rowIDs), err)
+		}
+	}
 	return nil
 }
 

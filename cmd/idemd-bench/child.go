@@ -72,6 +72,8 @@ type childConfig struct {
 	BrokerEnv          map[string]string `json:"broker_env,omitempty"`
 	IDAttribute        string            `json:"id_attribute,omitempty"`
 	Lease              time.Duration     `json:"lease,omitempty"`
+	// BareDelete makes the bare consumer delete its outbox rows once published (bare.go).
+	BareDelete bool `json:"bare_delete,omitempty"`
 }
 
 // effectSQL is the effect of every pipeline of the bench: one row per applied message.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -110,18 +111,16 @@ func benchConsumer(ctx context.Context, e *env, res *Results) error {
 		n     int
 		batch int
 		relay bool
-		bare  bool
 		out   **Row
 	}{
-		{fmt.Sprintf("exactly-once, BatchSize %d, relay running", e.o.batch), e.o.messages, e.o.batch, true, false, &res.Consumer},
-		{fmt.Sprintf("exactly-once, BatchSize %d, no relay", e.o.batch), e.o.messages, e.o.batch, false, false, &res.ConsumerNoRelay},
-		{fmt.Sprintf("bare: kafka-go and the limit's unnest, BatchSize %d, events published after commit", e.o.batch), e.o.messages, e.o.batch, false, true, &res.ConsumerBare},
-		{"exactly-once, BatchSize 1, relay running", e.o.messagesOne, 1, true, false, &res.ConsumerOne},
+		{fmt.Sprintf("exactly-once, BatchSize %d, relay running", e.o.batch), e.o.messages, e.o.batch, true, &res.Consumer},
+		{fmt.Sprintf("exactly-once, BatchSize %d, no relay", e.o.batch), e.o.messages, e.o.batch, false, &res.ConsumerNoRelay},
+		{"exactly-once, BatchSize 1, relay running", e.o.messagesOne, 1, true, &res.ConsumerOne},
 	} {
 		if err := e.truncate(ctx); err != nil {
 			return err
 		}
-		r, err := e.runConsumer(ctx, consumerRun{name: mode.name, n: mode.n, batch: mode.batch, relay: mode.relay, bare: mode.bare, partitions: e.o.partitions})
+		r, err := e.runConsumer(ctx, consumerRun{name: mode.name, n: mode.n, batch: mode.batch, relay: mode.relay, partitions: e.o.partitions})
 		if err != nil {
 			return err
 		}
@@ -137,24 +136,53 @@ func benchConsumer(ctx context.Context, e *env, res *Results) error {
 			res.LimitAgain = again
 		}
 	}
-	// The bare consumer is the ceiling: it also runs at the limit's best batch size, and
-	// the faster of the two counts.
-	if res.Limit != nil && res.Limit.config.batch != e.o.batch {
+	return benchBare(ctx, e, res)
+}
+
+// benchBare measures the bare consumer (bare.go), the ceiling of the consumer's ratio to
+// the limit: at the consumer's batch size and at the limit's best when it differs (the
+// faster counts), then at that size deleting its published outbox rows, as a relay does.
+func benchBare(ctx context.Context, e *env, res *Results) error {
+	run := func(batch int, deletes bool) (*Row, error) {
 		if err := e.truncate(ctx); err != nil {
-			return err
+			return nil, err
 		}
-		b := res.Limit.config.batch
-		r, err := e.runConsumer(ctx, consumerRun{name: fmt.Sprintf("bare: kafka-go and the limit's unnest, BatchSize %d, events published after commit", b),
-			n: e.o.messages, batch: b, bare: true, partitions: e.o.partitions})
+		name := fmt.Sprintf("bare: kafka-go and the limit's unnest, BatchSize %d, events published after commit", batch)
+		if deletes {
+			name += ", then their outbox rows deleted"
+		}
+		return e.runConsumer(ctx, consumerRun{name: name, n: e.o.messages, batch: batch, bare: true, bareDelete: deletes, partitions: e.o.partitions})
+	}
+	best, batch := (*Row)(nil), e.o.batch
+	batches := []int{e.o.batch}
+	if res.Limit != nil && res.Limit.config.batch != e.o.batch {
+		batches = append(batches, res.Limit.config.batch)
+	}
+	var others []string
+	for _, b := range batches {
+		r, err := run(b, false)
 		if err != nil {
 			return err
 		}
-		slower := res.ConsumerBare
-		if r.Rate > slower.Rate {
-			res.ConsumerBare, slower = r, res.ConsumerBare
+		switch {
+		case best == nil:
+			best = r
+		case r.Rate > best.Rate:
+			others = append(others, fmt.Sprintf("BatchSize %d %.0f msgs/s", batch, best.Rate))
+			best, batch = r, b
+		default:
+			others = append(others, fmt.Sprintf("BatchSize %d %.0f msgs/s", b, r.Rate))
 		}
-		res.ConsumerBare.Note += fmt.Sprintf("; the faster of two: BatchSize %d (the consumer's) and %d (the limit's best), the other %.0f msgs/s", e.o.batch, b, slower.Rate)
 	}
+	if len(others) > 0 {
+		best.Note += fmt.Sprintf("; the faster at the consumer's BatchSize (%d) and the limit's best (%d), the other: %s", e.o.batch, res.Limit.config.batch, strings.Join(others, ", "))
+	}
+	res.ConsumerBare = best
+	r, err := run(batch, true)
+	if err != nil {
+		return err
+	}
+	res.ConsumerBareDelete = r
 	return nil
 }
 
@@ -182,8 +210,8 @@ type consumerRun struct {
 	relay      bool
 	prune      bool
 	// bare runs the bare consumer (bare.go) instead of idemd's; it publishes its events
-	// itself, before each offset commit.
-	bare bool
+	// itself, before each offset commit, and with bareDelete then deletes their rows.
+	bare, bareDelete bool
 	// byEffects times the run by the effects table (first to last effect row) instead of
 	// the group's offsets, as the peers are timed.
 	byEffects bool
@@ -240,7 +268,7 @@ func (e *env) runConsumer(ctx context.Context, m consumerRun) (*Row, error) {
 	}
 	c, err := e.startChild(ctx, kind, childConfig{
 		MaxConns: int32(m.partitions + 4), Topic: topic, Group: group, OutboxTopic: outTopic,
-		Batch: m.batch, Relay: m.relay, RelayBatch: e.o.relayBatch, Prune: m.prune,
+		Batch: m.batch, Relay: m.relay, RelayBatch: e.o.relayBatch, Prune: m.prune, BareDelete: m.bareDelete,
 		ProfileName: fmt.Sprintf("consumer-%s-batch%d", tag, m.batch),
 	})
 	if err != nil {
@@ -290,7 +318,7 @@ func (e *env) runConsumer(ctx context.Context, m consumerRun) (*Row, error) {
 	cpu := e.cpuPerMessage(ctx, c, len(recs))
 	var rss float64
 	if m.bare {
-		rss, err = e.checkBare(ctx, c, before, outTopic, m.partitions, unique)
+		rss, err = e.checkBare(ctx, c, before, outTopic, m.partitions, unique, m.bareDelete)
 	} else {
 		rss, err = e.checkOnce(ctx, c, before, outTopic, m.partitions, unique, m.relay)
 	}
@@ -305,7 +333,10 @@ func (e *env) runConsumer(ctx context.Context, m consumerRun) (*Row, error) {
 	case m.byEffects:
 		how = "rate from first to last effect row"
 	case m.bare:
-		how = "rate from first to last offset commit (each batch's events published before its offset commit); no fingerprint but SHA-256, no conflicts, no retries, no relay: the outbox rows stay"
+		how = "rate from first to last offset commit (each batch's events published before its offset commit); no fingerprint but SHA-256, no conflicts, no retries, no relay"
+		if !m.bareDelete {
+			how += ": the outbox rows stay"
+		}
 	case m.relay:
 		how = "rate from the first offset commit to the last offset commit or the relay's last publish, whichever came later" + commits
 	}
@@ -348,8 +379,9 @@ func (e *env) checkOnce(ctx context.Context, c *child, before int64, outTopic st
 }
 
 // checkBare stops the bare consumer c and checks that it wrote one effect and one outbox
-// row per distinct id, and published every distinct id's event to outTopic.
-func (e *env) checkBare(ctx context.Context, c *child, before int64, outTopic string, partitions, unique int) (float64, error) {
+// row per distinct id (deleted, with deletes), and published every distinct id's event to
+// outTopic.
+func (e *env) checkBare(ctx context.Context, c *child, before int64, outTopic string, partitions, unique int, deletes bool) (float64, error) {
 	rss, effects, err := e.stopAndCount(ctx, c)
 	if err != nil {
 		return rss, err
@@ -362,8 +394,12 @@ func (e *env) checkBare(ctx context.Context, c *child, before int64, outTopic st
 	if err := e.readCausations(ctx, outTopic, partitions, published); err != nil {
 		return rss, err
 	}
-	if effects != unique || len(waiting) != unique || len(published) != unique {
-		return rss, fmt.Errorf("bare consumer wrote %d effects and outbox rows of %d ids, and published events of %d ids, for %d distinct ids", effects, len(waiting), len(published), unique)
+	rows := unique
+	if deletes {
+		rows = 0
+	}
+	if effects != unique || len(waiting) != rows || len(published) != unique {
+		return rss, fmt.Errorf("bare consumer wrote %d effects, left outbox rows of %d ids (want %d), and published events of %d ids, for %d distinct ids", effects, len(waiting), rows, len(published), unique)
 	}
 	return rss, nil
 }

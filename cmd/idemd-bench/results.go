@@ -95,30 +95,32 @@ type Results struct {
 	Consumer        *Row           `json:"consumer,omitempty"`
 	ConsumerNoRelay *Row           `json:"consumer_no_relay,omitempty"`
 	ConsumerBare    *Row           `json:"consumer_bare,omitempty"`
-	ConsumerOne     *Row           `json:"consumer_one_tx,omitempty"`
-	Brokers         []*Row         `json:"brokers,omitempty"`
-	PubSub          *Row           `json:"-"`
-	PubSubOnly      *Row           `json:"-"`
-	SQS             *Row           `json:"-"`
-	SQSShortLease   *Row           `json:"-"`
-	SQSOnly         *Row           `json:"-"`
-	Receiver        *Row           `json:"receiver,omitempty"`
-	ReceiverOne     *Row           `json:"receiver_one_tx,omitempty"`
-	Naive           *Row           `json:"naive_receiver,omitempty"`
-	Relay           *Row           `json:"relay,omitempty"`
-	RelayLatency    *Row           `json:"relay_latency,omitempty"`
-	RelayUnderLoad  *Row           `json:"relay_under_load,omitempty"`
-	Peers           []*Row         `json:"peers,omitempty"`
-	PeersIdemd      *Row           `json:"-"`
-	PeersWatermill  *Row           `json:"-"`
-	PeersKafkaGo    *Row           `json:"-"`
-	Growth          []GrowthPoint  `json:"growth,omitempty"`
-	PruneSteady     *Row           `json:"prune_steady,omitempty"`
-	PruneOff        *Row           `json:"prune_off,omitempty"`
-	PruneSizes      []Sizes        `json:"prune_sizes,omitempty"`
-	Amplification   []*Row         `json:"amplification,omitempty"`
-	Notes           []string       `json:"notes,omitempty"`
-	Ratios          []Ratio        `json:"ratios"`
+	// ConsumerBareDelete is the bare consumer deleting its published outbox rows.
+	ConsumerBareDelete *Row          `json:"consumer_bare_delete,omitempty"`
+	ConsumerOne        *Row          `json:"consumer_one_tx,omitempty"`
+	Brokers            []*Row        `json:"brokers,omitempty"`
+	PubSub             *Row          `json:"-"`
+	PubSubOnly         *Row          `json:"-"`
+	SQS                *Row          `json:"-"`
+	SQSShortLease      *Row          `json:"-"`
+	SQSOnly            *Row          `json:"-"`
+	Receiver           *Row          `json:"receiver,omitempty"`
+	ReceiverOne        *Row          `json:"receiver_one_tx,omitempty"`
+	Naive              *Row          `json:"naive_receiver,omitempty"`
+	Relay              *Row          `json:"relay,omitempty"`
+	RelayLatency       *Row          `json:"relay_latency,omitempty"`
+	RelayUnderLoad     *Row          `json:"relay_under_load,omitempty"`
+	Peers              []*Row        `json:"peers,omitempty"`
+	PeersIdemd         *Row          `json:"-"`
+	PeersWatermill     *Row          `json:"-"`
+	PeersKafkaGo       *Row          `json:"-"`
+	Growth             []GrowthPoint `json:"growth,omitempty"`
+	PruneSteady        *Row          `json:"prune_steady,omitempty"`
+	PruneOff           *Row          `json:"prune_off,omitempty"`
+	PruneSizes         []Sizes       `json:"prune_sizes,omitempty"`
+	Amplification      []*Row        `json:"amplification,omitempty"`
+	Notes              []string      `json:"notes,omitempty"`
+	Ratios             []Ratio       `json:"ratios"`
 }
 
 func (o *options) public() map[string]any {
@@ -150,6 +152,10 @@ func (r *Results) ratios() []Ratio {
 		if r.ConsumerBare != nil {
 			info("bare consumer / limit: how close any consumer came here", r.ConsumerBare.Rate/limit)
 			info("consumer (relay running) / bare consumer", r.Consumer.Rate/r.ConsumerBare.Rate)
+		}
+		if r.ConsumerBareDelete != nil {
+			info("bare consumer deleting its published rows / limit", r.ConsumerBareDelete.Rate/limit)
+			info("consumer (relay running) / bare consumer deleting its published rows", r.Consumer.Rate/r.ConsumerBareDelete.Rate)
 		}
 	}
 	for _, b := range []struct {
@@ -356,7 +362,7 @@ func abs(n int) int {
 
 // all are the rows of the run in print order.
 func (r *Results) all() []*Row {
-	rows := []*Row{r.Limit, r.LimitAgain, r.LimitOne, r.Consumer, r.ConsumerNoRelay, r.ConsumerBare, r.ConsumerOne}
+	rows := []*Row{r.Limit, r.LimitAgain, r.LimitOne, r.Consumer, r.ConsumerNoRelay, r.ConsumerOne, r.ConsumerBare, r.ConsumerBareDelete}
 	rows = append(rows, r.Brokers...)
 	rows = append(rows, r.Receiver, r.ReceiverOne, r.Naive,
 		r.Relay, r.RelayLatency, r.RelayUnderLoad)
