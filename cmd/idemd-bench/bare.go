@@ -34,9 +34,10 @@ import (
 // stay). So its rate over the limit's is how close any consumer of this topic can come to
 // the limit here, where the broker shares the two cores with PostgreSQL and the consumer.
 //
-// With deletes set it also deletes its batch's outbox rows once their events are
-// published (one statement per batch), as a relay that deletes what it published must:
-// the least a consumer whose events go through a transactional outbox does.
+// With deletes set it also deletes its outbox rows once their events are published, as a
+// relay that deletes what it published must: in its next batch's transaction, pipelined
+// before the batch's statement (no transaction of their own), and the last batch's when
+// it stops. The least a consumer whose events go through a transactional outbox does.
 type bare struct {
 	pool    *pgxpool.Pool
 	brokers []string
@@ -157,6 +158,11 @@ func (b *bare) partition(ctx context.Context, gen *kafka.Generation, pa kafka.Pa
 			}
 		}
 		if !open {
+			if len(s.done) > 0 {
+				if _, err := b.pool.Exec(context.WithoutCancel(ctx), b.del, s.done); err != nil {
+					return fmt.Errorf("bare consumer, partition %d: deleting %d published outbox rows: %w", pa.ID, len(s.done), err)
+				}
+			}
 			return nil
 		}
 	}
@@ -176,6 +182,7 @@ type bareBatch struct {
 	ops    []pgtype.UUID
 	pub    []kafka.Message
 	rowIDs []int64 // the outbox ids of pub
+	done   []int64 // published outbox rows not deleted yet (deletes)
 }
 
 // apply writes s.msgs in one transaction, then publishes the new ids' events.
@@ -209,8 +216,20 @@ func (b *bare) apply(ctx context.Context, s *bareBatch) error {
 	}
 	s.pub, s.rowIDs = s.pub[:0], s.rowIDs[:0]
 	err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, b.sql, bareScope, b.topic, b.out, outboxHeaders,
+		var q pgx.Batch
+		if len(s.done) > 0 {
+			q.Queue(b.del, s.done)
+		}
+		q.Queue(b.sql, bareScope, b.topic, b.out, outboxHeaders,
 			pgarray.Text(s.ids), pgarray.Bytes(s.fps), pgarray.Bytes(s.bodies), s.parts, s.offs, pgarray.UUID(s.ops))
+		br := tx.SendBatch(ctx, &q)
+		defer br.Close() //nolint:errcheck // its errors are the results'
+		if len(s.done) > 0 {
+			if _, err := br.Exec(); err != nil {
+				return fmt.Errorf("deleting %d published outbox rows: %w", len(s.done), err)
+			}
+		}
+		rows, err := br.Query()
 		if err != nil {
 			return err
 		}
@@ -235,6 +254,7 @@ func (b *bare) apply(ctx context.Context, s *bareBatch) error {
 		return err
 	}
 	b.txs.Add(1)
+	s.done = s.done[:0]
 	if len(s.pub) == 0 {
 		return nil
 	}
@@ -243,9 +263,7 @@ func (b *bare) apply(ctx context.Context, s *bareBatch) error {
 	}
 	b.events.Add(int64(len(s.pub)))
 	if b.deletes {
-		if _, err := b.pool.Exec(ctx, b.del, s.rowIDs); err != nil {
-			return fmt.Errorf("deleting %d published outbox rows: %w", len(s.rowIDs), err)
-		}
+		s.done = append(s.done, s.rowIDs...)
 	}
 	return nil
 }
