@@ -10,6 +10,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/idemd/idemd/internal/collect"
 	"github.com/idemd/idemd/internal/metrics"
 )
 
@@ -57,7 +58,7 @@ func (c *Consumer) runBroker(ctx context.Context) error {
 		// A batch is cut once a slot is free: while every slot is taken, the messages
 		// received meanwhile wait in in, and the next batch takes them (up to BatchSize).
 		sem <- struct{}{}
-		batch, open := collect(in, c.cfg.BatchSize, c.cfg.Linger)
+		batch, open := collect.Batch(in, c.cfg.BatchSize, c.cfg.Linger, nil)
 		if len(batch) == 0 {
 			<-sem
 		} else {

@@ -467,42 +467,6 @@ func (c *Consumer) Owns(topic string, partition int) bool {
 	return c.owned[partitionKey{topic, partition}]
 }
 
-// collect waits for a first record, then gathers more until size or linger.
-func collect(in <-chan *record, size int, linger time.Duration) ([]*record, bool) {
-	first, ok := <-in
-	if !ok {
-		return nil, false
-	}
-	batch := []*record{first}
-	var timer <-chan time.Time
-	for len(batch) < size {
-		select {
-		case r, ok := <-in:
-			if !ok {
-				return batch, false
-			}
-			batch = append(batch, r)
-			continue
-		default:
-		}
-		if timer == nil {
-			t := time.NewTimer(linger)
-			defer t.Stop()
-			timer = t.C
-		}
-		select {
-		case r, ok := <-in:
-			if !ok {
-				return batch, false
-			}
-			batch = append(batch, r)
-		case <-timer:
-			return batch, true
-		}
-	}
-	return batch, true
-}
-
 type partitionKey struct {
 	topic     string
 	partition int

@@ -11,6 +11,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/sirupsen/logrus"
 
+	"github.com/idemd/idemd/internal/collect"
 	"github.com/idemd/idemd/internal/metrics"
 )
 
@@ -171,7 +172,7 @@ func (c *Consumer) partition(stop, work context.Context, gen *kafka.Generation, 
 		}
 	}()
 	for {
-		batch, open := collect(in, c.cfg.BatchSize, c.cfg.Linger)
+		batch, open := collect.Batch(in, c.cfg.BatchSize, c.cfg.Linger, nil)
 		if len(batch) > 0 {
 			if err := c.process(work, batch); err != nil {
 				if work.Err() == nil {

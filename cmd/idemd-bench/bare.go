@@ -16,6 +16,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/idemd/idemd/consumer"
+	"github.com/idemd/idemd/internal/collect"
 	"github.com/idemd/idemd/internal/pgarray"
 	"github.com/idemd/idemd/outbox"
 )
@@ -146,7 +147,7 @@ func (b *bare) partition(ctx context.Context, gen *kafka.Generation, pa kafka.Pa
 	}()
 	var s bareBatch
 	for {
-		batch, open := collectMessages(in, b.batch, consumer.LingerDefault, s.msgs[:0])
+		batch, open := collect.Batch(in, b.batch, consumer.LingerDefault, s.msgs[:0])
 		s.msgs = batch
 		if len(batch) > 0 {
 			if err := b.apply(ctx, &s); err != nil {
@@ -266,45 +267,4 @@ func (b *bare) apply(ctx context.Context, s *bareBatch) error {
 		s.done = append(s.done, s.rowIDs...)
 	}
 	return nil
-}
-
-// collectMessages is the consumer's collect for kafka-go messages: it waits for one, then
-// takes up to size, waiting up to linger for more once none is at hand. open is false once
-// in is closed.
-func collectMessages(in <-chan kafka.Message, size int, linger time.Duration, batch []kafka.Message) (_ []kafka.Message, open bool) {
-	first, ok := <-in
-	if !ok {
-		return batch, false
-	}
-	batch = append(batch, first)
-	var timer *time.Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
-	for len(batch) < size {
-		select {
-		case m, ok := <-in:
-			if !ok {
-				return batch, false
-			}
-			batch = append(batch, m)
-			continue
-		default:
-		}
-		if timer == nil {
-			timer = time.NewTimer(linger)
-		}
-		select {
-		case m, ok := <-in:
-			if !ok {
-				return batch, false
-			}
-			batch = append(batch, m)
-		case <-timer.C:
-			return batch, true
-		}
-	}
-	return batch, true
 }

@@ -1,0 +1,36 @@
+package collect
+
+import (
+	"testing"
+	"time"
+)
+
+// TestBatch: a batch stops at its size, or once the linger passes with nothing
+// more at hand, and reports the channel's close with what it holds.
+func TestBatch(t *testing.T) {
+	in := make(chan int, 10)
+	for i := range 5 {
+		in <- i
+	}
+	batch, open := Batch(in, 3, time.Hour, nil)
+	if len(batch) != 3 || !open || batch[0] != 0 || batch[2] != 2 {
+		t.Fatalf("full batch: %d values, open %v", len(batch), open)
+	}
+	start := time.Now()
+	batch, open = Batch(in, 3, 20*time.Millisecond, batch[:0])
+	if len(batch) != 2 || !open || batch[0] != 3 {
+		t.Fatalf("lingered batch: %d values, open %v", len(batch), open)
+	}
+	if waited := time.Since(start); waited < 20*time.Millisecond {
+		t.Fatalf("returned after %s, before the linger", waited)
+	}
+	in <- 5
+	close(in)
+	batch, open = Batch(in, 3, time.Hour, batch[:0])
+	if len(batch) != 1 || open || batch[0] != 5 {
+		t.Fatalf("closed with one: %d values, open %v", len(batch), open)
+	}
+	if batch, open = Batch(in, 3, time.Hour, batch[:0]); len(batch) != 0 || open {
+		t.Fatalf("closed and empty: %d values, open %v", len(batch), open)
+	}
+}
