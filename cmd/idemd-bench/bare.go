@@ -32,8 +32,10 @@ import (
 // It keeps none of idemd's promises but the dedup: the body's fingerprint is its SHA-256,
 // a conflict is not told from a repeat, nothing is retried, and an event is lost if the
 // process dies between its commit and its publish (nothing reads the outbox, whose rows
-// stay). So its rate over the limit's is how close any consumer of this topic can come to
-// the limit here, where the broker shares the two cores with PostgreSQL and the consumer.
+// stay). What it does is part of what idemd's consumer does, so its rate over the limit's
+// bounds, up to the noise between runs, how close a consumer of this topic with idemd's
+// client, broker and database comes to the limit here, where the broker shares the two
+// cores with PostgreSQL and the consumer.
 //
 // With deletes set it also deletes its outbox rows once their events are published, as a
 // relay that deletes what it published must: in its next batch's transaction, pipelined

@@ -269,7 +269,7 @@ func (e *env) runConsumer(ctx context.Context, m consumerRun) (*Row, error) {
 	c, err := e.startChild(ctx, kind, childConfig{
 		MaxConns: int32(m.partitions + 4), Topic: topic, Group: group, OutboxTopic: outTopic,
 		Batch: m.batch, Relay: m.relay, RelayBatch: e.o.relayBatch, Prune: m.prune, BareDelete: m.bareDelete,
-		ProfileName: fmt.Sprintf("consumer-%s-batch%d", tag, m.batch),
+		ProfileName: fmt.Sprintf("%s-%s-batch%d", kind, tag, m.batch),
 	})
 	if err != nil {
 		return nil, err
