@@ -48,7 +48,10 @@ type Config struct {
 	// the pool's MaxConns.
 	Workers int
 	// ApplyTimeout bounds how long a request waits for its transaction, transient retries
-	// included, before it is answered 503 with nothing stored. Defaults to 5 s.
+	// included, before it is answered 503 with nothing stored. Defaults to 5 s. It runs
+	// from the start of the request's batch: before that, a request waits for a free
+	// worker (Workers) while every worker's batch is in its transaction, and a batch whose
+	// COMMIT ended without an answer waits up to its resolve timeout (10 s) for the outcome.
 	ApplyTimeout time.Duration
 	// Lease is how long an API request's reservation protects its key before a retry may
 	// take it over (after a crash). Defaults to 30 s.
