@@ -131,8 +131,9 @@ subscriptions:
 		inOutage.Store(true)
 		proxy.SetDown(true)
 		// A webhook sent as the outage begins is answered 503 once the receiver's apply
-		// timeout (5 s) has passed. The senders' requests in flight may not be: a COMMIT
-		// cut without an answer waits for its outcome until the database is back.
+		// timeout (5 s) has passed. The senders' requests may be answered after the outage
+		// ends: the timeout starts with a request's batch, once a worker is free, and a
+		// COMMIT cut without an answer waits up to 10 s for its outcome.
 		probeReq := stripeRequest(t, hook, faultsStripeSecret, webhookBody(probes[o]))
 		probed := make(chan struct{})
 		go func() {
