@@ -47,11 +47,15 @@ type Config struct {
 	// Workers is how many webhook batches may be in their transaction at once. Defaults to
 	// the pool's MaxConns.
 	Workers int
-	// ApplyTimeout bounds how long a request waits for its transaction, transient retries
-	// included, before it is answered 503 with nothing stored. Defaults to 5 s. It runs
-	// from the start of the request's batch: before that, a request waits for a free
-	// worker (Workers) while every worker's batch is in its transaction, and a batch whose
-	// COMMIT ended without an answer waits up to its resolve timeout (10 s) for the outcome.
+	// ApplyTimeout bounds, twice over, how long a webhook request waits. First for a free
+	// worker (Workers), from its arrival: when every worker's batch is still in its
+	// transaction after ApplyTimeout, the request is answered 503 (busy, Retry-After: 1)
+	// with nothing stored, and counted in idemd_http_rejected_total{reason="no_worker"}, so
+	// that a database slower than the arrivals makes senders retry later instead of piling
+	// requests up behind the workers. Then its batch's transaction, transient retries
+	// included, from the batch's start: past it, 503 with nothing stored. A batch whose
+	// COMMIT ended without an answer waits up to its resolve timeout (10 s) for the
+	// outcome. Defaults to 5 s.
 	ApplyTimeout time.Duration
 	// Lease is how long an API request's reservation protects its key before a retry may
 	// take it over (after a crash). Defaults to 30 s.

@@ -110,3 +110,60 @@ func TestLingerBoundsABatchsWait(t *testing.T) {
 	require.Less(t, sizes[0], n/2, "the second batch's sizes, in commit order: %v", sizes)
 	require.Equal(t, n, b.effects(t))
 }
+
+// TestNoWorkerAnswers503WithinApplyTimeout: a webhook waits for a worker at most
+// ApplyTimeout. With the only worker's batch held (in BeforeCommit, which does not watch
+// its context), the requests behind it, the one the batcher holds and the one still
+// handing itself over, are answered 503 (busy, Retry-After) within the timeout, long before
+// the held batch ends, with nothing stored; sent again once a worker is free, they apply.
+func TestNoWorkerAnswers503WithinApplyTimeout(t *testing.T) {
+	t.Parallel()
+	const timeout = 300 * time.Millisecond
+	var (
+		held    = make(chan struct{})
+		release = make(chan struct{})
+		first   sync.Once
+	)
+	b := setup(t, 4, func(db *pgtest.DB) Config {
+		return Config{Sources: []Source{stripeSource(db)}, Workers: 1, ApplyTimeout: timeout,
+			BeforeCommit: func([]string) {
+				first.Do(func() {
+					close(held)
+					<-release
+				})
+			}}
+	})
+	var releaseOnce sync.Once
+	free := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(free) // before the receiver's Close, which waits for the held batch
+	answers := make(chan resp, 3)
+	post := func(id string) {
+		answers <- b.stripe(t, stripeEvent(id, 100, ""))
+	}
+	go post("evt_held")
+	<-held
+	start := time.Now()
+	go post("evt_behind_1")
+	go post("evt_behind_2")
+	for range 2 {
+		select {
+		case r := <-answers:
+			require.Equal(t, http.StatusServiceUnavailable, r.status, "%s", r.body)
+			require.Equal(t, "unavailable", r.problemType(t))
+			require.Equal(t, "1", r.header.Get("Retry-After"))
+			require.Contains(t, r.json(t)["detail"], "busy")
+		case <-time.After(10 * timeout):
+			t.Fatalf("no answer %s after the requests behind the held batch were sent: they wait for the worker without bound", time.Since(start))
+		}
+	}
+	free()
+	held1 := <-answers // its own transaction outlived the timeout while held: 503, rolled back
+	require.Equal(t, http.StatusServiceUnavailable, held1.status, "%s", held1.body)
+	require.Equal(t, 0, b.db.Count(t, "{schema}.processed_messages"))
+	require.Equal(t, 0, b.effects(t))
+	for _, id := range []string{"evt_held", "evt_behind_1", "evt_behind_2"} {
+		r := b.stripe(t, stripeEvent(id, 100, ""))
+		require.Equal(t, http.StatusOK, r.status, "%s: %s", id, r.body)
+	}
+	require.Equal(t, 3, b.effects(t))
+}

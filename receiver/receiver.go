@@ -64,6 +64,9 @@ type item struct {
 	msg  *exactlyonce.Message
 	err  error
 	done chan struct{}
+	// giveUp is when the request stops waiting for a worker (its arrival plus
+	// ApplyTimeout): it is then answered 503 with nothing stored.
+	giveUp time.Time
 }
 
 // New checks cfg (every effect SQL must prepare on pool), fills its defaults and starts the
@@ -169,6 +172,10 @@ func (r *Receiver) Close() {
 }
 
 var errClosed = errors.New("receiver is closed")
+
+// errNoWorker is the answer of a webhook request that waited ApplyTimeout for a worker
+// while every worker's batch was in its transaction: nothing of it was stored.
+var errNoWorker = errors.New("no worker was free within the apply timeout: every worker's batch was in its transaction")
 
 // ServeHTTP routes a request to its source: POST {path}, and for API sources PUT
 // {path}/{key}, GET {path}/{key} (Idempotency.Lookup) and DELETE {path}/{id} (Delete).
@@ -297,6 +304,11 @@ func (r *Receiver) serveWebhook(w http.ResponseWriter, c *call, log *logrus.Entr
 		log = log.WithField("message_id", id) // only what is logged pays for the field
 	}
 	switch {
+	case errors.Is(err, errNoWorker):
+		metrics.Rejected.WithLabelValues(src.name, "no_worker").Inc()
+		log.WithField("apply_timeout", r.cfg.ApplyTimeout.String()).
+			Warn("no worker was free within the apply timeout (every worker's batch in its transaction); answered 503, nothing stored")
+		writeProblem(w, probUnavailable, "the receiver is busy: retry later", id, 1)
 	case err != nil:
 		log.WithError(err).Error("webhook transaction failed; answered 503, nothing stored")
 		writeProblem(w, probUnavailable, "retry later", id, 1)
@@ -327,13 +339,25 @@ func errString(err error) string {
 	return err.Error()
 }
 
-// submit hands m to the batcher and waits for its commit.
+// submit hands m to the batcher and waits for its commit. It waits for a worker up to
+// ApplyTimeout (errNoWorker after), so that a database slower than the arrivals makes
+// senders retry later instead of piling up requests, each holding its body, behind the
+// workers.
 func (r *Receiver) submit(m *exactlyonce.Message) error {
-	it := &item{msg: m, done: make(chan struct{})}
+	it := &item{msg: m, done: make(chan struct{}), giveUp: time.Now().Add(r.cfg.ApplyTimeout)}
 	select {
-	case r.queue <- it:
-	case <-r.ctx.Done():
-		return errClosed
+	case r.queue <- it: // the batcher was waiting for requests: the common case, no timer
+	default:
+		t := time.NewTimer(time.Until(it.giveUp))
+		select {
+		case r.queue <- it:
+			t.Stop()
+		case <-t.C:
+			return errNoWorker
+		case <-r.ctx.Done():
+			t.Stop()
+			return errClosed
+		}
 	}
 	// Not abandoned on client disconnect: the batch commits anyway, and leaving would only
 	// lose the answer.
@@ -341,9 +365,37 @@ func (r *Receiver) submit(m *exactlyonce.Message) error {
 	return it.err
 }
 
-// batchLoop collects waiting requests into batches: it takes the first, waits for a worker,
-// then takes whatever else is already waiting, up to MaxBatch. While other batches are
-// committing it lingers up to Linger for more; an idle receiver sends at once.
+// answer ends it without a transaction.
+func (it *item) answer(err error) {
+	it.err = err
+	close(it.done)
+}
+
+// acquire waits for a worker for first, up to its giveUp; false when first was answered
+// instead (no worker in time, or the receiver closing).
+func (r *Receiver) acquire(first *item) bool {
+	select {
+	case r.sem <- struct{}{}:
+		return true
+	default:
+	}
+	t := time.NewTimer(time.Until(first.giveUp))
+	defer t.Stop()
+	select {
+	case r.sem <- struct{}{}:
+		return true
+	case <-t.C:
+		first.answer(errNoWorker)
+	case <-r.ctx.Done():
+		first.answer(errClosed)
+	}
+	return false
+}
+
+// batchLoop collects waiting requests into batches: it takes the first, waits for a worker
+// (up to the first's ApplyTimeout), then takes whatever else is already waiting, up to
+// MaxBatch. While other batches are committing it lingers up to Linger for more; an idle
+// receiver sends at once.
 func (r *Receiver) batchLoop() {
 	defer r.wg.Done()
 	var timer *time.Timer
@@ -354,7 +406,9 @@ func (r *Receiver) batchLoop() {
 		case <-r.ctx.Done():
 			return
 		}
-		r.sem <- struct{}{}
+		if !r.acquire(first) {
+			continue
+		}
 		batch := []*item{first}
 		busy := len(r.sem) > 1
 		lingering := false
@@ -409,8 +463,7 @@ func (r *Receiver) applyBatch(batch []*item) {
 	metrics.TxDuration.WithLabelValues("http").Observe(time.Since(start).Seconds())
 	metrics.TxBatchSize.WithLabelValues("http").Observe(float64(len(msgs)))
 	for _, it := range batch {
-		it.err = err
-		close(it.done)
+		it.answer(err)
 	}
 }
 
