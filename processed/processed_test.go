@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
@@ -386,4 +387,48 @@ func TestDeletedFromTablesVacuumSooner(t *testing.T) {
 		require.Equal(t, 1, b.db.Count(t, "pg_class WHERE oid = $1::regclass AND 'autovacuum_vacuum_scale_factor=0.02' = ANY (reloptions)",
 			b.db.Schema+"."+table), table)
 	}
+}
+
+// TestClaimBatchesSharingIDsDoNotDeadlock: batches that share ids, each listing them in its
+// own order, claim them in one order (the statements' ORDER BY scope, message_id), both the
+// new ids (claimNew, which waits for a concurrent uncommitted claim of the same key) and the
+// expired ones taken over (claim, which locks their rows): no two transactions wait for
+// each other (SQLSTATE 40P01, deadlock_detected), however they interleave.
+func TestClaimBatchesSharingIDsDoNotDeadlock(t *testing.T) {
+	t.Parallel()
+	const (
+		claimers = 8
+		rounds   = 12
+		ids      = 24
+		perBatch = 16
+	)
+	b := setup(t, pgtest.Options{MaxConns: claimers + 2}, processed.Config{})
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for g := range claimers {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(g), 7))
+			<-start
+			for range rounds {
+				claims := make([]processed.Claim, 0, perBatch)
+				for _, i := range rng.Perm(ids)[:perBatch] {
+					// Expired almost at once: the next batch takes each over.
+					claims = append(claims, processed.Claim{Scope: "s", MessageID: fmt.Sprintf("evt_%02d", i), Fingerprint: fp, Retention: time.Millisecond})
+				}
+				err := b.inTx(t, func(tx pgx.Tx) error {
+					if _, err := b.store.ClaimBatchTx(ctx, tx, claims); err != nil {
+						return err
+					}
+					// Hold the rows a moment, so that the other batches wait on them.
+					_, err := tx.Exec(ctx, "SELECT pg_sleep(0.005)")
+					return err
+				})
+				require.NoError(t, err, "a batch's claims waited on another's that waited on it")
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	require.Equal(t, ids, b.db.Count(t, "{schema}.processed_messages"))
 }
