@@ -21,6 +21,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/idemd/idemd/internal/gctune"
 	"github.com/idemd/idemd/migrations"
 	"github.com/idemd/idemd/processed"
 )
@@ -184,6 +185,9 @@ type Machine struct {
 	SharedBuffers     string `json:"shared_buffers"`
 	Autovacuum        string `json:"autovacuum"`
 	LoadAvg           string `json:"load_average"`
+	// ChildGC is the children's collector setting: the daemon's default (gctune) or the
+	// GOGC and GOMEMLIMIT of the environment or of -child-env.
+	ChildGC string `json:"child_gc"`
 }
 
 func (e *env) machine(ctx context.Context) Machine {
@@ -193,6 +197,7 @@ func (e *env) machine(ctx context.Context) Machine {
 	_ = e.pool.QueryRow(ctx, "SHOW synchronous_commit").Scan(&m.SynchronousCommit)
 	_ = e.pool.QueryRow(ctx, "SHOW shared_buffers").Scan(&m.SharedBuffers)
 	_ = e.pool.QueryRow(ctx, "SHOW autovacuum").Scan(&m.Autovacuum)
+	m.ChildGC = e.childGC()
 	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
 		if f := strings.Fields(string(b)); len(f) >= 3 {
 			m.LoadAvg = strings.Join(f[:3], " ")
@@ -207,6 +212,33 @@ func (e *env) machine(ctx context.Context) Machine {
 		}
 	}
 	return m
+}
+
+// childGC describes the collector setting the children run with.
+func (e *env) childGC() string {
+	env := map[string]string{}
+	for _, name := range []string{"GOGC", "GOMEMLIMIT"} {
+		if v, ok := os.LookupEnv(name); ok {
+			env[name] = v
+		}
+	}
+	if e.o.childEnv != "" {
+		for _, kv := range strings.Split(e.o.childEnv, ",") {
+			if name, v, _ := strings.Cut(kv, "="); name == "GOGC" || name == "GOMEMLIMIT" {
+				env[name] = v
+			}
+		}
+	}
+	var parts []string
+	if v, ok := env["GOGC"]; ok {
+		parts = append(parts, "GOGC="+v)
+	} else {
+		parts = append(parts, fmt.Sprintf("GOGC=%d (the daemon's default)", gctune.Percent))
+	}
+	if v, ok := env["GOMEMLIMIT"]; ok {
+		parts = append(parts, "GOMEMLIMIT="+v)
+	}
+	return strings.Join(parts, ", ")
 }
 
 // child is a running idemd side of a load: this binary with -serve.
@@ -237,7 +269,11 @@ func (e *env) startChild(ctx context.Context, kind string, cfg childConfig) (*ch
 	if err != nil {
 		return nil, err
 	}
-	c, err := e.startProcess(ctx, kind, exec.Command(self, "--serve="+kind, "--serve-config="+string(b)))
+	cmd := exec.Command(self, "--serve="+kind, "--serve-config="+string(b))
+	if e.o.childEnv != "" {
+		cmd.Env = append(os.Environ(), strings.Split(e.o.childEnv, ",")...)
+	}
+	c, err := e.startProcess(ctx, kind, cmd)
 	if err != nil {
 		return nil, err
 	}

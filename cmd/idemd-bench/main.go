@@ -23,6 +23,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/idemd/idemd/internal/gctune"
 )
 
 // options are the command-line flags of a bench run.
@@ -63,6 +65,7 @@ type options struct {
 	profileDir     string
 	keepSchema     bool
 	keepPublished  bool
+	childEnv       string
 	databaseURL    string
 	brokers        string
 }
@@ -115,6 +118,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.jsonOut, "json", false, "print the results as JSON instead of a table")
 	fs.StringVar(&o.profileDir, "profile-dir", "", "write CPU, heap, allocation and block profiles of each idemd child process into this directory")
 	fs.BoolVar(&o.keepSchema, "keep-schema", false, "do not drop the bench schema at the end (inspection)")
+	fs.StringVar(&o.childEnv, "child-env", "", "comma list of NAME=VALUE added to the environment of every idemd child only (not the bench's, not the peers'), e.g. GOGC=300,GOMEMLIMIT=120MiB to measure the daemon under the Go runtime's settings")
 	fs.BoolVar(&o.keepPublished, "keep-published", false, "run the relay with KeepPublished (IDEMD_OUTBOX_KEEP_PUBLISHED: published rows marked and kept, as before phase 2), and pre-fill published outbox rows for growth")
 	fs.StringVar(&o.databaseURL, "database-url", "", "PostgreSQL URL (default IDEMD_DATABASE_URL, else "+databaseURLDefault+")")
 	fs.StringVar(&o.brokers, "brokers", "", "Kafka brokers, comma list (default IDEMD_KAFKA_BROKERS, else an in-process kfake broker)")
@@ -194,6 +198,9 @@ Flags:
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if serve != "" {
+		// Every child, idemd's and the baselines' (the bare consumer, the naive receiver),
+		// runs with the daemon's collector setting, unless -child-env sets GOGC.
+		gctune.DefaultFromEnv()
 		if err := serveChild(ctx, serve, serveConfig, stdout); err != nil {
 			fmt.Fprintf(stderr, "idemd-bench --serve=%s: %v\n", serve, err)
 			return 1
@@ -264,6 +271,13 @@ func (o *options) validate() error {
 		return errors.New("-duration, -duration-one and -relay-duration must be positive")
 	case o.receiverConns > 16:
 		return errors.New("-receiver-conns: at most 16 (the database is shared; the bench stays under 30 connections)")
+	}
+	if o.childEnv != "" {
+		for _, kv := range strings.Split(o.childEnv, ",") {
+			if name, _, ok := strings.Cut(kv, "="); !ok || name == "" {
+				return fmt.Errorf("-child-env: %q is not NAME=VALUE", kv)
+			}
+		}
 	}
 	return nil
 }

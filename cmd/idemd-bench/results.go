@@ -395,8 +395,8 @@ func (r *Results) print(w io.Writer) {
 	r.Ratios = r.ratios()
 	m := r.Machine
 	fmt.Fprintf(w, "idemd-bench  %s  %d CPUs (GOMAXPROCS %d), %d MiB RAM, %s, load average at start %s\n", m.Started, m.CPUs, m.GOMAXPROCS, m.MemoryMB, m.GoVersion, m.LoadAvg)
-	fmt.Fprintf(w, "PostgreSQL %s (fsync=%s, synchronous_commit=%s, shared_buffers=%s, autovacuum=%s); Kafka: %s\n\n",
-		m.PostgreSQL, m.Fsync, m.SynchronousCommit, m.SharedBuffers, m.Autovacuum, m.Broker)
+	fmt.Fprintf(w, "PostgreSQL %s (fsync=%s, synchronous_commit=%s, shared_buffers=%s, autovacuum=%s); Kafka: %s; children %s\n\n",
+		m.PostgreSQL, m.Fsync, m.SynchronousCommit, m.SharedBuffers, m.Autovacuum, m.Broker, m.ChildGC)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "section\tmode\tcount\tseconds\trate\tunit\tp50 ms\tp99 ms\tp999 ms\tpeak RSS MiB\tCPU µs/msg idemd / pg / gen\t")
 	for _, row := range r.all() {

@@ -4,8 +4,13 @@
 // whole reference.
 package main
 
-import "os"
+import (
+	"os"
+
+	"github.com/idemd/idemd/internal/gctune"
+)
 
 func main() {
+	gctune.DefaultFromEnv() // GOGC=200 unless the environment sets GOGC
 	os.Exit(run(os.Args[1:], os.Environ()))
 }
