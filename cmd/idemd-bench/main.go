@@ -168,6 +168,9 @@ baseline from the same run, and prints a table (or JSON with -json):
                  publish, and with lean tables: what a schema change would buy;
   RSS            peak resident memory (VmHWM) of the idemd child process under each load.
 
+Every child (idemd's, the bare consumer's, the naive receiver's) runs with the daemon's
+collector setting, GOGC=200, unless GOGC is in the environment or in -child-env.
+
 PostgreSQL: -database-url, IDEMD_DATABASE_URL, or the local server; the run uses a fresh
 schema, dropped at the end. Kafka: -brokers, IDEMD_KAFKA_BROKERS, or an in-process broker.
 
