@@ -306,8 +306,7 @@ func (r *Receiver) serveWebhook(w http.ResponseWriter, c *call, log *logrus.Entr
 	switch {
 	case errors.Is(err, errNoWorker):
 		metrics.Rejected.WithLabelValues(src.name, "no_worker").Inc()
-		log.WithField("apply_timeout", r.cfg.ApplyTimeout.String()).
-			Warn("no worker was free within the apply timeout (every worker's batch in its transaction); answered 503, nothing stored")
+		log.Warn("no worker was free within the apply timeout (every worker's batch in its transaction); answered 503, nothing stored")
 		writeProblem(w, probUnavailable, "the receiver is busy: retry later", id, 1)
 	case err != nil:
 		log.WithError(err).Error("webhook transaction failed; answered 503, nothing stored")
