@@ -138,9 +138,35 @@ type canon struct {
 // member is one member of an object: its decoded key and its span in out, from the key's
 // opening quote to the end of its value (the comma before it excluded).
 type member struct {
+	// prefix is the key's first eight bytes, big-endian, zero-padded: members are ordered
+	// by it first, and by the whole key only where it is equal.
+	prefix         uint64
 	keyOff, keyLen int32
 	start, end     int32
 	keyInInput     bool
+}
+
+// keyPrefix is member.prefix of key.
+func keyPrefix(key []byte) uint64 {
+	if len(key) >= 8 {
+		return binary.BigEndian.Uint64(key)
+	}
+	var p uint64
+	for i, b := range key {
+		p |= uint64(b) << (56 - 8*i)
+	}
+	return p
+}
+
+// compare orders a and b by their keys' bytes.
+func (c *canon) compare(a, b *member) int {
+	switch {
+	case a.prefix < b.prefix:
+		return -1
+	case a.prefix > b.prefix:
+		return 1
+	}
+	return bytes.Compare(c.key(a), c.key(b))
 }
 
 // live is an ignore pointer that matched the path so far: off is the index of the '/'
@@ -288,12 +314,18 @@ func digits(in []byte, i int) int {
 }
 
 // str skips the string at c.pos and returns the span of its contents (quotes excluded) and
-// whether it holds escapes. Escapes are checked for syntax here, for meaning by unescape.
+// whether it holds escapes, or a 0xE2 byte (which may start U+2028 or U+2029, written
+// escaped): escaped is false when the contents are their own canonical form. Escapes are
+// checked for syntax here, for meaning by unescape.
 func (c *canon) str() (start, end int, escaped, ok bool) {
 	in := c.in
 	i := c.pos + 1
 	start = i
 	for i < len(in) {
+		if !strStop[in[i]] {
+			i++
+			continue
+		}
 		switch b := in[i]; {
 		case b == '"':
 			c.pos = i + 1
@@ -316,12 +348,23 @@ func (c *canon) str() (start, end int, escaped, ok bool) {
 			}
 		case b < 0x20:
 			return 0, 0, false, false
-		default:
+		default: // 0xE2
+			escaped = true
 			i++
 		}
 	}
 	return 0, 0, false, false
 }
+
+// strStop marks the bytes str stops at inside a string: '"', '\\', control characters
+// and 0xE2.
+var strStop = func() (t [256]bool) {
+	for b := range 0x20 {
+		t[b] = true
+	}
+	t['"'], t['\\'], t[0xe2] = true, true, true
+	return t
+}()
 
 func isHex(b byte) bool {
 	return (b >= '0' && b <= '9') || (b >= 'a' && b <= 'f') || (b >= 'A' && b <= 'F')
@@ -400,17 +443,21 @@ func unescape(dst, raw []byte) ([]byte, bool) {
 const hexDigits = "0123456789abcdef"
 
 // writeString writes a string whose contents in the input are raw, escaped exactly as
-// encoding/json's encoder (HTML escaping off) escapes its decoded text.
+// encoding/json's encoder (HTML escaping off) escapes its decoded text; escaped is str's.
 func (c *canon) writeString(raw []byte, escaped bool) bool {
-	text := raw
-	if escaped {
-		var ok bool
-		if c.text, ok = unescape(c.text[:0], raw); !ok {
-			return false
-		}
-		text = c.text
+	if !escaped {
+		// str has seen no '"', '\\', control character, or 0xE2 (U+2028 and U+2029 are
+		// E2 80 A8 and E2 80 A9): nothing is written otherwise than it is.
+		c.out = append(c.out, '"')
+		c.out = append(c.out, raw...)
+		c.out = append(c.out, '"')
+		return true
 	}
-	c.out = appendQuoted(c.out, text)
+	var ok bool
+	if c.text, ok = unescape(c.text[:0], raw); !ok {
+		return false
+	}
+	c.out = appendQuoted(c.out, c.text)
 	return true
 }
 
@@ -554,6 +601,7 @@ func (c *canon) object(lo, hi int) bool {
 			}
 			m = member{keyOff: int32(off), keyLen: int32(len(c.keys) - off)}
 		}
+		m.prefix = keyPrefix(c.key(&m))
 		c.space()
 		if c.pos >= len(c.in) || c.in[c.pos] != ':' {
 			return false
@@ -611,6 +659,9 @@ func (c *canon) object(lo, hi int) bool {
 	}
 }
 
+// smallObject is the most members that finish sorts by insertion.
+const smallObject = 16
+
 // finish puts the members written since out[body] (c.members[base:]) in key order, keeping
 // the last of equal keys, as decoding into a map and sorting its keys does.
 func (c *canon) finish(body, base int) {
@@ -618,7 +669,7 @@ func (c *canon) finish(body, base int) {
 	defer func() { c.members = c.members[:base] }()
 	sorted := true
 	for i := 1; i < len(ms); i++ {
-		if bytes.Compare(c.key(&ms[i-1]), c.key(&ms[i])) >= 0 {
+		if c.compare(&ms[i-1], &ms[i]) >= 0 {
 			sorted = false
 			break
 		}
@@ -626,11 +677,20 @@ func (c *canon) finish(body, base int) {
 	if sorted {
 		return
 	}
-	slices.SortStableFunc(ms, func(a, b member) int { return bytes.Compare(c.key(&a), c.key(&b)) })
+	if len(ms) <= smallObject {
+		// Insertion sort, stable: a member moves only past greater keys.
+		for i := 1; i < len(ms); i++ {
+			for j := i; j > 0 && c.compare(&ms[j], &ms[j-1]) < 0; j-- {
+				ms[j], ms[j-1] = ms[j-1], ms[j]
+			}
+		}
+	} else {
+		slices.SortStableFunc(ms, func(a, b member) int { return c.compare(&a, &b) })
+	}
 	c.scratch = append(c.scratch[:0], c.out[body:]...)
 	c.out = c.out[:body]
 	for i := range ms {
-		if i+1 < len(ms) && bytes.Equal(c.key(&ms[i]), c.key(&ms[i+1])) {
+		if i+1 < len(ms) && ms[i].prefix == ms[i+1].prefix && bytes.Equal(c.key(&ms[i]), c.key(&ms[i+1])) {
 			continue // a later member has the same key
 		}
 		if len(c.out) > body {

@@ -95,6 +95,13 @@ var corpus = []string{
 	`.5`, `-`, `1e`, `1e+`, `+1`, `nul`, `tru`, `"abc`, `"\x"`, `"\u12"`, `"\u12G4"`, "\"a\tb\"",
 	`[1 2]`, `{"a":1 "b":2}`, ``, ` `, `{"a":[}`, `[{]`, "\xef\xbb\xbf{}", `"\ud83d\ude00"`,
 	`{"a":NaN}`, `{"a":Infinity}`, `{"a":0x10}`, `{"a":1.0e0001}`, `[-0.0,0e0,0E+0]`,
+	// Keys that agree on their first eight bytes, or differ only by trailing zero bytes
+	// (the sort compares eight-byte prefixes first), and U+2028 in a key, raw.
+	`{"abcdefgh2":1,"abcdefgh1":2,"abcdefgh":3,"abcdefg\u0000":4,"abcdefg":5,"abcdefgh1":6}`,
+	"{\"k\u2028\":1,\"k\":2,\"\u2029\":3}",
+	// More members than the insertion sort takes, out of order, one key twice.
+	`{"t":20,"s":19,"r":18,"q":17,"p":16,"o":15,"n":14,"m":13,"l":12,"k":11,"j":10,"i":9,` +
+		`"h":8,"g":7,"f":6,"e":5,"d":4,"c":3,"b":2,"a":1,"k":0}`,
 }
 
 func TestMatchesReferenceOnCorpus(t *testing.T) {
