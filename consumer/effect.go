@@ -43,25 +43,42 @@ func (c *Consumer) message(r *record) *exactlyonce.Message {
 	return c.messageWithID(r, id, ok)
 }
 
-// unitMessage is a record's unit message with the letter it becomes if it fails, in one
-// allocation: the letter is handed with every message and almost never written.
+// unitMessage is a record's unit message, and the Letterer that makes its dead letter
+// only if it is dead-lettered: almost no message is, and the letter's parts were a third of
+// the bytes the door allocated per record (BENCHMARKS.md, phase 13).
 type unitMessage struct {
-	m      exactlyonce.Message
+	m exactlyonce.Message
+	c *Consumer
+	r *record
+	// args back the effect's arguments for statements of up to len(args) parameters,
+	// events the events of up to len(events) publish targets.
+	args   [6]any
+	events [1]exactlyonce.Event
+}
+
+// letterParts are a dead letter and the record it came from, in one allocation.
+type letterParts struct {
 	letter deadletter.Letter
 	source deadletter.Record
-	// headers back source.Headers for records of up to len(headers) headers, args the
-	// effect's arguments for statements of up to len(args) parameters, events the events
-	// of up to len(events) publish targets.
+	// headers back source.Headers for records of up to len(headers) headers.
 	headers [4]deadletter.Header
-	args    [6]any
-	events  [1]exactlyonce.Event
+}
+
+// DeadLetter is the record's letter, and its dead-letter topic record when the pipeline
+// has one.
+func (u *unitMessage) DeadLetter(m *exactlyonce.Message) (*deadletter.Letter, []outbox.Event) {
+	l := u.c.letter(u.r, m.ID)
+	if u.c.cfg.DeadLetter.Topic == "" {
+		return l, nil
+	}
+	return l, []outbox.Event{u.c.letterEvent(u.r, m.ID)}
 }
 
 // messageWithID is message for the id found (ok) in the record.
 func (c *Consumer) messageWithID(r *record, id string, ok bool) *exactlyonce.Message {
 	fp, isJSON := fingerprint.BodyJSON(r.msg.Value)
 	r.validJSON, r.validKnown = isJSON, true
-	u := &unitMessage{}
+	u := &unitMessage{c: c, r: r}
 	m := &u.m
 	*m = exactlyonce.Message{
 		Scope:       c.cfg.Name,
@@ -89,10 +106,7 @@ func (c *Consumer) messageWithID(r *record, id string, ok bool) *exactlyonce.Mes
 	} else {
 		c.bind(u, r)
 	}
-	m.Letter = c.letter(u, r, m.ID)
-	if c.cfg.DeadLetter.Topic != "" {
-		m.LetterEvents = []outbox.Event{c.letterEvent(r, m.ID)}
-	}
+	m.Letterer = u
 	return m
 }
 
@@ -181,19 +195,19 @@ const (
 	HeaderMessageID       = "message-id"
 )
 
-// letter is the dead_letters row of the record, dedupID its key in processed_messages,
-// built in u. Where the record was read, its key, time and headers go as typed data
+// letter is the dead_letters row of the record, dedupID its key in processed_messages. Where the record was read, its key, time and headers go as typed data
 // (deadletter.Record), made into the letter's metadata and headers only if it is written:
 // the maps took a dozen allocations per record, for letters that are almost never written
 // (BENCHMARKS.md, phase 3).
-func (c *Consumer) letter(u *unitMessage, r *record, dedupID string) *deadletter.Letter {
-	src := &u.source
+func (c *Consumer) letter(r *record, dedupID string) *deadletter.Letter {
+	p := &letterParts{}
+	src := &p.source
 	*src = deadletter.Record{Key: r.msg.Key, Time: r.msg.Time}
 	if r.msg.Door == DoorKafka {
 		src.Topic, src.Partition, src.Offset = r.msg.Topic, r.msg.Partition, r.msg.Offset
 		if n := len(r.raw.Headers); n > 0 {
-			src.Headers = u.headers[:0]
-			if n > len(u.headers) {
+			src.Headers = p.headers[:0]
+			if n > len(p.headers) {
 				src.Headers = make([]deadletter.Header, 0, n)
 			}
 			for _, h := range r.raw.Headers {
@@ -209,11 +223,11 @@ func (c *Consumer) letter(u *unitMessage, r *record, dedupID string) *deadletter
 	if r.msg.ID == "" {
 		src.DedupID = dedupID
 	}
-	u.letter = deadletter.Letter{
+	p.letter = deadletter.Letter{
 		Pipeline: c.cfg.Name, Origin: deadletter.Origin{Door: deadletter.Door(r.msg.Door)}, Scope: c.cfg.Name,
 		MessageID: r.msg.ID, Payload: r.msg.Value, Record: src,
 	}
-	return &u.letter
+	return &p.letter
 }
 
 // letterEvent is the record of the dead-letter topic, written through the outbox with the

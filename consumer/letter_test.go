@@ -49,10 +49,13 @@ func TestLetterAsBefore(t *testing.T) {
 	for name, r := range cases {
 		id, ok := r.id(nil)
 		m := c.messageWithID(r, id, ok)
+		require.Nil(t, m.Letter, name)
+		letter, events := m.Letterer.DeadLetter(m)
+		require.Empty(t, events, name)
 		var ids [2]int64
 		err := pgx.BeginFunc(t.Context(), db.Pool, func(tx pgx.Tx) error {
 			var err error
-			for i, l := range []*deadletter.Letter{oldLetter(c, r, m.ID), m.Letter} {
+			for i, l := range []*deadletter.Letter{oldLetter(c, r, m.ID), letter} {
 				if ids[i], err = store.WriteTx(t.Context(), tx, l); err != nil {
 					return err
 				}

@@ -311,6 +311,10 @@ func (u *Unit) effect(ctx context.Context, tx pgx.Tx, m *Message, q *queue) (*re
 // answer. Unless q is direct they are queued.
 func (u *Unit) deadLetter(ctx context.Context, tx pgx.Tx, m *Message, q *queue) error {
 	reason := m.Cause.Error()
+	if m.Letterer != nil {
+		m.Letter, m.LetterEvents = m.Letterer.DeadLetter(m)
+		m.Letterer = nil
+	}
 	if m.Letter != nil {
 		l := *m.Letter
 		l.Reason, l.Attempts = reason, m.Attempts

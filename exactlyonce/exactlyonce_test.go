@@ -249,6 +249,35 @@ func TestInvalidIsDeadLetteredAtOnce(t *testing.T) {
 	require.Equal(t, 1, b.db.Count(t, "{schema}.dead_letters"))
 }
 
+// countingLetterer makes a letter and a dead-letter topic event, and counts its calls.
+type countingLetterer struct{ calls atomic.Int32 }
+
+func (l *countingLetterer) DeadLetter(m *exactlyonce.Message) (*deadletter.Letter, []outbox.Event) {
+	l.calls.Add(1)
+	return &deadletter.Letter{Pipeline: "s", Origin: deadletter.Origin{Door: deadletter.DoorKafka}, Scope: "s", MessageID: m.ID},
+		[]outbox.Event{{Topic: "dlq", Pipeline: "s", CausationID: m.ID, Payload: []byte("x")}}
+}
+
+// TestLettererRunsOnlyWhenDeadLettered: a door's Letterer makes the letter and its events
+// of the message that is dead-lettered, once, after its attempts, and of no other.
+func TestLettererRunsOnlyWhenDeadLettered(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	good, bad := b.msg("good", 1), b.msg("bad", -1)
+	good.Answer, bad.Answer = nil, nil
+	bad.MaxAttempts = 2
+	var gl, bl countingLetterer
+	good.Letterer, bad.Letterer = &gl, &bl
+	require.NoError(t, b.unit.Apply(context.Background(), []*exactlyonce.Message{good, bad}))
+	require.Equal(t, exactlyonce.Applied, good.Outcome)
+	require.Equal(t, exactlyonce.DeadLettered, bad.Outcome)
+	require.Zero(t, gl.calls.Load())
+	require.EqualValues(t, 1, bl.calls.Load())
+	require.Equal(t, 1, b.db.Count(t, "{schema}.dead_letters WHERE message_id = 'bad' AND attempts = 2 AND reason LIKE '%23514%'"))
+	require.Equal(t, 1, b.db.Count(t, `{schema}.outbox WHERE topic = 'dlq' AND causation_id = 'bad' AND headers->>'idemd-dead-letter-reason' LIKE '%23514%'`))
+	require.Zero(t, b.db.Count(t, "{schema}.dead_letters WHERE message_id = 'good'"))
+}
+
 // TestGuardSkipsStaleMessages: versions of one entity, out of order and spread over
 // batches: only newer ones run, the final state is the newest.
 func TestGuardSkipsStaleMessages(t *testing.T) {

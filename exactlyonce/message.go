@@ -52,6 +52,10 @@ type Message struct {
 	// LetterEvents are written to the outbox with the letter (a dead-letter topic
 	// record); the unit sets their deadletter.HeaderReason header to the cause.
 	LetterEvents []outbox.Event
+	// Letterer, when set, makes Letter and LetterEvents when the message is dead-lettered,
+	// so that a door builds them only for the few messages that need them. The unit calls
+	// it once, before it reads them.
+	Letterer Letterer
 	// Answer, when set, makes the unit build the message's answer from its effect's
 	// result and store it in the processed record, so that a retry is answered the same,
 	// byte for byte (API requests).
@@ -63,6 +67,11 @@ type Message struct {
 
 	// Result is filled in by the unit.
 	Result
+}
+
+// Letterer makes a message's dead letter and dead-letter events (Message.Letterer).
+type Letterer interface {
+	DeadLetter(m *Message) (*deadletter.Letter, []outbox.Event)
 }
 
 // Key is one more (scope, id) claimed with a message (Message.Also).
