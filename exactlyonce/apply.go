@@ -221,6 +221,11 @@ func (u *Unit) sendIf(ctx context.Context, tx pgx.Tx, q *queue) error {
 // enqueue writes events to the outbox, or queues them.
 func (u *Unit) enqueue(ctx context.Context, tx pgx.Tx, q *queue, events []outbox.Event) error {
 	if !q.direct {
+		if q.events == nil && q.size > 1 {
+			// Room for as many events for each message of the try: one allocation
+			// rather than a slice doubling through the batch.
+			q.events = make([]outbox.Event, 0, q.size*len(events))
+		}
 		q.events = append(q.events, events...)
 		return nil
 	}

@@ -235,7 +235,10 @@ type claimSet struct {
 }
 
 func newClaimSet(msgs []*Message, reserve bool) *claimSet {
-	cs := &claimSet{own: make([]int, len(msgs)), also: make([][]int, len(msgs))}
+	cs := &claimSet{
+		own: make([]int, len(msgs)), also: make([][]int, len(msgs)),
+		claims: make([]processed.Claim, 0, len(msgs)), owner: make([]int, 0, len(msgs)),
+	}
 	add := func(i int, c processed.Claim) int {
 		cs.claims = append(cs.claims, c)
 		cs.owner = append(cs.owner, i)

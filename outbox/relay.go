@@ -166,6 +166,9 @@ type Relay struct {
 	next       *ahead
 	sinceFull  int
 	readAheads atomic.Int64 // rounds whose rows were read ahead
+	// lastRows is how many rows the last round read: the room the next one's first
+	// destination starts with.
+	lastRows atomic.Int64
 
 	mu         sync.Mutex
 	rounds     uint64             // rounds started since the relay was created

@@ -386,14 +386,15 @@ func (r *Relay) selectRound(ctx context.Context, held []string, after int64) (ba
 		byDest = map[string]*batch{}
 		n      int
 		bytes  int
+		// One set of scan targets for every row: each of them escapes to Scan.
+		id      int64
+		topic   string
+		e       Event
+		headers []byte
 	)
+	defer func() { r.lastRows.Store(int64(n)) }()
 	for rows.Next() {
-		var (
-			id      int64
-			topic   string
-			e       Event
-			headers []byte
-		)
+		e, headers = Event{}, nil
 		if err := rows.Scan(&id, &e.OperationID, &e.Pipeline, &e.CausationID, &topic, &e.Key, &e.Payload, &headers); err != nil {
 			return nil, false, 0, fmt.Errorf("error reading outbox: %w", err)
 		}
@@ -411,6 +412,11 @@ func (r *Relay) selectRound(ctx context.Context, held []string, after int64) (ba
 		b := byDest[topic]
 		if b == nil {
 			b = &batch{dest: topic}
+			if len(batches) == 0 {
+				// Most rounds have one destination, and as many rows as the last.
+				hint := min(int(r.lastRows.Load()), r.cfg.BatchSize)
+				b.ids, b.events = make([]int64, 0, hint), make([]Event, 0, hint)
+			}
 			b.kind, b.name = ParseDestination(topic)
 			b.out = r.outlets[b.kind]
 			byDest[topic] = b
