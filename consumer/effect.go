@@ -44,7 +44,7 @@ func (c *Consumer) message(r *record) *exactlyonce.Message {
 }
 
 // unitMessage is a record's unit message, and the Letterer that makes its dead letter
-// only if it is dead-lettered: almost no message is, and the letter's parts were a third of
+// only if it is dead-lettered: almost no message is, and the letter's parts were a sixth of
 // the bytes the door allocated per record (BENCHMARKS.md, phase 13).
 type unitMessage struct {
 	m exactlyonce.Message
@@ -195,10 +195,10 @@ const (
 	HeaderMessageID       = "message-id"
 )
 
-// letter is the dead_letters row of the record, dedupID its key in processed_messages. Where the record was read, its key, time and headers go as typed data
-// (deadletter.Record), made into the letter's metadata and headers only if it is written:
-// the maps took a dozen allocations per record, for letters that are almost never written
-// (BENCHMARKS.md, phase 3).
+// letter is the dead_letters row of the record, dedupID its key in processed_messages. Where
+// the record was read, its key, time and headers go as typed data (deadletter.Record), made
+// into the letter's metadata and headers only if it is written: the maps took a dozen
+// allocations per record, for letters that are almost never written (BENCHMARKS.md, phase 3).
 func (c *Consumer) letter(r *record, dedupID string) *deadletter.Letter {
 	p := &letterParts{}
 	src := &p.source
