@@ -258,7 +258,7 @@ func (s *Store) queue(batch *pgx.Batch, events []Event) Wake {
 	var w Wake
 	if len(ops) > 0 {
 		batch.Queue(s.insert, pgarray.UUID(ops), pgarray.Text(pipelines), pgarray.Text(causations), pgarray.Text(topics),
-			pgarray.Bytes(keys), pgarray.Bytes(payloads), headers)
+			pgarray.Bytes(keys), pgarray.Bytes(payloads), pgarray.JSONB(headers))
 		w |= WakeRelay
 	}
 	if len(deliveries.ops) > 0 {

@@ -155,8 +155,8 @@ type claimColumns struct {
 	ids      []string
 	fps      [][]byte
 	states   []string
-	retainUs []int64
-	leaseUs  []int64
+	retainUs pgarray.Int8
+	leaseUs  pgarray.Int8
 	// pgtype.UUID encodes without a driver.Valuer call per element, and pgarray.UUID
 	// without reflection; Valid false is NULL.
 	tokens []pgtype.UUID
@@ -166,7 +166,7 @@ func (s *Store) columns(claims []Claim, index []int) *claimColumns {
 	n := len(index)
 	cc := &claimColumns{
 		index: index, scopes: make([]string, n), ids: make([]string, n), fps: make([][]byte, n),
-		states: make([]string, n), retainUs: make([]int64, n), leaseUs: make([]int64, n), tokens: make([]pgtype.UUID, n),
+		states: make([]string, n), retainUs: make(pgarray.Int8, n), leaseUs: make(pgarray.Int8, n), tokens: make([]pgtype.UUID, n),
 	}
 	for j, i := range index {
 		c := &claims[i]

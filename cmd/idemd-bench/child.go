@@ -24,6 +24,7 @@ import (
 	"github.com/idemd/idemd/consumer"
 	"github.com/idemd/idemd/internal/brokerenv"
 	"github.com/idemd/idemd/internal/metrics"
+	"github.com/idemd/idemd/internal/pgarray"
 	"github.com/idemd/idemd/internal/pgpool"
 	"github.com/idemd/idemd/outbox"
 	"github.com/idemd/idemd/pipeline"
@@ -95,6 +96,7 @@ func serveChild(ctx context.Context, kind, raw string, stdout io.Writer) error {
 	if c.AppName != "" {
 		pcfg.ConnConfig.RuntimeParams["application_name"] = c.AppName
 	}
+	pcfg.AfterConnect = pgarray.AfterConnect
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return err

@@ -22,6 +22,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/idemd/idemd/internal/gctune"
+	"github.com/idemd/idemd/internal/pgarray"
 	"github.com/idemd/idemd/migrations"
 	"github.com/idemd/idemd/processed"
 )
@@ -68,6 +69,7 @@ func newEnv(ctx context.Context, o *options, logw io.Writer) (*env, error) {
 	cfg.MaxConns = 8
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	cfg.AfterConnect = pgarray.AfterConnect
 	e.pool, err = pgxpool.NewWithConfig(cctx, cfg)
 	if err == nil {
 		err = e.pool.Ping(cctx)

@@ -147,6 +147,7 @@ func (e *env) limitPool(ctx context.Context, workers int) (*pgxpool.Pool, error)
 	cfg.MaxConns = int32(workers)
 	cfg.ConnConfig.RuntimeParams["application_name"] = e.limitApp()
 	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		pgarray.Register(c.TypeMap())
 		_, err := c.Exec(ctx, `CREATE TEMP TABLE limit_stage (id text, fp bytea, payload bytea, part int, off bigint, op uuid) ON COMMIT DELETE ROWS`)
 		return err
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/idemd/idemd/consumer"
 	"github.com/idemd/idemd/internal/brokerenv"
 	"github.com/idemd/idemd/internal/metrics"
+	"github.com/idemd/idemd/internal/pgarray"
 	"github.com/idemd/idemd/internal/pgpool"
 	"github.com/idemd/idemd/internal/testsignal"
 	"github.com/idemd/idemd/migrations"
@@ -213,6 +214,7 @@ func newDaemon(cfg *daemonConfig) (*daemon, error) {
 	if c.SearchPath != "" {
 		pc.ConnConfig.RuntimeParams["search_path"] = c.SearchPath
 	}
+	pc.AfterConnect = pgarray.AfterConnect
 	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
 	if err != nil {
 		closeClients(clients, c.Logger)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemd/idemd/config"
 	"github.com/idemd/idemd/internal/kafkatest"
+	"github.com/idemd/idemd/internal/pgarray"
 	"github.com/idemd/idemd/internal/pgtest"
 )
 
@@ -87,7 +88,8 @@ SELECT gen_random_uuid(), 'stripe', 'quiet-' || i, $1, '{}' FROM generate_series
 }
 
 // TestDaemonOpensItsPoolAtStart: the daemon says it is ready with its pool's connections
-// open, so that its first requests do not wait for PostgreSQL to start backends.
+// open, so that its first requests do not wait for PostgreSQL to start backends; each
+// encodes the unit's arrays itself (internal/pgarray).
 func TestDaemonOpensItsPoolAtStart(t *testing.T) {
 	t.Parallel()
 	f, err := config.Parse("idemd.yaml", []byte(`sources:
@@ -102,6 +104,10 @@ func TestDaemonOpensItsPoolAtStart(t *testing.T) {
 	})
 	d.signals.ready.Wait(t)
 	require.EqualValues(t, 5, d.pool.Stat().TotalConns())
+	c, err := d.pool.Acquire(context.Background())
+	require.NoError(t, err)
+	defer c.Release()
+	require.True(t, pgarray.Registered(c.Conn().TypeMap()))
 }
 
 // TestDaemonGroupCommitSettings: the daemon's receiver takes its group commit from

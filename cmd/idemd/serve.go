@@ -18,6 +18,7 @@ import (
 
 	"github.com/idemd/idemd/config"
 	"github.com/idemd/idemd/internal/brokerenv"
+	"github.com/idemd/idemd/internal/pgarray"
 	"github.com/idemd/idemd/internal/tracing"
 	"github.com/idemd/idemd/migrations"
 )
@@ -191,6 +192,7 @@ func connect(ctx context.Context, e *Env) (*pgxpool.Pool, error) {
 	if e.DBSearchPath != "" {
 		pc.ConnConfig.RuntimeParams["search_path"] = e.DBSearchPath
 	}
+	pc.AfterConnect = pgarray.AfterConnect
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("error connecting to the database: %w", err)

@@ -6,6 +6,10 @@
 // pointer to each element instead, which an interface holds without allocating, and the
 // element type gives pgx its value through pgtype.TextValuer or pgtype.BytesValuer. What
 // reaches PostgreSQL is the same.
+//
+// On a connection where Register ran (the daemon's pool, from its AfterConnect) they skip
+// pgx's element-by-element encoding altogether: each array writes its binary form itself,
+// after one growth of pgx's buffer (binary.go).
 package pgarray
 
 import (
@@ -33,12 +37,7 @@ type bytesElem []byte
 func (e *bytesElem) BytesValue() ([]byte, error) { return *e, nil }
 
 // Dimensions implements pgtype.ArrayGetter.
-func (a Text) Dimensions() []pgtype.ArrayDimension {
-	if a == nil {
-		return nil
-	}
-	return []pgtype.ArrayDimension{{Length: int32(len(a)), LowerBound: 1}}
-}
+func (a Text) Dimensions() []pgtype.ArrayDimension { return dims(a) }
 
 // Index implements pgtype.ArrayGetter.
 func (a Text) Index(i int) any { return (*textElem)(&a[i]) }
@@ -47,12 +46,7 @@ func (a Text) Index(i int) any { return (*textElem)(&a[i]) }
 func (a Text) IndexType() any { return new(textElem) }
 
 // Dimensions implements pgtype.ArrayGetter.
-func (a Bytes) Dimensions() []pgtype.ArrayDimension {
-	if a == nil {
-		return nil
-	}
-	return []pgtype.ArrayDimension{{Length: int32(len(a)), LowerBound: 1}}
-}
+func (a Bytes) Dimensions() []pgtype.ArrayDimension { return dims(a) }
 
 // Index implements pgtype.ArrayGetter.
 func (a Bytes) Index(i int) any { return (*bytesElem)(&a[i]) }
@@ -67,12 +61,7 @@ func (a Bytes) IndexType() any { return new(bytesElem) }
 type UUID []pgtype.UUID
 
 // Dimensions implements pgtype.ArrayGetter.
-func (a UUID) Dimensions() []pgtype.ArrayDimension {
-	if a == nil {
-		return nil
-	}
-	return []pgtype.ArrayDimension{{Length: int32(len(a)), LowerBound: 1}}
-}
+func (a UUID) Dimensions() []pgtype.ArrayDimension { return dims(a) }
 
 // Index implements pgtype.ArrayGetter.
 func (a UUID) Index(i int) any { return &a[i] }
@@ -88,3 +77,44 @@ func (a Text) Value() (driver.Value, error) { return []string(a), nil }
 
 // Value is the plain [][]byte, for pgx where the parameter's type is not known.
 func (a Bytes) Value() (driver.Value, error) { return [][]byte(a), nil }
+
+// Int8 is a one-dimensional int8[] argument. A nil Int8 is SQL NULL. pgx encodes a []int64
+// through pgtype.FlatArray, an interface value per element.
+type Int8 []int64
+
+// Dimensions implements pgtype.ArrayGetter.
+func (a Int8) Dimensions() []pgtype.ArrayDimension { return dims(a) }
+
+// Index implements pgtype.ArrayGetter.
+func (a Int8) Index(i int) any { return &a[i] }
+
+// IndexType implements pgtype.ArrayGetter.
+func (a Int8) IndexType() any { return new(int64) }
+
+// Value is the plain []int64, for pgx where the parameter's type is not known.
+func (a Int8) Value() (driver.Value, error) { return []int64(a), nil }
+
+// JSONB is a one-dimensional jsonb[] (or json[]) argument of JSON texts, which PostgreSQL
+// checks. A nil JSONB is SQL NULL; its elements are never NULL.
+type JSONB []string
+
+// Dimensions implements pgtype.ArrayGetter.
+func (a JSONB) Dimensions() []pgtype.ArrayDimension { return dims(a) }
+
+// Index implements pgtype.ArrayGetter: the element is a string, which pgx's JSON codecs
+// send as the JSON text it is.
+func (a JSONB) Index(i int) any { return &a[i] }
+
+// IndexType implements pgtype.ArrayGetter.
+func (a JSONB) IndexType() any { return new(string) }
+
+// Value is the plain []string, for pgx where the parameter's type is not known.
+func (a JSONB) Value() (driver.Value, error) { return []string(a), nil }
+
+// dims is the dimensions of a one-dimensional array a, nil (NULL) for a nil a.
+func dims[T any](a []T) []pgtype.ArrayDimension {
+	if a == nil {
+		return nil
+	}
+	return []pgtype.ArrayDimension{{Length: int32(len(a)), LowerBound: 1}}
+}

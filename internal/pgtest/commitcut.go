@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemd/idemd/internal/pgarray"
 )
 
 // CommitCut is a TCP proxy in front of the test database that, once armed, cuts the next
@@ -58,6 +60,7 @@ func (c *CommitCut) Pool(tb testing.TB, maxConns int32) *pgxpool.Pool {
 	cfg.MaxConns = maxConns
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	cfg.AfterConnect = pgarray.AfterConnect
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		tb.Fatalf("pgtest: connecting through the proxy: %v", err)

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemd/idemd/internal/pgarray"
 	"github.com/idemd/idemd/migrations"
 )
 
@@ -95,6 +96,7 @@ func Pool(tb testing.TB, maxConns int32) *pgxpool.Pool {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	cfg.AfterConnect = pgarray.AfterConnect // as the daemon's pool
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		tb.Fatalf("pgtest: connecting: %v", err)
@@ -118,6 +120,7 @@ func ExampleDB(name string) (pool *pgxpool.Pool, schema string, cleanup func()) 
 		panic(fmt.Sprintf("pgtest: parsing TEST_DATABASE_URL: %v", err))
 	}
 	cfg.MaxConns = 4
+	cfg.AfterConnect = pgarray.AfterConnect
 	pool, err = pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		panic(fmt.Sprintf("pgtest: connecting: %v", err))
