@@ -17,7 +17,6 @@ import (
 	"cmp"
 	"context"
 	"crypto/sha1"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -29,6 +28,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"golang.org/x/net/http/httpguts"
 
+	"github.com/idemd/idemd/internal/headerjson"
 	"github.com/idemd/idemd/internal/pgarray"
 	"github.com/idemd/idemd/internal/pgtext"
 	"github.com/idemd/idemd/migrations"
@@ -248,12 +248,7 @@ func (s *Store) queue(batch *pgx.Batch, events []Event) Wake {
 		ops = append(ops, pgtype.UUID{Bytes: op, Valid: true})
 		pipelines, causations, topics = append(pipelines, e.Pipeline), append(causations, e.CausationID), append(topics, e.Topic)
 		keys, payloads = append(keys, e.Key), append(payloads, payload)
-		h := "{}"
-		if len(hdrs) > 0 {
-			b, _ := json.Marshal(hdrs) // a map[string]string always marshals
-			h = string(b)
-		}
-		headers = append(headers, h)
+		headers = append(headers, headerjson.String(hdrs))
 	}
 	var w Wake
 	if len(ops) > 0 {

@@ -2,11 +2,12 @@ package effectsql
 
 import (
 	"context"
-	"encoding/json"
 	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/idemd/idemd/internal/headerjson"
 )
 
 // Statement is a compiled effect: positional SQL and the parameter behind each $n.
@@ -86,12 +87,7 @@ func (s *Statement) AppendArgs(dst []any, v *Values) []any {
 		case "payload":
 			args[i] = string(v.Payload)
 		case "headers":
-			h := v.Headers
-			if h == nil {
-				h = map[string]string{}
-			}
-			j, _ := json.Marshal(h) // a map of strings always encodes
-			args[i] = string(j)
+			args[i] = headerjson.String(v.Headers) // "{}" for none
 		case "source":
 			args[i] = v.Source
 		case "tenant":
