@@ -157,15 +157,13 @@ func (c *Consumer) guard(r *record) (*exactlyonce.Guard, error) {
 	return &exactlyonce.Guard{Scope: c.cfg.Name, Entity: entity, Version: version}, nil
 }
 
-// passHeaders are the inbound headers an outbound record keeps.
+// passHeaders are the inbound headers an outbound record keeps. Most records keep only a
+// JSON content type: they share jsonOnly, which nothing writes to (routing clones it for a
+// second target, tracing copies it), instead of a map each.
 func passHeaders(r *record) map[string]string {
-	h := map[string]string{}
-	for _, name := range []string{outbox.HeaderContentType, outbox.HeaderEventType} {
-		if v, ok := r.msg.Headers[name]; ok {
-			h[name] = v
-		}
-	}
-	if _, ok := h[outbox.HeaderContentType]; !ok {
+	ct, hasCT := r.msg.Headers[outbox.HeaderContentType]
+	et, hasET := r.msg.Headers[outbox.HeaderEventType]
+	if !hasCT {
 		// json.Valid rather than r.json(): knowing that the value is JSON does not need
 		// the decoded document, which costs an allocation per node. Invalid UTF-8 is not
 		// JSON, as in r.json(). The fingerprint has usually given the verdict already.
@@ -178,11 +176,26 @@ func passHeaders(r *record) map[string]string {
 			isJSON = json.Valid(r.msg.Value) && utf8.Valid(r.msg.Value)
 		}
 		if isJSON {
-			h[outbox.HeaderContentType] = "application/json"
+			ct, hasCT = contentTypeJSON, true
 		}
+	}
+	if !hasET && hasCT && ct == contentTypeJSON {
+		return jsonOnly
+	}
+	h := make(map[string]string, 2)
+	if hasCT {
+		h[outbox.HeaderContentType] = ct
+	}
+	if hasET {
+		h[outbox.HeaderEventType] = et
 	}
 	return h
 }
+
+const contentTypeJSON = "application/json"
+
+// jsonOnly is the headers of most outbound records (passHeaders); read only.
+var jsonOnly = map[string]string{outbox.HeaderContentType: contentTypeJSON}
 
 // Dead-letter record headers, beside content-type, event-type and
 // deadletter.HeaderReason. A Pub/Sub or SQS message's letter record has the subscription or
