@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"reflect"
 	"strconv"
 	"testing"
 	"time"
@@ -134,4 +135,35 @@ func TestHeaderMap(t *testing.T) {
 		{Key: "b", Value: []byte("bé")}, {Key: "c", Value: []byte{}}, {Key: "d", Value: []byte("\xff\x00")},
 	})
 	require.Equal(t, map[string]string{"a": "first", "empty": "", "b": "bé", "c": "", "d": "\xff\x00"}, got)
+}
+
+// TestPassHeaders: an outbound record keeps the inbound content-type and event-type, and
+// gets a JSON content type when it has none and its value is JSON; records whose headers
+// are only that share one map, which stays as it is.
+func TestPassHeaders(t *testing.T) {
+	rec := func(value string, headers ...kafka.Header) *record {
+		return newRecord("orders", kafka.Message{Topic: "t", Value: []byte(value), Headers: headers}, time.Now())
+	}
+	same := func(a, b map[string]string) bool {
+		return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
+	}
+	ct := func(v string) kafka.Header { return kafka.Header{Key: "content-type", Value: []byte(v)} }
+	et := kafka.Header{Key: "event-type", Value: []byte("order.created")}
+	for _, c := range []struct {
+		r      *record
+		want   map[string]string
+		shared bool
+	}{
+		{rec(`{"id":1}`), map[string]string{"content-type": "application/json"}, true},
+		{rec(`{"id":1}`, ct("application/json"), kafka.Header{Key: "x-other", Value: []byte("v")}), map[string]string{"content-type": "application/json"}, true},
+		{rec(`{"id":1}`, et), map[string]string{"content-type": "application/json", "event-type": "order.created"}, false},
+		{rec(`{"id":1}`, ct("application/cloudevents+json")), map[string]string{"content-type": "application/cloudevents+json"}, false},
+		{rec(`not json`), map[string]string{}, false},
+		{rec(`not json`, et), map[string]string{"event-type": "order.created"}, false},
+	} {
+		got := passHeaders(c.r)
+		require.Equal(t, c.want, got)
+		require.Equal(t, c.shared, same(got, jsonOnly), "%v", c.want)
+	}
+	require.Equal(t, map[string]string{"content-type": "application/json"}, jsonOnly)
 }
