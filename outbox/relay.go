@@ -3,6 +3,7 @@ package outbox
 import (
 	"cmp"
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -569,21 +570,55 @@ func (r *Relay) refreshStats(ctx context.Context) {
 	metrics.OutboxOldestAge.WithLabelValues().Set(age)
 }
 
-func recordHeaders(op uuid.UUID, causation, pipeline string, extra map[string]string) []kafka.Header {
-	h := make([]kafka.Header, 0, 3+len(extra))
-	h = append(h,
-		kafka.Header{Key: HeaderOperationID, Value: []byte(op.String())},
-		kafka.Header{Key: HeaderCausationID, Value: []byte(causation)},
-		kafka.Header{Key: HeaderPipeline, Value: []byte(pipeline)},
+// recordHeaders appends the Kafka headers of an event to hs: operation-id, causation-id and
+// idemd-pipeline, then its own. Their values are appended to vals and sliced from it, so
+// that a round's headers take two allocations rather than one per value (size both with
+// headersSize).
+func recordHeaders(hs []kafka.Header, vals []byte, op uuid.UUID, causation, pipeline string, extra map[string]string) ([]kafka.Header, []byte) {
+	value := func(v string) []byte {
+		start := len(vals)
+		vals = append(vals, v...)
+		return vals[start:len(vals):len(vals)]
+	}
+	start := len(vals)
+	vals = appendUUID(vals, op)
+	hs = append(hs,
+		kafka.Header{Key: HeaderOperationID, Value: vals[start:len(vals):len(vals)]},
+		kafka.Header{Key: HeaderCausationID, Value: value(causation)},
+		kafka.Header{Key: HeaderPipeline, Value: value(pipeline)},
 	)
 	for k, v := range extra {
 		switch k {
 		case HeaderOperationID, HeaderCausationID, HeaderPipeline:
 			continue // ours win: they are what downstream dedupes on
 		}
-		h = append(h, kafka.Header{Key: k, Value: []byte(v)})
+		hs = append(hs, kafka.Header{Key: k, Value: value(v)})
 	}
-	return h
+	return hs, vals
+}
+
+// headersSize is how many headers, and how many bytes of values, recordHeaders appends for e.
+func headersSize(e *Event) (n, bytes int) {
+	n, bytes = 3+len(e.Headers), 36+len(e.CausationID)+len(e.Pipeline)
+	for _, v := range e.Headers {
+		bytes += len(v)
+	}
+	return n, bytes
+}
+
+// appendUUID appends u in its canonical text form, as u.String() writes it.
+func appendUUID(dst []byte, u uuid.UUID) []byte {
+	var b [36]byte
+	hex.Encode(b[0:8], u[0:4])
+	b[8] = '-'
+	hex.Encode(b[9:13], u[4:6])
+	b[13] = '-'
+	hex.Encode(b[14:18], u[6:8])
+	b[18] = '-'
+	hex.Encode(b[19:23], u[8:10])
+	b[23] = '-'
+	hex.Encode(b[24:], u[10:])
+	return append(dst, b[:]...)
 }
 
 func relayLockKey(schema string) int64 {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/idemd/idemd/internal/metrics"
@@ -391,13 +392,17 @@ func (r *Relay) selectRound(ctx context.Context, held []string, after int64) (ba
 		topic   string
 		e       Event
 		headers []byte
+		// A uuid.UUID scans as an sql.Scanner: pgx formats the binary uuid as text, which
+		// the Scanner parses back; pgtype.UUID takes the 16 bytes.
+		op pgtype.UUID
 	)
 	defer func() { r.lastRows.Store(int64(n)) }()
 	for rows.Next() {
 		e, headers = Event{}, nil
-		if err := rows.Scan(&id, &e.OperationID, &e.Pipeline, &e.CausationID, &topic, &e.Key, &e.Payload, &headers); err != nil {
+		if err := rows.Scan(&id, &op, &e.Pipeline, &e.CausationID, &topic, &e.Key, &e.Payload, &headers); err != nil {
 			return nil, false, 0, fmt.Errorf("error reading outbox: %w", err)
 		}
+		e.OperationID = op.Bytes // the column is NOT NULL
 		if headers != nil {
 			var err error
 			if e.Headers, err = decodeHeaders(headers); err != nil {
@@ -457,9 +462,17 @@ func (o kafkaOutlet) publish(ctx context.Context, b *batch) []error {
 		return errs
 	}
 	msgs := make([]kafka.Message, len(b.events))
+	var nh, nb int
+	for i := range b.events {
+		n, bytes := headersSize(&b.events[i])
+		nh, nb = nh+n, nb+bytes
+	}
+	hs, vals := make([]kafka.Header, 0, nh), make([]byte, 0, nb)
 	for i := range b.events {
 		e := &b.events[i]
-		msgs[i] = kafka.Message{Topic: e.Topic, Key: e.Key, Value: e.Payload, Headers: recordHeaders(e.OperationID, e.CausationID, e.Pipeline, e.Headers)}
+		start := len(hs)
+		hs, vals = recordHeaders(hs, vals, e.OperationID, e.CausationID, e.Pipeline, e.Headers)
+		msgs[i] = kafka.Message{Topic: e.Topic, Key: e.Key, Value: e.Payload, Headers: hs[start:len(hs):len(hs)]}
 	}
 	err := o.w.WriteMessages(ctx, msgs...)
 	if err == nil {
