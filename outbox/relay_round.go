@@ -12,6 +12,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/idemd/idemd/internal/metrics"
+	"github.com/idemd/idemd/internal/pgarray"
 )
 
 // relayRoundBytes bounds the estimated size of one round's rows, whatever their
@@ -442,7 +443,7 @@ func (r *Relay) selectRound(ctx context.Context, held []string, after int64) (ba
 // mark records rows as published. The broker has them: they are marked even if ctx is
 // ending, or they would be sent twice.
 func (r *Relay) mark(ctx context.Context, ids []int64) error {
-	if _, err := r.pool.Exec(context.WithoutCancel(ctx), r.markSQL, ids); err != nil {
+	if _, err := r.pool.Exec(context.WithoutCancel(ctx), r.markSQL, pgarray.Int8(ids)); err != nil {
 		return fmt.Errorf("error marking %d outbox rows published: %w", len(ids), err)
 	}
 	r.published.Add(int64(len(ids)))
