@@ -43,6 +43,7 @@ import (
 	"github.com/idemd/idemd/internal/metrics"
 	"github.com/idemd/idemd/internal/tracing"
 	"github.com/idemd/idemd/migrations"
+	"github.com/idemd/idemd/outbox"
 	"github.com/idemd/idemd/pipeline"
 	"github.com/idemd/idemd/processed"
 )
@@ -198,6 +199,9 @@ type Config struct {
 	// one (tracing off), no span is made, and a record's traceparent is passed on to the
 	// events as it came.
 	TracerProvider trace.TracerProvider `yaml:"-"`
+	// Handoff passes the outbox rows of each committed batch to the relay of this process
+	// (outbox.Handoff), which then need not read them back. Optional; the daemon sets it.
+	Handoff *outbox.Handoff `yaml:"-"`
 }
 
 // PubSub names a Google Cloud Pub/Sub subscription. idemd creates none (outside idemd dev).
@@ -378,6 +382,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Consumer, error) {
 		OnRetry:    func(error) { metrics.Retries.WithLabelValues(door).Inc() },
 		// The unit's spans continue each record's (its message's Trace).
 		TracerProvider: c.TracerProvider,
+		Handoff:        c.Handoff,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("consumer %s: %w", c.Name, err)

@@ -142,7 +142,8 @@ func TestRebalanceBetweenTwoInstances(t *testing.T) {
 }
 
 // TestRestartsWithDuplicates: 10,000 records, 25% of them duplicates, consumed across at
-// least three restarts of the consumer while the relay publishes the outbox.
+// least three restarts of the consumer while the relay publishes the outbox, the rows the
+// consumer hands over (outbox.Handoff) and the others; every event reaches its topic.
 func TestRestartsWithDuplicates(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 4)
@@ -152,7 +153,9 @@ func TestRestartsWithDuplicates(t *testing.T) {
 	out := kafkatest.Topic(t, 2)
 
 	// Published rows are kept, so that the outbox rows can be counted: one per unique id.
-	relay, err := outbox.NewRelay(b.db.Pool, &outbox.RelayConfig{Schema: b.db.Schema, Brokers: b.brokers, KeepPublished: true, Logger: testLogger()})
+	handoff := outbox.NewHandoff()
+	relay, err := outbox.NewRelay(b.db.Pool, &outbox.RelayConfig{Schema: b.db.Schema, Brokers: b.brokers, KeepPublished: true,
+		Handoff: handoff, Logger: testLogger()})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	relayDone := make(chan error, 1)
@@ -161,6 +164,7 @@ func TestRestartsWithDuplicates(t *testing.T) {
 
 	cfg := b.config()
 	cfg.Publish = pipeline.Targets{{Topic: out, Key: &pipeline.Field{JSON: "/id"}}}
+	cfg.Handoff = handoff
 	produceAsync(t, b.brokers, b.topic, all...)
 	restarts := 0
 	for step := 1; step <= 4; step++ {
@@ -180,6 +184,12 @@ func TestRestartsWithDuplicates(t *testing.T) {
 	b.until(t, 60*time.Second, "every outbox row published", func() bool {
 		return b.db.Count(t, "{schema}.outbox WHERE published_at IS NULL") == 0
 	})
+	ops := map[string]bool{}
+	for _, m := range kafkatest.ReadAll(t, out, unique, 60*time.Second) {
+		ops[kafkatest.Header(m, outbox.HeaderOperationID)] = true
+	}
+	require.Len(t, ops, unique, "every event reached its topic")
+	require.Positive(t, relay.HandedRounds(), "the relay published rows the consumer handed over")
 }
 
 // withDuplicates returns one record per id plus a second one for every third id (25% of all

@@ -29,6 +29,9 @@ type queue struct {
 	// wake are the outbox listeners to wake once the transaction committed (the NOTIFY is
 	// not sent inside it: see outbox.Store.QueueQuiet).
 	wake outbox.Wake
+	// handed are the outbox rows to hand to the relay of this process once the transaction
+	// committed (Config.Handoff); the relay is woken by the handing, not in wake.
+	handed []*outbox.Handed
 	// spans of the queued statements, ended when they are sent (trace.go)
 	spans []trace.Span
 }
@@ -106,11 +109,14 @@ func (u *Unit) send(ctx context.Context, tx pgx.Tx, q *queue) error {
 func (u *Unit) complete(q *queue) error {
 	q.flushMany()
 	if len(q.events) > 0 {
-		w, err := u.outbox.QueueQuiet(&q.batch, q.events...)
+		w, h, err := u.outbox.QueueHanded(&q.batch, q.events...)
 		if err != nil {
 			return Permanent(err)
 		}
 		q.wake |= w
+		if h != nil {
+			q.handed = append(q.handed, h)
+		}
 		q.events = nil
 	}
 	return nil

@@ -73,6 +73,10 @@ type Config struct {
 	// outbox enqueue. Defaults to OpenTelemetry's global provider; while that is a no-op
 	// one (tracing off), no span is made.
 	TracerProvider trace.TracerProvider
+	// Handoff, when set, passes the outbox rows of each committed batch to the relay of this
+	// process (outbox.Handoff; give the same one to outbox.RelayConfig.Handoff), so that a
+	// leading relay publishes them without reading them back. Optional.
+	Handoff *outbox.Handoff
 }
 
 // Unit applies batches of messages exactly once.
@@ -117,7 +121,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Unit, error) {
 	return &Unit{
 		pool:     pool,
 		cfg:      c,
-		outbox:   outbox.New(&outbox.Config{Schema: c.Schema}),
+		outbox:   outbox.New(&outbox.Config{Schema: c.Schema, Handoff: c.Handoff}),
 		letters:  deadletter.New(c.Schema),
 		guardSQL: guardSQL(c.Schema),
 		tracer:   tracing.NewTracer(c.TracerProvider, tracerScope),
@@ -368,7 +372,7 @@ func (u *Unit) try(ctx context.Context, msgs []*Message, careful bool) (err erro
 		if err := u.sendCommit(ctx, tx, q, msgs, xid); err != nil {
 			return err
 		}
-		u.outbox.Notify(u.pool, q.wake)
+		u.committed(q)
 		return nil
 	}
 	if err := u.sendIf(ctx, tx, q); err != nil {
@@ -386,8 +390,19 @@ func (u *Unit) try(ctx context.Context, msgs []*Message, careful bool) (err erro
 	if err := u.commit(ctx, tx, msgs, xid); err != nil {
 		return err
 	}
-	u.outbox.Notify(u.pool, q.wake)
+	u.committed(q)
 	return nil
+}
+
+// committed hands the outbox rows of q's committed transaction to the relay of this process
+// (Config.Handoff), and wakes the listeners of the rest with a NOTIFY: the relay too when
+// it could not take them.
+func (u *Unit) committed(q *queue) {
+	w := q.wake
+	if len(q.handed) > 0 && !u.outbox.HandOver(q.handed) {
+		w |= outbox.WakeRelay
+	}
+	u.outbox.Notify(u.pool, w)
 }
 
 // begin starts an effect transaction (effectTx) on a connection of its own; release returns

@@ -115,6 +115,10 @@ type Event struct {
 type Config struct {
 	// Schema holds the outbox table. Defaults to "idemd".
 	Schema string
+	// Handoff, when set, passes the rows written through QueueHanded to the relay of this
+	// process once their transaction committed (HandOver), so that a leading relay does not
+	// read them back. Give the same Handoff to RelayConfig.Handoff. Optional.
+	Handoff *Handoff
 }
 
 // Store writes outbox rows into one schema.
@@ -123,7 +127,9 @@ type Store struct {
 	channel         string
 	deliveryChannel string
 	insert          string
+	insertReturning string
 	insertDelivery  string
+	handoff         *Handoff
 	notifySQL       [4]string
 	notifier        *notifier
 }
@@ -134,8 +140,17 @@ func New(cfg *Config) *Store {
 		cfg = &Config{}
 	}
 	schema := cmp.Or(cfg.Schema, migrations.SchemaDefault)
+	insert := `INSERT INTO ` + pgx.Identifier{schema}.Sanitize() + `.outbox
+    (operation_id, pipeline, causation_id, topic, key, payload, headers)
+SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::bytea[], $7::jsonb[])`
 	return &Store{
-		schema:          schema,
+		schema:  schema,
+		handoff: cfg.Handoff,
+		insert:  insert,
+		// The ids come back in the order of the arrays: the rows are inserted, and their
+		// identity drawn, in the order unnest returns them (the relay's id order relies on
+		// the same).
+		insertReturning: insert + ` RETURNING id`,
 		channel:         Channel(schema),
 		deliveryChannel: DeliveryChannel(schema),
 		notifySQL:       notifyStatements(),
@@ -143,9 +158,6 @@ func New(cfg *Config) *Store {
 		insertDelivery: `INSERT INTO ` + pgx.Identifier{schema}.Sanitize() + `.http_deliveries
     (endpoint, operation_id, pipeline, causation_id, key, payload, headers)
 SELECT * FROM unnest($1::text[], $2::uuid[], $3::text[], $4::text[], $5::bytea[], $6::bytea[], $7::jsonb[])`,
-		insert: `INSERT INTO ` + pgx.Identifier{schema}.Sanitize() + `.outbox
-    (operation_id, pipeline, causation_id, topic, key, payload, headers)
-SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::bytea[], $7::jsonb[])`,
 	}
 }
 
@@ -211,10 +223,42 @@ func (s *Store) QueueQuiet(batch *pgx.Batch, events ...Event) (Wake, error) {
 			return 0, fmt.Errorf("outbox: event %d: %w: %w", i, ErrInvalidEvent, err)
 		}
 	}
-	return s.queue(batch, events), nil
+	w, _ := s.queue(batch, events, false)
+	return w, nil
 }
 
-func (s *Store) queue(batch *pgx.Batch, events []Event) Wake {
+// QueueHanded is QueueQuiet for a Store with a Handoff: when a relay of this process leads,
+// the rows' ids are read when batch runs, and the returned Handed carries them; once the
+// transaction committed, HandOver passes them to the relay, or the caller wakes it with
+// Notify when HandOver returns false. The returned Wake then leaves the relay out. Without
+// a Handoff, or while no relay of the process leads, it is QueueQuiet and Handed is nil.
+func (s *Store) QueueHanded(batch *pgx.Batch, events ...Event) (Wake, *Handed, error) {
+	for i, e := range events {
+		if err := e.validate(); err != nil {
+			return 0, nil, fmt.Errorf("outbox: event %d: %w: %w", i, ErrInvalidEvent, err)
+		}
+	}
+	hand := s.handoff != nil && s.handoff.leadingNow()
+	w, h := s.queue(batch, events, hand)
+	if h != nil {
+		w &^= WakeRelay
+	}
+	return w, h, nil
+}
+
+// HandOver passes the rows of hs, whose transaction committed, to the relay of this
+// process. It returns false when it could not (no Handoff, no relay of the process leads any
+// more, or it is too far behind): the caller then wakes the relay with Notify(WakeRelay).
+func (s *Store) HandOver(hs []*Handed) bool {
+	if len(hs) == 0 {
+		return true
+	}
+	return s.handoff != nil && s.handoff.hand(hs)
+}
+
+// queue adds the statements that write events to batch. With hand, the outbox insert
+// returns the rows' ids into the returned Handed.
+func (s *Store) queue(batch *pgx.Batch, events []Event, hand bool) (Wake, *Handed) {
 	n := len(events)
 	// Operation ids, text and bytea columns go as internal/pgarray's arrays (no reflection
 	// and no allocation per element in pgx's encoding), headers as JSON text (no
@@ -228,7 +272,11 @@ func (s *Store) queue(batch *pgx.Batch, events []Event) Wake {
 		payloads   = make([][]byte, 0, n)
 		headers    = make([]string, 0, n)
 		deliveries deliveryColumns
+		handed     []Event
 	)
+	if hand {
+		handed = make([]Event, 0, n)
+	}
 	for i, e := range events {
 		op := e.OperationID
 		if op == uuid.Nil {
@@ -249,11 +297,25 @@ func (s *Store) queue(batch *pgx.Batch, events []Event) Wake {
 		pipelines, causations, topics = append(pipelines, e.Pipeline), append(causations, e.CausationID), append(topics, e.Topic)
 		keys, payloads = append(keys, e.Key), append(payloads, payload)
 		headers = append(headers, headerjson.String(hdrs))
+		if hand {
+			// The event as the relay would read its row back.
+			handed = append(handed, Event{Topic: e.Topic, Key: e.Key, Payload: payload, Headers: hdrs,
+				Pipeline: e.Pipeline, CausationID: e.CausationID, OperationID: op})
+		}
 	}
-	var w Wake
+	var (
+		w Wake
+		h *Handed
+	)
 	if len(ops) > 0 {
-		batch.Queue(s.insert, pgarray.UUID(ops), pgarray.Text(pipelines), pgarray.Text(causations), pgarray.Text(topics),
-			pgarray.Bytes(keys), pgarray.Bytes(payloads), pgarray.JSONB(headers))
+		args := []any{pgarray.UUID(ops), pgarray.Text(pipelines), pgarray.Text(causations), pgarray.Text(topics),
+			pgarray.Bytes(keys), pgarray.Bytes(payloads), pgarray.JSONB(headers)}
+		if hand {
+			h = &Handed{events: handed, ids: make([]int64, 0, len(handed))}
+			batch.Queue(s.insertReturning, args...).Query(h.scanIDs)
+		} else {
+			batch.Queue(s.insert, args...)
+		}
 		w |= WakeRelay
 	}
 	if len(deliveries.ops) > 0 {
@@ -261,7 +323,7 @@ func (s *Store) queue(batch *pgx.Batch, events []Event) Wake {
 		batch.Queue(s.insertDelivery, d.endpoints, d.ops, d.pipelines, d.causations, d.keys, d.payloads, d.headers)
 		w |= WakeDeliverers
 	}
-	return w
+	return w, h
 }
 
 type deliveryColumns struct {

@@ -99,6 +99,10 @@ type RelayConfig struct {
 	// database's throughput for the same writes in idemd-bench. Defaults to false: a row is
 	// deleted once the broker has acknowledged it, and the outbox holds only what waits.
 	KeepPublished bool
+	// Handoff, when set, receives the rows that this process's writers committed (the Store
+	// of the unit of work, given the same Handoff): while this relay leads and is caught up,
+	// it publishes them without reading them back from the table. See Handoff. Optional.
+	Handoff *Handoff
 	// Logger receives the relay's logs. Defaults to logrus's standard logger.
 	Logger *logrus.Entry
 	// AfterPublish, when set, runs after a round's events reached their brokers and before
@@ -153,12 +157,17 @@ type Relay struct {
 	selectAfterSQL string
 	markSQL        string
 	deleteSQL      string
-	letters        *deadletter.Store
-	statsSQL       string
-	published      atomic.Int64
-	pubRounds      atomic.Int64 // rounds that published (marked or deleted rows)
-	leader         atomic.Bool
-	tracer         *tracing.Tracer
+	// takeSQL deletes (or marks) handed rows in the transaction that publishes them,
+	// returning those still unpublished; olderSQL then asks whether an unpublished row is
+	// left below them.
+	takeSQL   string
+	olderSQL  string
+	letters   *deadletter.Store
+	statsSQL  string
+	published atomic.Int64
+	pubRounds atomic.Int64 // rounds that published (marked or deleted rows)
+	leader    atomic.Bool
+	tracer    *tracing.Tracer
 
 	// failing are the topics whose last publish failed. Only the leading goroutine uses it.
 	failing map[string]*topicFailure
@@ -170,6 +179,13 @@ type Relay struct {
 	// lastRows is how many rows the last round read: the room the next one's first
 	// destination starts with.
 	lastRows atomic.Int64
+	// selectDue: the next round reads the table (the Handoff's rows wait): the last read
+	// left rows behind, a NOTIFY came, the poll interval passed, or handed rows were turned
+	// away. lastSelect is when the table was last read. Only the leading goroutine uses them.
+	selectDue  bool
+	lastSelect time.Time
+	handedRuns atomic.Int64 // rounds that published handed rows (tests, the bench)
+	fallbacks  atomic.Int64 // handed rounds that found an older row and read the table instead
 
 	mu         sync.Mutex
 	rounds     uint64             // rounds started since the relay was created
@@ -264,6 +280,8 @@ FROM ` + table + ` WHERE published_at IS NULL AND topic <> ALL($2::text[]) ORDER
 FROM ` + table + ` WHERE published_at IS NULL AND id > $2 ORDER BY id LIMIT $1`,
 		markSQL:   markSQL(table, c.KeepPublished),
 		deleteSQL: `DELETE FROM ` + table + ` WHERE id = ANY($1) AND published_at IS NULL`,
+		takeSQL:   markSQL(table, c.KeepPublished) + ` AND published_at IS NULL RETURNING id`,
+		olderSQL:  `SELECT EXISTS (SELECT FROM ` + table + ` WHERE published_at IS NULL AND id < $1 AND id <> ALL($2))`,
 		letters:   deadletter.New(c.Schema),
 		tracer:    tracing.NewTracer(c.TracerProvider, relayTracerScope),
 		statsSQL:  `SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0) FROM ` + table + ` WHERE published_at IS NULL`,
@@ -341,6 +359,20 @@ func (r *Relay) Drain(ctx context.Context) error {
 
 // decide records that Run learned whether it leads (Drain waits for it).
 func (r *Relay) decide() { r.decidedOnce.Do(func() { close(r.decided) }) }
+
+// wake makes the leader run a round now (the Handoff calls it).
+func (r *Relay) wake() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.wakeLocked()
+}
+
+// draining reports whether a Drain call waits (for a round that reads the table).
+func (r *Relay) draining() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.waiters) > 0
+}
 
 // wakeLocked makes the leader run a round now: it ends the leader's idle wait, or, while a
 // round runs, makes it skip the next one. r.mu is held.
@@ -466,6 +498,11 @@ func (r *Relay) lead(ctx context.Context) error {
 	r.log.Info("relay is the leader: publishing the outbox")
 	defer r.log.Info("relay stepped down")
 	r.signals.Leading.Signal(struct{}{})
+	r.selectDue = true
+	if h := r.cfg.Handoff; h != nil {
+		h.attach(r.wake, relayHandoffRounds*r.cfg.BatchSize)
+		defer h.detach()
+	}
 	defer r.dropAhead()
 	// The first round does not wait for it: rows may be waiting, or Kafka may be down.
 	defer r.warmWriter(ctx)()
@@ -478,10 +515,27 @@ func (r *Relay) lead(ctx context.Context) error {
 			lastStats = time.Now()
 		}
 		n := r.startRound()
-		rd, err := r.publishRound(ctx)
+		var (
+			rd  *round
+			err error
+		)
+		rows, handed := r.takeHanded()
+		switch {
+		case handed && len(rows) == 0:
+			// Woken for rows an earlier round took, with no other reason to read the table.
+			rd = &round{FromHandoff: true}
+		case handed:
+			rd, err = r.publishHanded(ctx, rows)
+		default:
+			r.lastSelect = time.Now()
+			rd, err = r.publishRound(ctx)
+			// Until a read of the table leaves nothing behind below the handed rows, they wait.
+			r.selectDue = err != nil || !(rd.clean() || rd.reachedHandoff)
+		}
 		if err != nil {
 			// The round's rows may not be marked: read from the head again.
 			r.dropAhead()
+			r.selectDue = true
 		}
 		var hookErr hookError
 		switch {
@@ -512,9 +566,10 @@ func (r *Relay) lead(ctx context.Context) error {
 		if rd.clean() {
 			r.releaseDrains(n, nil)
 		}
-		if rd.More || len(rd.Failed) > 0 {
-			// More may be waiting, or a topic failed (the broker may be gone): check the lock
-			// is still ours, then go on with what is not waiting for a retry.
+		if rd.More || len(rd.Failed) > 0 || (rd.FromHandoff && rd.Published > 0) {
+			// More may be waiting, or a topic failed (the broker may be gone), or the rows
+			// came from the Handoff (which the lock does not guard): check the lock is still
+			// ours, then go on with what is not waiting for a retry.
 			if err := pingLock(ctx, conn); err != nil {
 				return fmt.Errorf("relay lock connection lost: %w", err)
 			}
@@ -548,6 +603,11 @@ func (r *Relay) idle(ctx context.Context, conn *pgx.Conn) error {
 	r.mu.Lock()
 	r.cancelWait = nil
 	r.mu.Unlock()
+	if err == nil || (ctx.Err() == nil && errors.Is(wctx.Err(), context.DeadlineExceeded)) {
+		// A NOTIFY (rows written without the Handoff, here or in another process), the poll
+		// interval, or a failing destination's retry: the next round reads the table.
+		r.selectDue = true
+	}
 	cancel()
 	if err != nil && ctx.Err() == nil && wctx.Err() == nil {
 		return fmt.Errorf("relay lock connection lost: %w", err)

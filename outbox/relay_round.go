@@ -52,11 +52,20 @@ type round struct {
 	Held []string
 	// More reports that rows may be left beyond the round's bounds (BatchSize, bytes).
 	More bool
+	// FromHandoff: the round published rows handed over by this process (Handoff) instead
+	// of reading the table.
+	FromHandoff bool
+	// reachedHandoff: the round read the table from its head up to the rows waiting in the
+	// Handoff, so that the relay may take those next.
+	reachedHandoff bool
 }
 
 // clean reports whether the round published everything that was unpublished when it
-// started: no row was left beyond its bounds or behind a failing destination.
-func (rd *round) clean() bool { return !rd.More && len(rd.Failed) == 0 && len(rd.Held) == 0 }
+// started: it read the table, and left no row beyond its bounds or behind a failing
+// destination.
+func (rd *round) clean() bool {
+	return !rd.More && len(rd.Failed) == 0 && len(rd.Held) == 0 && !rd.FromHandoff
+}
 
 // batch is the rows of one destination in a round, in id order, and the outlet that
 // publishes them. events[i] is row ids[i], its Topic the name its broker knows.
@@ -185,20 +194,32 @@ func (r *Relay) publishRound(ctx context.Context) (*round, error) {
 	// A round read ahead may have passed rows that committed late: it is never the clean
 	// round that releases Drain; a full read follows.
 	rd.More = more || readAhead
+	// A full read that reached the rows handed over has every other row below them.
+	rd.reachedHandoff = !readAhead && len(rd.Held) == 0 && r.cfg.Handoff != nil && r.cfg.Handoff.reached(last)
 	if len(batches) == 0 {
 		r.forgetIdleFailures(batches, rd)
 		return rd, nil
 	}
-	if more && len(rd.Held) == 0 && len(r.failing) == 0 && r.sinceFull < relayReadAheadRounds {
+	if more && !rd.reachedHandoff && len(rd.Held) == 0 && len(r.failing) == 0 && r.sinceFull < relayReadAheadRounds {
 		r.readAhead(ctx, last)
 	}
 
+	r.sendAll(ctx, batches)
+	return r.finish(ctx, batches, rd)
+}
+
+// sendAll publishes each destination's rows, concurrently; their outcomes are in b.errs.
+func (r *Relay) sendAll(ctx context.Context, batches []*batch) {
 	var wg sync.WaitGroup
 	for _, b := range batches {
 		wg.Go(func() { b.errs = r.send(ctx, b) })
 	}
 	wg.Wait()
+}
 
+// finish takes the outcome of a round's publishes: it settles each destination's rows
+// (settle) and marks the ones their brokers have.
+func (r *Relay) finish(ctx context.Context, batches []*batch, rd *round) (*round, error) {
 	var (
 		published []int64
 		perDest   = map[string]int{}
@@ -223,14 +244,21 @@ func (r *Relay) publishRound(ctx context.Context) (*round, error) {
 	if err := r.mark(ctx, published); err != nil {
 		return rd, err
 	}
-	rd.Published += len(published)
-	for dest, n := range perDest {
-		if n > 0 {
-			metrics.OutboxPublished.WithLabelValues(dest).Add(float64(n))
+	r.counted(rd, len(published), perDest)
+	return rd, nil
+}
+
+// counted counts n rows marked published, perDest[dest] of them per destination.
+func (r *Relay) counted(rd *round, n int, perDest map[string]int) {
+	r.published.Add(int64(n))
+	r.pubRounds.Add(1)
+	rd.Published += n
+	for dest, k := range perDest {
+		if k > 0 {
+			metrics.OutboxPublished.WithLabelValues(dest).Add(float64(k))
 		}
 	}
-	r.log.WithField("count", len(published)).Debug("published outbox rows")
-	return rd, nil
+	r.log.WithField("count", n).Debug("published outbox rows")
 }
 
 // settle takes the outcome errs of publishing b: it returns the rows the broker has, to be
@@ -385,9 +413,9 @@ func (r *Relay) selectRound(ctx context.Context, held []string, after int64) (ba
 	defer done() //nolint:errcheck // the rows' own error is checked below
 	defer rows.Close()
 	var (
-		byDest = map[string]*batch{}
-		n      int
-		bytes  int
+		g     grouping
+		n     int
+		bytes int
 		// One set of scan targets for every row: each of them escapes to Scan.
 		id      int64
 		topic   string
@@ -415,21 +443,8 @@ func (r *Relay) selectRound(ctx context.Context, held []string, after int64) (ba
 			more = true
 			break
 		}
-		b := byDest[topic]
-		if b == nil {
-			b = &batch{dest: topic}
-			if len(batches) == 0 {
-				// Most rounds have one destination, and as many rows as the last.
-				hint := min(int(r.lastRows.Load()), r.cfg.BatchSize)
-				b.ids, b.events = make([]int64, 0, hint), make([]Event, 0, hint)
-			}
-			b.kind, b.name = ParseDestination(topic)
-			b.out = r.outlets[b.kind]
-			byDest[topic] = b
-			batches = append(batches, b)
-		}
-		e.Topic = b.name
-		b.ids, b.events = append(b.ids, id), append(b.events, e)
+		// Most rounds have one destination, and as many rows as the last.
+		g.add(r, topic, id, e, min(int(r.lastRows.Load()), r.cfg.BatchSize))
 		last = id
 		n++
 	}
@@ -437,7 +452,34 @@ func (r *Relay) selectRound(ctx context.Context, held []string, after int64) (ba
 	if err := rows.Err(); err != nil {
 		return nil, false, 0, fmt.Errorf("error reading outbox: %w", err)
 	}
-	return batches, more || n == r.cfg.BatchSize, last, nil
+	return g.batches, more || n == r.cfg.BatchSize, last, nil
+}
+
+// grouping sorts a round's rows into one batch per destination, in the order their first
+// row comes.
+type grouping struct {
+	byDest  map[string]*batch
+	batches []*batch
+}
+
+// add adds row id, event e of destination topic; the first batch gets room for hint rows.
+func (g *grouping) add(r *Relay, topic string, id int64, e Event, hint int) {
+	b := g.byDest[topic]
+	if b == nil {
+		if g.byDest == nil {
+			g.byDest = map[string]*batch{}
+		}
+		b = &batch{dest: topic}
+		if len(g.batches) == 0 {
+			b.ids, b.events = make([]int64, 0, hint), make([]Event, 0, hint)
+		}
+		b.kind, b.name = ParseDestination(topic)
+		b.out = r.outlets[b.kind]
+		g.byDest[topic] = b
+		g.batches = append(g.batches, b)
+	}
+	e.Topic = b.name
+	b.ids, b.events = append(b.ids, id), append(b.events, e)
 }
 
 // mark records rows as published. The broker has them: they are marked even if ctx is
@@ -446,8 +488,6 @@ func (r *Relay) mark(ctx context.Context, ids []int64) error {
 	if _, err := r.pool.Exec(context.WithoutCancel(ctx), r.markSQL, pgarray.Int8(ids)); err != nil {
 		return fmt.Errorf("error marking %d outbox rows published: %w", len(ids), err)
 	}
-	r.published.Add(int64(len(ids)))
-	r.pubRounds.Add(1)
 	return nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/segmentio/kafka-go"
 	"github.com/sirupsen/logrus"
 	"github.com/stretchr/testify/require"
@@ -114,45 +115,62 @@ func (b *relayBundle) drain(t testing.TB, r *outbox.Relay, timeout time.Duration
 // order.
 func TestRelayPublishesEveryCommittedRow(t *testing.T) {
 	t.Parallel()
-	const (
-		writers   = 12
-		perWriter = 850 // rows per writer, committed or not
-	)
+	const writers = 12
 	b := setupRelay(t, 4, pgtest.Options{MaxConns: writers + 2})
 	relay, _ := b.startRelay(t, outbox.RelayConfig{BatchSize: 500})
-	ctx := context.Background()
+	o := b.writeConcurrently(t, writers, 850, 5, func(_ int, batch *pgx.Batch, events []outbox.Event) (func(), error) {
+		return nil, b.store.Queue(batch, events...)
+	})
+	require.GreaterOrEqual(t, len(o.committed)+len(o.rolledBack), 10000)
+	require.NotEmpty(t, o.rolledBack)
+	b.drain(t, relay, 60*time.Second)
+	o.checkPublished(t, kafkatest.ReadAll(t, b.topic, len(o.committed), 60*time.Second))
+}
 
+// written is what concurrent writers committed and rolled back, by payload.
+type written struct{ committed, rolledBack map[string]bool }
+
+// writeConcurrently runs writers goroutines, each writing perWriter rows of its own key
+// ("writer-N", payloads "writer-N:000123" in order) in transactions of 1 to maxPerTx rows:
+// one in ten rolls back, one in eight commits late, while others commit rows with higher
+// ids. queue queues a transaction's rows for writer w in batch, and returns what runs once
+// it committed (nil: nothing).
+func (b *relayBundle) writeConcurrently(t *testing.T, writers, perWriter, maxPerTx int,
+	queue func(w int, batch *pgx.Batch, events []outbox.Event) (func(), error)) written {
+	t.Helper()
+	ctx := context.Background()
 	var (
-		mu         sync.Mutex
-		committed  = map[string]bool{} // payload -> committed
-		rolledBack = map[string]bool{}
-		wg         sync.WaitGroup
+		mu sync.Mutex
+		o  = written{committed: map[string]bool{}, rolledBack: map[string]bool{}}
+		wg sync.WaitGroup
 	)
-	for w := 0; w < writers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	for w := range writers {
+		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(w), 42))
 			key := fmt.Sprintf("writer-%d", w)
-			seq := 0
-			for tx := 0; seq < perWriter; tx++ {
-				n := 1 + rng.IntN(5)
-				var events []outbox.Event
-				var payloads []string
-				for i := 0; i < n; i++ {
+			for seq, tx := 0, 0; seq < perWriter; tx++ {
+				var (
+					events   []outbox.Event
+					payloads []string
+				)
+				for range 1 + rng.IntN(maxPerTx) {
 					p := fmt.Sprintf("%s:%06d", key, seq)
 					seq++
 					payloads = append(payloads, p)
 					events = append(events, outbox.Event{Topic: b.topic, Key: []byte(key), Payload: []byte(p), Pipeline: "p", CausationID: key + "-" + strconv.Itoa(tx)})
 				}
-				rollback := rng.IntN(10) == 0
-				late := rng.IntN(8) == 0
+				rollback, late := rng.IntN(10) == 0, rng.IntN(8) == 0
 				t0, err := b.db.Pool.Begin(ctx)
 				if err != nil {
 					t.Error(err)
 					return
 				}
-				if err := b.store.EnqueueTx(ctx, t0, events...); err != nil {
+				var batch pgx.Batch
+				after, err := queue(w, &batch, events)
+				if err == nil {
+					err = t0.SendBatch(ctx, &batch).Close()
+				}
+				if err != nil {
 					t.Error(err)
 					return
 				}
@@ -162,8 +180,8 @@ func TestRelayPublishesEveryCommittedRow(t *testing.T) {
 				}
 				if rollback {
 					err = t0.Rollback(ctx)
-				} else {
-					err = t0.Commit(ctx)
+				} else if err = t0.Commit(ctx); err == nil && after != nil {
+					after()
 				}
 				if err != nil {
 					t.Error(err)
@@ -172,32 +190,34 @@ func TestRelayPublishesEveryCommittedRow(t *testing.T) {
 				mu.Lock()
 				for _, p := range payloads {
 					if rollback {
-						rolledBack[p] = true
+						o.rolledBack[p] = true
 					} else {
-						committed[p] = true
+						o.committed[p] = true
 					}
 				}
 				mu.Unlock()
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	require.False(t, t.Failed())
-	require.GreaterOrEqual(t, len(committed)+len(rolledBack), 10000)
-	require.NotEmpty(t, rolledBack)
-	b.drain(t, relay, 60*time.Second)
+	return o
+}
 
-	records := kafkatest.ReadAll(t, b.topic, len(committed), 60*time.Second)
+// checkPublished checks records: every committed row is there, no rolled-back one, and
+// each writer's rows are in order (judged on first appearances: a repeat is at-least-once).
+func (o written) checkPublished(t *testing.T, records []kafka.Message) {
+	t.Helper()
 	seen := map[string]bool{}
 	lastSeq := map[string]int{}
 	for _, m := range records {
 		p := string(m.Value)
-		require.False(t, rolledBack[p], "rolled-back row %s was published", p)
-		require.True(t, committed[p], "unknown record %s", p)
+		require.False(t, o.rolledBack[p], "rolled-back row %s was published", p)
+		require.True(t, o.committed[p], "unknown record %s", p)
 		require.NotEmpty(t, kafkatest.Header(m, outbox.HeaderOperationID))
 		require.Equal(t, "p", kafkatest.Header(m, outbox.HeaderPipeline))
 		if seen[p] {
-			continue // an at-least-once repeat; order is judged on first appearances
+			continue
 		}
 		seen[p] = true
 		key, seqText, _ := strings.Cut(p, ":")
@@ -207,7 +227,7 @@ func TestRelayPublishesEveryCommittedRow(t *testing.T) {
 		}
 		lastSeq[key] = seq
 	}
-	require.Len(t, seen, len(committed), "every committed row is published")
+	require.Len(t, seen, len(o.committed), "every committed row is published")
 }
 
 // TestRelayCrashBetweenPublishAndMark: the relay dies after Kafka acknowledged a batch and
@@ -238,7 +258,14 @@ func TestRelayCrashBetweenPublishAndMark(t *testing.T) {
 
 	records := kafkatest.ReadAll(t, b.topic, 130, 30*time.Second)
 	require.Len(t, records, 130, "the first batch of 30 twice, then the other 70")
-	ops := map[string]string{} // payload -> operation id
+	require.Len(t, sameOperationIDs(t, records), 100)
+}
+
+// sameOperationIDs checks that the records of one payload (one row, published more than
+// once) carry the same operation-id, and returns them by payload.
+func sameOperationIDs(t *testing.T, records []kafka.Message) map[string]string {
+	t.Helper()
+	ops := map[string]string{}
 	for _, m := range records {
 		op := kafkatest.Header(m, outbox.HeaderOperationID)
 		if prev, ok := ops[string(m.Value)]; ok {
@@ -246,7 +273,7 @@ func TestRelayCrashBetweenPublishAndMark(t *testing.T) {
 		}
 		ops[string(m.Value)] = op
 	}
-	require.Len(t, ops, 100)
+	return ops
 }
 
 // TestRelayLeadership: of two relays only one publishes; when it stops, the standby takes

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/idemd/idemd/outbox"
 	"github.com/idemd/idemd/pipeline"
 	"github.com/jackc/pgx/v5"
 	"github.com/sirupsen/logrus"
@@ -80,6 +81,9 @@ type Config struct {
 	// a no-op one (tracing off), no span is made, and an incoming traceparent is passed on
 	// to the events as it came.
 	TracerProvider trace.TracerProvider
+	// Handoff passes the outbox rows of each committed batch to the relay of this process
+	// (outbox.Handoff), which then need not read them back. Optional; the daemon sets it.
+	Handoff *outbox.Handoff
 }
 
 // Source is one inbound HTTP endpoint (a pipeline). It is also what a source of the

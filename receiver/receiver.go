@@ -127,6 +127,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Receiver, error) {
 		OnRetry:   func(error) { metrics.Retries.WithLabelValues("http").Inc() },
 		// The unit's spans continue each request's (its message's Trace).
 		TracerProvider: c.TracerProvider,
+		Handoff:        c.Handoff,
 	}
 	if hook := c.BeforeCommit; hook != nil {
 		ecfg.BeforeCommit = func(msgs []*exactlyonce.Message) {

@@ -58,7 +58,9 @@ type childConfig struct {
 	Relay      bool `json:"relay,omitempty"`
 	RelayBatch int  `json:"relay_batch,omitempty"`
 	// KeepPublished is the relay's (-keep-published).
-	KeepPublished   bool          `json:"keep_published,omitempty"`
+	KeepPublished bool `json:"keep_published,omitempty"`
+	// NoHandoff runs the relay without the Handoff (-no-handoff): it reads back every row.
+	NoHandoff       bool          `json:"no_handoff,omitempty"`
 	Prune           bool          `json:"prune,omitempty"`
 	PruneInterval   time.Duration `json:"prune_interval,omitempty"`
 	OutboxRetention time.Duration `json:"outbox_retention,omitempty"`
@@ -129,19 +131,25 @@ func serveChild(ctx context.Context, kind, raw string, stdout io.Writer) error {
 	// parts run beside the door: the relay and the pruner, as in the daemon.
 	var parts []func(context.Context) error
 	var rel *outbox.Relay
+	// As in the daemon, the door hands its committed rows to the relay of its process.
+	var handoff *outbox.Handoff
+	if c.Relay && !c.NoHandoff {
+		handoff = outbox.NewHandoff()
+	}
 	if c.Relay || kind == "relay" {
 		rel, err = outbox.NewRelay(pool, &outbox.RelayConfig{
 			Schema:        c.Schema,
 			Brokers:       c.Brokers,
 			BatchSize:     max(c.RelayBatch, c.Batch*boolInt(kind == "relay")),
 			KeepPublished: c.KeepPublished,
+			Handoff:       handoff,
 			Logger:        log,
 		})
 		if err != nil {
 			return err
 		}
 		after = func() {
-			fmt.Fprintf(os.Stderr, "%s child: relay published %d records in %d rounds\n", kind, rel.Published(), rel.Rounds())
+			fmt.Fprintf(os.Stderr, "%s child: relay published %d records in %d rounds (%d of them handed over, %d handovers put back)\n", kind, rel.Published(), rel.Rounds(), rel.HandedRounds(), rel.HandoffFallbacks())
 		}
 		if kind != "relay" {
 			parts = append(parts, rel.Run)
@@ -166,6 +174,7 @@ func serveChild(ctx context.Context, kind, raw string, stdout io.Writer) error {
 			Lease:     c.Lease,
 			Retention: c.Retention,
 			Logger:    log,
+			Handoff:   handoff,
 		}
 		clients := brokerenv.New(func(name string) (string, bool) { v, ok := c.BrokerEnv[name]; return v, ok })
 		defer clients.Close() //nolint:errcheck // the clients of the bench's fakes
@@ -200,6 +209,7 @@ func serveChild(ctx context.Context, kind, raw string, stdout io.Writer) error {
 			MaxBatch: c.Batch,
 			Linger:   c.Linger,
 			Logger:   log,
+			Handoff:  handoff,
 			Sources: []receiver.Source{{
 				Name:    cmp.Or(c.Source, defaultSource),
 				Verify:  receiver.Verify{Scheme: receiver.SchemeStripe, Secrets: []string{c.Secret}},

@@ -260,6 +260,7 @@ func (e *env) startChild(ctx context.Context, kind string, cfg childConfig) (*ch
 	cfg.URL, cfg.Schema, cfg.Brokers = e.url, e.schema, e.brokers
 	cfg.AppName = "idemd-bench-" + e.runID + "-" + kind
 	cfg.KeepPublished = e.o.keepPublished
+	cfg.NoHandoff = e.o.noHandoff
 	if e.o.profileDir != "" {
 		cfg.ProfileDir = e.o.profileDir
 	}

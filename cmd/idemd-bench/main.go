@@ -65,6 +65,7 @@ type options struct {
 	profileDir     string
 	keepSchema     bool
 	keepPublished  bool
+	noHandoff      bool
 	childEnv       string
 	databaseURL    string
 	brokers        string
@@ -119,6 +120,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.profileDir, "profile-dir", "", "write CPU, heap, allocation and block profiles of each idemd child process into this directory")
 	fs.BoolVar(&o.keepSchema, "keep-schema", false, "do not drop the bench schema at the end (inspection)")
 	fs.StringVar(&o.childEnv, "child-env", "", "comma list of NAME=VALUE added to the environment of every idemd child only (not the bench's, not the peers'), e.g. GOGC=300,GOMEMLIMIT=120MiB to measure the daemon under the Go runtime's settings")
+	fs.BoolVar(&o.noHandoff, "no-handoff", false, "run the relay without the Handoff of its process's doors (outbox.Handoff): it reads every row back from the table, as before phase 15")
 	fs.BoolVar(&o.keepPublished, "keep-published", false, "run the relay with KeepPublished (IDEMD_OUTBOX_KEEP_PUBLISHED: published rows marked and kept, as before phase 2), and pre-fill published outbox rows for growth")
 	fs.StringVar(&o.databaseURL, "database-url", "", "PostgreSQL URL (default IDEMD_DATABASE_URL, else "+databaseURLDefault+")")
 	fs.StringVar(&o.brokers, "brokers", "", "Kafka brokers, comma list (default IDEMD_KAFKA_BROKERS, else an in-process kfake broker)")

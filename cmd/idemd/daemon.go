@@ -139,6 +139,9 @@ type daemon struct {
 	running *runningConsumers
 	tls     *tls.Config
 	signals daemonSignals
+	// handoff passes the rows the receiver and the subscriptions commit to the relay of
+	// this process, when it leads (outbox.Handoff).
+	handoff *outbox.Handoff
 }
 
 // daemonSignals are the daemon's test signals (internal/testsignal): inert unless a test
@@ -236,6 +239,7 @@ func newDaemon(cfg *daemonConfig) (*daemon, error) {
 		res:     res,
 		clients: clients,
 		running: running,
+		handoff: outbox.NewHandoff(),
 	}, nil
 }
 
@@ -443,6 +447,7 @@ func (d *daemon) startReceiver(start starter) (*part, string, error) {
 	cfg.MaxUnverifiedBytes = d.cfg.HTTPMaxUnverified
 	cfg.MaxBatch, cfg.Linger = d.cfg.HTTPMaxBatch, d.cfg.HTTPLinger
 	cfg.TracerProvider = d.cfg.TracerProvider
+	cfg.Handoff = d.handoff
 	rcv, err := receiver.New(d.pool, cfg)
 	if err != nil {
 		return nil, "", fmt.Errorf("error starting the receiver: %w", err)
@@ -488,6 +493,7 @@ func (d *daemon) startConsumers(start starter) error {
 		// The consumer drains inside the daemon's bound, leaving time for the relay.
 		cfg.ShutdownTimeout = max(d.cfg.ShutdownTimeout/3, time.Second)
 		cfg.TracerProvider = d.cfg.TracerProvider
+		cfg.Handoff = d.handoff
 		c, err := consumer.New(d.pool, cfg)
 		if err != nil {
 			return fmt.Errorf("error starting subscription %q: %w", cfg.Name, err)
@@ -523,6 +529,7 @@ func (d *daemon) startRelay(start starter) error {
 		KeepPublished:  d.cfg.OutboxKeepPublished,
 		Logger:         d.cfg.Logger.WithField("component", "relay"),
 		TracerProvider: d.cfg.TracerProvider,
+		Handoff:        d.handoff,
 	})
 	if err != nil {
 		return fmt.Errorf("error starting the relay: %w", err)

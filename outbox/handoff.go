@@ -1,0 +1,319 @@
+package outbox
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemd/idemd/internal/pgarray"
+)
+
+// Handoff passes the outbox rows that a process committed to the relay of the same
+// process, so that a leading relay publishes them without reading them back from the table.
+// Give the same Handoff to the Store that writes the rows (Config.Handoff; the unit of work
+// takes it from exactlyonce.Config) and to the relay (RelayConfig.Handoff). It changes what
+// the relay reads, never what it guarantees:
+//
+//   - A row is written to the outbox in its transaction as always. Only once that
+//     transaction committed is it handed over; a process that dies before leaves it in the
+//     table, where the next leader finds it.
+//   - The relay takes the handed rows only while it is caught up: its last read of the table
+//     left nothing behind, no destination waits for a retry, no Drain waits, and less than
+//     RelayConfig.PollInterval passed since it last read the table. Otherwise it reads the
+//     table, which holds every row still to publish, handed or not.
+//   - It publishes handed rows in one transaction that first deletes them (or, with
+//     KeepPublished, marks them) and checks that no other unpublished row below them is
+//     left (one committed by another process, or not handed over): if one is, it rolls back
+//     and reads the table instead, so that rows of one key written one after another keep
+//     their order. The deletion commits only after every broker acknowledged the rows; a
+//     crash before leaves them in the table, to be published again with the same operation
+//     id.
+//   - A row the relay published from the table before its handed copy came up is deleted
+//     already: the handed copy is dropped, not published twice.
+//
+// While no relay of the process leads, the Store asks for no ids and the writer wakes the
+// relay with a NOTIFY, as without a Handoff. A Handoff holds at most four rounds of rows
+// (4 × RelayConfig.BatchSize); beyond that the writer wakes the relay with a NOTIFY as well
+// and the relay reads the table until it caught up.
+type Handoff struct {
+	mu      sync.Mutex
+	leading bool
+	wake    func()
+	max     int // rows
+	rows    []handedRow
+	// overflow: rows were turned away since the relay last took some; it reads the table.
+	overflow bool
+}
+
+// handedRow is one committed outbox row: its id and its event as the relay would read it
+// back (Topic the destination column).
+type handedRow struct {
+	id int64
+	e  Event
+}
+
+// NewHandoff returns a Handoff that no relay uses yet.
+func NewHandoff() *Handoff { return &Handoff{} }
+
+// Handed is the rows one transaction wrote through a Store with a Handoff, whose ids are
+// filled in when the transaction's batch runs. Pass it to Store.HandOver once the
+// transaction committed.
+type Handed struct {
+	events []Event
+	ids    []int64
+}
+
+// scanIDs reads the ids the outbox insert returned.
+func (h *Handed) scanIDs(rows pgx.Rows) error {
+	var id int64
+	for rows.Next() {
+		if err := rows.Scan(&id); err != nil {
+			return err
+		}
+		h.ids = append(h.ids, id)
+	}
+	return rows.Err()
+}
+
+// leadingNow reports whether a relay of the process leads: whether a Store should ask for
+// the ids of its rows.
+func (h *Handoff) leadingNow() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.leading
+}
+
+// hand queues the committed rows of hs for the relay and wakes it. It returns false, and
+// queues nothing, when no relay of the process leads, when an entry lacks its ids (its
+// statement's result was not read), or when the relay is too far behind.
+func (h *Handoff) hand(hs []*Handed) bool {
+	n := 0
+	for _, x := range hs {
+		if len(x.ids) != len(x.events) {
+			return false
+		}
+		n += len(x.ids)
+	}
+	h.mu.Lock()
+	if !h.leading {
+		h.mu.Unlock()
+		return false
+	}
+	if len(h.rows)+n > h.max {
+		h.overflow = true
+		h.mu.Unlock()
+		return false
+	}
+	for _, x := range hs {
+		for i, id := range x.ids {
+			h.rows = append(h.rows, handedRow{id: id, e: x.events[i]})
+		}
+	}
+	wake := h.wake
+	h.mu.Unlock()
+	wake()
+	return true
+}
+
+// attach makes the relay that calls it, which has just taken the leadership, the receiver
+// of handed rows; wake wakes it.
+func (h *Handoff) attach(wake func(), maxRows int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.leading, h.wake, h.max = true, wake, maxRows
+	h.rows, h.overflow = nil, false
+}
+
+// detach is called when the relay stops leading: the rows waiting are forgotten (they are
+// in the table, for the next leader).
+func (h *Handoff) detach() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.leading, h.wake = false, nil
+	h.rows, h.overflow = nil, false
+}
+
+// take returns up to maxRows handed rows within maxBytes (at least one row), in id order.
+// After an overflow it forgets every waiting row and reports it: the relay then reads the
+// table, where those rows are.
+func (h *Handoff) take(maxRows, maxBytes int) (rows []handedRow, overflow bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.overflow {
+		h.rows, h.overflow = nil, false
+		return nil, true
+	}
+	n, bytes := 0, 0
+	for n < len(h.rows) && n < maxRows {
+		if bytes += eventSize(&h.rows[n].e); bytes > maxBytes && n > 0 {
+			break
+		}
+		n++
+	}
+	if n == 0 {
+		return nil, false
+	}
+	rows = slices.Clone(h.rows[:n])
+	h.rows = slices.Delete(h.rows, 0, n)
+	slices.SortFunc(rows, func(a, b handedRow) int { return cmp.Compare(a.id, b.id) })
+	return rows, false
+}
+
+// putBack returns rows taken and not published to the head of the queue.
+func (h *Handoff) putBack(rows []handedRow) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.leading && !h.overflow {
+		h.rows = slices.Insert(h.rows, 0, rows...)
+	}
+}
+
+// reached reports whether rows wait and the smallest of their ids is at most id.
+func (h *Handoff) reached(id int64) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.rows) == 0 {
+		return false
+	}
+	least := h.rows[0].id
+	for _, row := range h.rows[1:] {
+		least = min(least, row.id)
+	}
+	return least <= id
+}
+
+// waiting returns the ids of the rows handed over and not yet taken.
+func (h *Handoff) waiting() []int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ids := make([]int64, len(h.rows))
+	for i := range h.rows {
+		ids[i] = h.rows[i].id
+	}
+	return ids
+}
+
+// relayHandoffRounds is how many rounds of rows (BatchSize each) a Handoff holds for its
+// relay at most.
+const relayHandoffRounds = 4
+
+// takeHanded returns the next handed rows to publish (none: the wake was for rows an
+// earlier round took), or ok false when the round must read the table: the relay is not
+// caught up (selectDue: it also follows a NOTIFY and the poll), reads ahead, holds a
+// destination back, a Drain waits, or the poll interval passed since it last read the table.
+func (r *Relay) takeHanded() (rows []handedRow, ok bool) {
+	h := r.cfg.Handoff
+	if h == nil || r.selectDue || r.next != nil || len(r.failing) > 0 ||
+		time.Since(r.lastSelect) >= r.cfg.PollInterval || r.draining() {
+		return nil, false
+	}
+	rows, overflow := h.take(r.cfg.BatchSize, relayRoundBytes)
+	if overflow {
+		// Rows were turned away: they are in the table, read it until caught up.
+		r.selectDue = true
+		return nil, false
+	}
+	return rows, true
+}
+
+// publishHanded publishes rows handed over by this process (rows, in id order). One
+// transaction deletes (or marks) them, keeping those still unpublished (the others were
+// published from the table already), and checks that no unpublished row is left below
+// them; if one is, it rolls back and the next round reads the table, which holds it and
+// them in id order. Otherwise it publishes them and commits once every broker acknowledged
+// its rows. When a publish fails it rolls back and settles the rows as a round read from
+// the table does (the destination waits for its retry, refused rows are dead-lettered).
+func (r *Relay) publishHanded(ctx context.Context, rows []handedRow) (*round, error) {
+	rd := &round{FromHandoff: true}
+	ids := make([]int64, len(rows))
+	for i := range rows {
+		ids[i] = rows[i].id
+	}
+	tx, err := r.pool.Begin(ctx)
+	if err != nil {
+		return rd, fmt.Errorf("error taking %d handed outbox rows: %w", len(ids), err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // after Commit, or when the rows stay
+	var (
+		taken = make([]int64, 0, len(ids))
+		older bool
+		b     pgx.Batch
+	)
+	b.Queue(r.takeSQL, pgarray.Int8(ids)).Query(func(rs pgx.Rows) error {
+		var id int64
+		for rs.Next() {
+			if err := rs.Scan(&id); err != nil {
+				return err
+			}
+			taken = append(taken, id)
+		}
+		return rs.Err()
+	})
+	// The rows still waiting in the Handoff were handed over after these (it hands them out
+	// in order), and a writer hands its rows over before it acknowledges anything: none of
+	// them was committed before one of these began, so they are not looked for.
+	b.Queue(r.olderSQL, ids[len(ids)-1], pgarray.Int8(r.cfg.Handoff.waiting())).QueryRow(func(row pgx.Row) error { return row.Scan(&older) })
+	if err := tx.SendBatch(ctx, &b).Close(); err != nil {
+		return rd, fmt.Errorf("error taking %d handed outbox rows: %w", len(ids), err)
+	}
+	if older {
+		r.fallbacks.Add(1)
+		// A row below these was committed without being handed over (by another process, or
+		// a writer without the Handoff): the next round reads the table, which publishes it
+		// first. These rows wait for it, in the Handoff still.
+		r.cfg.Handoff.putBack(rows)
+		r.selectDue, rd.More = true, true
+		return rd, nil
+	}
+	if len(taken) == 0 {
+		return rd, nil
+	}
+	slices.Sort(taken)
+	var g grouping
+	for _, row := range rows {
+		if _, found := slices.BinarySearch(taken, row.id); found {
+			g.add(r, row.e.Topic, row.id, row.e, len(taken))
+		}
+	}
+	r.sendAll(ctx, g.batches)
+	for _, b := range g.batches {
+		for _, e := range b.errs {
+			if e != nil || ctx.Err() != nil {
+				// The rows not published stay: settle them as a round read from the table.
+				if err := tx.Rollback(context.WithoutCancel(ctx)); err != nil {
+					return rd, fmt.Errorf("error returning handed outbox rows: %w", err)
+				}
+				return r.finish(ctx, g.batches, rd)
+			}
+		}
+	}
+	if r.cfg.AfterPublish != nil {
+		if err := r.cfg.AfterPublish(taken); err != nil {
+			return rd, hookError{err}
+		}
+	}
+	// The brokers have them: committed even if ctx is ending, or they would be sent twice.
+	if err := tx.Commit(context.WithoutCancel(ctx)); err != nil {
+		return rd, fmt.Errorf("error marking %d outbox rows published: %w", len(taken), err)
+	}
+	perDest := make(map[string]int, len(g.batches))
+	for _, b := range g.batches {
+		perDest[b.dest] += len(b.ids)
+	}
+	r.counted(rd, len(taken), perDest)
+	r.handedRuns.Add(1)
+	return rd, nil
+}
+
+// HandedRounds returns how many rounds published rows handed over by this process
+// (Handoff) rather than read from the table (tests, the bench).
+func (r *Relay) HandedRounds() int64 { return r.handedRuns.Load() }
+
+// HandoffFallbacks returns how many times handed rows were put back because an older row
+// was left in the table (tests, the bench).
+func (r *Relay) HandoffFallbacks() int64 { return r.fallbacks.Load() }

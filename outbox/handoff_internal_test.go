@@ -1,0 +1,58 @@
+package outbox
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func handedOf(ids ...int64) *Handed {
+	h := &Handed{ids: ids, events: make([]Event, len(ids))}
+	for i := range h.events {
+		h.events[i] = Event{Topic: "t", Payload: make([]byte, 100)}
+	}
+	return h
+}
+
+// TestHandoffBounds: a Handoff takes rows only while a relay is attached, at most max of
+// them; past that it turns rows away and makes the relay read the table, forgetting what
+// waits (it is all in the table).
+func TestHandoffBounds(t *testing.T) {
+	h := NewHandoff()
+	require.False(t, h.hand([]*Handed{handedOf(1)}), "no relay leads")
+
+	wakes := 0
+	h.attach(func() { wakes++ }, 10)
+	require.False(t, h.hand([]*Handed{{ids: []int64{1}}}), "ids and events must match (a result not read)")
+	require.True(t, h.hand([]*Handed{handedOf(5, 6, 7), handedOf(2, 3)}))
+	require.Equal(t, 1, wakes)
+	rows, overflow := h.take(4, 1<<20)
+	require.False(t, overflow)
+	require.Equal(t, []int64{2, 5, 6, 7}, idsOf(rows), "the first rows handed, in id order")
+	require.Equal(t, []int64{3}, h.waiting())
+
+	require.True(t, h.hand([]*Handed{handedOf(8, 9, 10, 11, 12, 13, 14, 15, 16)}), "ten rows wait")
+	require.False(t, h.hand([]*Handed{handedOf(17)}), "an eleventh is turned away")
+	rows, overflow = h.take(100, 1<<20)
+	require.True(t, overflow)
+	require.Empty(t, rows)
+	require.Empty(t, h.waiting(), "what waited is forgotten: the relay reads the table")
+
+	require.True(t, h.hand([]*Handed{handedOf(20, 21, 22)}))
+	rows, _ = h.take(100, 2*eventSize(&Event{Topic: "t", Payload: make([]byte, 100)}))
+	require.Equal(t, []int64{20, 21}, idsOf(rows), "a round's bytes are bounded")
+	rows, _ = h.take(100, 1)
+	require.Equal(t, []int64{22}, idsOf(rows), "one row at least")
+
+	h.detach()
+	require.False(t, h.hand([]*Handed{handedOf(30)}), "the relay stepped down")
+	require.False(t, h.leadingNow())
+}
+
+func idsOf(rows []handedRow) []int64 {
+	ids := make([]int64, len(rows))
+	for i, r := range rows {
+		ids[i] = r.id
+	}
+	return ids
+}

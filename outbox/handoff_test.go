@@ -1,0 +1,242 @@
+package outbox_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/segmentio/kafka-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemd/idemd/internal/kafkatest"
+	"github.com/idemd/idemd/internal/pgtest"
+	"github.com/idemd/idemd/outbox"
+)
+
+// handBundle is a relay bundle whose writers hand their rows over (handStore) or not
+// (store).
+type handBundle struct {
+	*relayBundle
+	handoff   *outbox.Handoff
+	handStore *outbox.Store
+}
+
+func setupHandoff(t *testing.T, partitions int, opts pgtest.Options) *handBundle {
+	t.Helper()
+	b := setupRelay(t, partitions, opts)
+	h := outbox.NewHandoff()
+	return &handBundle{relayBundle: b, handoff: h, handStore: outbox.New(&outbox.Config{Schema: b.db.Schema, Handoff: h})}
+}
+
+// startRelay starts a relay with the bundle's Handoff and waits until it leads and has
+// read the table once (Drain), so that it takes handed rows from then on.
+func (b *handBundle) startRelay(t *testing.T, cfg outbox.RelayConfig) (*outbox.Relay, func() error) {
+	t.Helper()
+	cfg.Handoff = b.handoff
+	r, stop := b.relayBundle.startRelay(t, cfg)
+	r.TestSignals().Leading.Wait(t)
+	require.NoError(t, r.Drain(context.Background()))
+	return r, stop
+}
+
+// write commits events in one transaction as the unit of work does: through QueueHanded,
+// then HandOver, or a NOTIFY when the rows could not be handed. It reports whether they
+// were handed over.
+func (b *handBundle) write(t *testing.T, events ...outbox.Event) bool {
+	t.Helper()
+	h := b.commit(t, events...)
+	if h != nil && b.handStore.HandOver([]*outbox.Handed{h}) {
+		return true
+	}
+	b.handStore.Notify(b.db.Pool, outbox.WakeRelay)
+	return false
+}
+
+// commit writes events through QueueHanded in one transaction and commits it, without
+// handing the rows over nor notifying; it returns what HandOver takes.
+func (b *handBundle) commit(t *testing.T, events ...outbox.Event) *outbox.Handed {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := b.db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	var batch pgx.Batch
+	_, h, err := b.handStore.QueueHanded(&batch, events...)
+	require.NoError(t, err)
+	require.NoError(t, tx.SendBatch(ctx, &batch).Close())
+	require.NoError(t, tx.Commit(ctx))
+	return h
+}
+
+// commitQuiet commits events without the Handoff and without a NOTIFY, as another process
+// whose NOTIFY has not arrived yet.
+func (b *handBundle) commitQuiet(t *testing.T, events ...outbox.Event) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := b.db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	var batch pgx.Batch
+	_, err = b.store.QueueQuiet(&batch, events...)
+	require.NoError(t, err)
+	require.NoError(t, tx.SendBatch(ctx, &batch).Close())
+	require.NoError(t, tx.Commit(ctx))
+}
+
+func payloads(ms []kafka.Message) []string {
+	out := make([]string, len(ms))
+	for i, m := range ms {
+		out[i] = string(m.Value)
+	}
+	return out
+}
+
+// TestHandoffPublishesHandedRowsAsTheTableWould: rows handed over by their writer are
+// published without being read back, once each, with the headers, key and operation id a
+// row read from the table gets, and deleted from the outbox.
+func TestHandoffPublishesHandedRowsAsTheTableWould(t *testing.T) {
+	t.Parallel()
+	b := setupHandoff(t, 1, pgtest.Options{})
+	relay, _ := b.startRelay(t, outbox.RelayConfig{PollInterval: time.Minute})
+
+	const txs, per = 20, 5
+	var want []string
+	for i := range txs {
+		events := make([]outbox.Event, per)
+		for j := range events {
+			p := fmt.Sprintf("handed-%03d", i*per+j)
+			want = append(want, p)
+			events[j] = outbox.Event{Topic: b.topic, Key: []byte("k"), Payload: []byte(p), Pipeline: "orders",
+				CausationID: fmt.Sprintf("msg-%d", i), Headers: map[string]string{"content-type": "application/json", "event-type": "x"}}
+		}
+		require.True(t, b.write(t, events...), "a leading relay of the process takes the rows")
+	}
+	records := kafkatest.ReadAll(t, b.topic, txs*per, 30*time.Second)
+	require.Equal(t, want, payloads(records), "every row once, in order")
+	for i, m := range records {
+		require.Equal(t, "k", string(m.Key))
+		require.Equal(t, outbox.OperationID("orders", fmt.Sprintf("msg-%d", i/per), i%per).String(), kafkatest.Header(m, outbox.HeaderOperationID))
+		require.Equal(t, fmt.Sprintf("msg-%d", i/per), kafkatest.Header(m, outbox.HeaderCausationID))
+		require.Equal(t, "orders", kafkatest.Header(m, outbox.HeaderPipeline))
+		require.Equal(t, "application/json", kafkatest.Header(m, "content-type"))
+		require.Equal(t, "x", kafkatest.Header(m, "event-type"))
+	}
+	require.Positive(t, relay.HandedRounds(), "the rows came from the Handoff")
+	require.NoError(t, relay.Drain(context.Background()))
+	require.EqualValues(t, txs*per, relay.Published())
+	require.Zero(t, b.db.Count(t, "{schema}.outbox"), "published rows are deleted")
+}
+
+// TestHandoffKeepsOrderBehindARowNotHandedOver: a row of key k committed without the
+// Handoff (by another process, whose NOTIFY has not arrived), then a row of k handed over.
+// The relay must not publish the handed row first: it finds the older row and reads the
+// table, which has both in order.
+func TestHandoffKeepsOrderBehindARowNotHandedOver(t *testing.T) {
+	t.Parallel()
+	b := setupHandoff(t, 1, pgtest.Options{})
+	// No poll while the test runs: only the check for older rows can find the first one.
+	relay, _ := b.startRelay(t, outbox.RelayConfig{PollInterval: time.Minute})
+
+	b.commitQuiet(t, outbox.Event{Topic: b.topic, Key: []byte("k"), Payload: []byte("first, elsewhere"), Pipeline: "p", CausationID: "a"})
+	require.True(t, b.write(t, outbox.Event{Topic: b.topic, Key: []byte("k"), Payload: []byte("second, handed"), Pipeline: "p", CausationID: "b"}))
+
+	records := kafkatest.ReadAll(t, b.topic, 2, 20*time.Second)
+	require.Equal(t, []string{"first, elsewhere", "second, handed"}, payloads(records))
+	require.EqualValues(t, 1, relay.HandoffFallbacks(), "the handed row was put back once")
+}
+
+// TestHandoffDropsRowsPublishedFromTheTable: rows published by a round that read the table
+// before their handed copy came up are not published again.
+func TestHandoffDropsRowsPublishedFromTheTable(t *testing.T) {
+	t.Parallel()
+	b := setupHandoff(t, 1, pgtest.Options{})
+	relay, _ := b.startRelay(t, outbox.RelayConfig{PollInterval: time.Minute})
+
+	h := b.commit(t, b.events(10, "both")...)
+	require.NotNil(t, h)
+	require.NoError(t, relay.Drain(context.Background()), "a round reads the table and publishes them")
+	require.True(t, b.handStore.HandOver([]*outbox.Handed{h}), "then their writer hands them over")
+	// The row written after is taken after the handed copies were.
+	require.True(t, b.write(t, b.events(1, "after")...))
+	records := kafkatest.ReadAtLeastFrom(t, kafkatest.Brokers(t), b.topic, 11, 20*time.Second, time.Second)
+	require.Len(t, records, 11, "each row once: %v", payloads(records))
+	require.EqualValues(t, 11, relay.Published())
+}
+
+// TestHandoffCrashBetweenPublishAndCommit: the relay dies after the broker acknowledged
+// handed rows and before the transaction that deletes them committed. The rows are still
+// in the outbox, and the next leader publishes them again with the same operation ids.
+func TestHandoffCrashBetweenPublishAndCommit(t *testing.T) {
+	t.Parallel()
+	b := setupHandoff(t, 1, pgtest.Options{})
+	crashed := errors.New("simulated crash after publish")
+	hit := make(chan struct{})
+	_, stop := b.startRelay(t, outbox.RelayConfig{PollInterval: time.Minute, AfterPublish: func([]int64) error {
+		close(hit)
+		return crashed
+	}})
+	require.True(t, b.write(t, b.events(20, "crash")...))
+	select {
+	case <-hit:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the relay never published the handed rows")
+	}
+	require.ErrorIs(t, stop(), crashed)
+	require.Equal(t, 20, b.db.Count(t, "{schema}.outbox WHERE published_at IS NULL"), "the rows stay")
+
+	second, _ := b.relayBundle.startRelay(t, outbox.RelayConfig{})
+	b.drain(t, second, 30*time.Second)
+	records := kafkatest.ReadAll(t, b.topic, 40, 30*time.Second)
+	require.Len(t, records, 40, "published twice")
+	require.Len(t, sameOperationIDs(t, records), 20)
+}
+
+// TestHandoffWithoutALeadingRelay: with no relay of the process leading, a Store asks for
+// no ids and HandOver refuses, so that the writer notifies the relay wherever it leads.
+func TestHandoffWithoutALeadingRelay(t *testing.T) {
+	t.Parallel()
+	b := setupHandoff(t, 1, pgtest.Options{})
+	require.Nil(t, b.commit(t, b.events(3, "alone")...), "no relay leads: no ids are asked for")
+	require.False(t, b.write(t, b.events(3, "alone-2")...))
+
+	relay, stop := b.startRelay(t, outbox.RelayConfig{})
+	require.EqualValues(t, 6, relay.Published(), "the rows were read from the table")
+	require.NoError(t, stop())
+	h := outbox.NewHandoff()
+	other := outbox.New(&outbox.Config{Schema: b.db.Schema, Handoff: h})
+	var batch pgx.Batch
+	_, handed, err := other.QueueHanded(&batch, b.events(1, "x")...)
+	require.NoError(t, err)
+	require.Nil(t, handed, "a Handoff no relay uses")
+	require.False(t, b.handStore.HandOver([]*outbox.Handed{{}}), "a relay that stopped takes nothing")
+}
+
+// TestHandoffPublishesEveryCommittedRowInOrder: concurrent writers, half of them handing
+// their rows over and half writing as other processes do (a NOTIFY at commit), some
+// committing late and some rolling back. Every committed row is published, no rolled-back
+// row is, and each writer's rows keep their order.
+func TestHandoffPublishesEveryCommittedRowInOrder(t *testing.T) {
+	t.Parallel()
+	const writers = 8
+	b := setupHandoff(t, 4, pgtest.Options{MaxConns: writers + 3})
+	relay, _ := b.startRelay(t, outbox.RelayConfig{BatchSize: 200, PollInterval: 200 * time.Millisecond})
+	o := b.writeConcurrently(t, writers, 600, 8, func(w int, batch *pgx.Batch, events []outbox.Event) (func(), error) {
+		if w%2 == 1 {
+			return nil, b.store.Queue(batch, events...)
+		}
+		_, h, err := b.handStore.QueueHanded(batch, events...)
+		return func() {
+			if h == nil || !b.handStore.HandOver([]*outbox.Handed{h}) {
+				b.handStore.Notify(b.db.Pool, outbox.WakeRelay)
+			}
+		}, err
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	require.NoError(t, relay.Drain(ctx))
+	require.Zero(t, b.db.Count(t, "{schema}.outbox"), "Drain returned with rows left")
+	o.checkPublished(t, kafkatest.ReadAll(t, b.topic, len(o.committed), 60*time.Second))
+	require.Positive(t, relay.HandedRounds(), "some rounds took handed rows")
+	t.Logf("%d rows, %d rounds, %d of them handed over, %d handovers put back", len(o.committed), relay.Rounds(), relay.HandedRounds(), relay.HandoffFallbacks())
+}
