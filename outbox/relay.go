@@ -128,6 +128,9 @@ type RelayConfig struct {
 // deleted (or, with KeepPublished, marked published) only after their broker acknowledged
 // them (Kafka with acks=all); a crash in between publishes them again with the same
 // operation-id header or attribute (and, on an SQS FIFO queue, the same deduplication id).
+// With a Handoff (RelayConfig.Handoff), the rows its own process committed are handed to it
+// and, while it is caught up, published without being read back; see Handoff for how the
+// same guarantees hold.
 //
 // A round publishes each destination's rows separately: a destination that fails (a broker
 // refusing it, a topic or queue that does not exist, a missing authorization) is left out
