@@ -218,10 +218,8 @@ func (s *Store) Queue(batch *pgx.Batch, events ...Event) error {
 // cluster-wide lock through its commit (see notifier), so a caller that commits many
 // concurrent transactions, such as the unit of work, notifies after them instead.
 func (s *Store) QueueQuiet(batch *pgx.Batch, events ...Event) (Wake, error) {
-	for i, e := range events {
-		if err := e.validate(); err != nil {
-			return 0, fmt.Errorf("outbox: event %d: %w: %w", i, ErrInvalidEvent, err)
-		}
+	if err := validateAll(events); err != nil {
+		return 0, err
 	}
 	w, _ := s.queue(batch, events, false)
 	return w, nil
@@ -233,10 +231,8 @@ func (s *Store) QueueQuiet(batch *pgx.Batch, events ...Event) (Wake, error) {
 // Notify when HandOver returns false. The returned Wake then leaves the relay out. Without
 // a Handoff, or while no relay of the process leads, it is QueueQuiet and Handed is nil.
 func (s *Store) QueueHanded(batch *pgx.Batch, events ...Event) (Wake, *Handed, error) {
-	for i, e := range events {
-		if err := e.validate(); err != nil {
-			return 0, nil, fmt.Errorf("outbox: event %d: %w: %w", i, ErrInvalidEvent, err)
-		}
+	if err := validateAll(events); err != nil {
+		return 0, nil, err
 	}
 	hand := s.handoff != nil && s.handoff.leadingNow()
 	w, h := s.queue(batch, events, hand)
@@ -346,6 +342,16 @@ func (d *deliveryColumns) add(e Event, op uuid.UUID, payload []byte, headers map
 // ErrInvalidEvent: an event lacks what it needs (a topic or endpoint, a pipeline, a
 // causation or operation id). Enqueueing it again fails the same way.
 var ErrInvalidEvent = errors.New("invalid outbox event")
+
+// validateAll validates events, naming the first invalid one by its index.
+func validateAll(events []Event) error {
+	for i, e := range events {
+		if err := e.validate(); err != nil {
+			return fmt.Errorf("outbox: event %d: %w: %w", i, ErrInvalidEvent, err)
+		}
+	}
+	return nil
+}
 
 func (e Event) validate() error {
 	switch {
