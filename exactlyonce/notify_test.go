@@ -6,9 +6,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/sirupsen/logrus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemd/idemd/exactlyonce"
+	"github.com/idemd/idemd/internal/kafkatest"
 	"github.com/idemd/idemd/internal/pgtest"
 	"github.com/idemd/idemd/outbox"
 )
@@ -82,4 +84,56 @@ func TestCommitWakesTheRelay(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, outbox.DeliveryChannel(b.db.Schema), n.Channel)
 	require.Equal(t, 1, b.db.Count(t, "{schema}.http_deliveries"))
+}
+
+// With a Handoff whose relay leads, a commit hands its outbox rows to that relay instead of
+// sending a NOTIFY, and the relay publishes them; once the relay stopped, a commit wakes the
+// relay with a NOTIFY again, wherever it leads.
+func TestCommitHandsRowsToTheRelayOfItsProcess(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	db.Exec(t, db.Q("CREATE TABLE {schema}.effects (id text PRIMARY KEY, n int NOT NULL CHECK (n >= 0))"))
+	h := outbox.NewHandoff()
+	b := &bundle{db: db, unit: newUnit(t, db, db.Pool, func(c *exactlyonce.Config) { c.Handoff = h })}
+	topic := kafkatest.Topic(t, 1)
+	l := logrus.New()
+	l.SetLevel(logrus.ErrorLevel)
+	relay, err := outbox.NewRelay(db.Pool, &outbox.RelayConfig{Schema: db.Schema, Brokers: kafkatest.Brokers(t), Handoff: h,
+		PollInterval: time.Minute, Logger: logrus.NewEntry(l)})
+	require.NoError(t, err)
+	rctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- relay.Run(rctx) }()
+	t.Cleanup(func() { stop(); <-done })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, relay.Drain(ctx), "the relay leads and has read the table")
+	conn, err := pgx.Connect(ctx, pgtest.URL())
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	_, err = conn.Exec(ctx, "LISTEN "+pgx.Identifier{outbox.Channel(db.Schema)}.Sanitize())
+	require.NoError(t, err)
+
+	m := b.msg("handed", 1)
+	m.Answer, m.Events = nil, []exactlyonce.Event{{Event: outbox.Event{Topic: topic, Pipeline: "s", CausationID: "handed", Payload: []byte(`{"a":1}`)}}}
+	require.NoError(t, b.unit.Apply(ctx, []*exactlyonce.Message{m}))
+	records := kafkatest.ReadAll(t, topic, 1, 20*time.Second)
+	require.Len(t, records, 1)
+	require.Equal(t, `{"a":1}`, string(records[0].Value))
+	require.EqualValues(t, 1, relay.HandedRounds(), "the relay took the row from the Handoff")
+	wctx, wcancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	_, err = conn.WaitForNotification(wctx)
+	wcancel()
+	require.Error(t, err, "no NOTIFY for rows handed over")
+
+	stop()
+	require.NoError(t, <-done)
+	done <- nil // for the cleanup
+	m = b.msg("notified", 1)
+	m.Answer, m.Events = nil, []exactlyonce.Event{{Event: outbox.Event{Topic: topic, Pipeline: "s", CausationID: "notified", Payload: []byte("{}")}}}
+	require.NoError(t, b.unit.Apply(ctx, []*exactlyonce.Message{m}))
+	n, err := conn.WaitForNotification(ctx)
+	require.NoError(t, err, "no relay of the process leads: the commit notifies")
+	require.Equal(t, outbox.Channel(db.Schema), n.Channel)
 }
