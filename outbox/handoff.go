@@ -198,6 +198,28 @@ func (h *Handoff) waiting() []int64 {
 	return ids
 }
 
+// gapsBetween returns the ids between the first and the last of ids (sorted) that are
+// neither in ids nor in waiting, or ok false when there are more than limit of them.
+func gapsBetween(ids, waiting []int64, limit int) (gaps []int64, ok bool) {
+	if n := ids[len(ids)-1] - ids[0] + 1 - int64(len(ids)); n == 0 {
+		return nil, true
+	} else if n > int64(limit)+int64(len(waiting)) {
+		return nil, false
+	}
+	w := slices.Clone(waiting)
+	slices.Sort(w)
+	for i := 1; i < len(ids); i++ {
+		for id := ids[i-1] + 1; id < ids[i]; id++ {
+			if _, found := slices.BinarySearch(w, id); !found {
+				if gaps = append(gaps, id); len(gaps) > limit {
+					return nil, false
+				}
+			}
+		}
+	}
+	return gaps, true
+}
+
 // relayHandoffRounds is how many rounds of rows (BatchSize each) a Handoff holds for its
 // relay at most.
 const relayHandoffRounds = 4
@@ -257,7 +279,14 @@ func (r *Relay) publishHanded(ctx context.Context, rows []handedRow) (*round, er
 	// The rows still waiting in the Handoff were handed over after these (it hands them out
 	// in order), and a writer hands its rows over before it acknowledges anything: none of
 	// them was committed before one of these began, so they are not looked for.
-	b.Queue(r.olderSQL, ids[len(ids)-1], pgarray.Int8(r.cfg.Handoff.waiting())).QueryRow(func(row pgx.Row) error { return row.Scan(&older) })
+	waiting := r.cfg.Handoff.waiting()
+	if gaps, ok := gapsBetween(ids, waiting, relayHandoffRounds*r.cfg.BatchSize); ok {
+		// Below the first id, and the ids between them: an index probe each, rather than a
+		// walk over the entries of the rows just deleted (each a visit to the heap).
+		b.Queue(r.olderGapsSQL, ids[0], pgarray.Int8(gaps)).QueryRow(func(row pgx.Row) error { return row.Scan(&older) })
+	} else {
+		b.Queue(r.olderSQL, ids[len(ids)-1], pgarray.Int8(waiting)).QueryRow(func(row pgx.Row) error { return row.Scan(&older) })
+	}
 	if err := tx.SendBatch(ctx, &b).Close(); err != nil {
 		return rd, fmt.Errorf("error taking %d handed outbox rows: %w", len(ids), err)
 	}

@@ -56,3 +56,27 @@ func idsOf(rows []handedRow) []int64 {
 	}
 	return ids
 }
+
+// TestGapsBetween: the ids between the handed ones that are not waiting either, and the
+// bound beyond which the relay checks the whole range instead.
+func TestGapsBetween(t *testing.T) {
+	gaps, ok := gapsBetween([]int64{5, 6, 7}, nil, 10)
+	require.True(t, ok)
+	require.Empty(t, gaps)
+	gaps, ok = gapsBetween([]int64{5, 8, 12}, []int64{11, 6, 40}, 10)
+	require.True(t, ok)
+	require.Equal(t, []int64{7, 9, 10}, gaps)
+	_, ok = gapsBetween([]int64{1, 100}, nil, 10)
+	require.False(t, ok, "too many gaps")
+	gaps, ok = gapsBetween([]int64{1, 100}, idsFrom(2, 99), 10)
+	require.True(t, ok, "the gap is all waiting rows")
+	require.Empty(t, gaps)
+}
+
+func idsFrom(from, to int64) []int64 {
+	var ids []int64
+	for id := from; id <= to; id++ {
+		ids = append(ids, id)
+	}
+	return ids
+}

@@ -146,6 +146,27 @@ func TestHandoffKeepsOrderBehindARowNotHandedOver(t *testing.T) {
 	require.EqualValues(t, 1, relay.HandoffFallbacks(), "the handed row was put back once")
 }
 
+// TestHandoffKeepsOrderAroundARowNotHandedOver: rows of key k written one after another,
+// the first and the third handed over together, the second not. The check finds the one
+// between them, and the three are published in order.
+func TestHandoffKeepsOrderAroundARowNotHandedOver(t *testing.T) {
+	t.Parallel()
+	b := setupHandoff(t, 1, pgtest.Options{})
+	relay, _ := b.startRelay(t, outbox.RelayConfig{PollInterval: time.Minute})
+
+	ev := func(p string) outbox.Event {
+		return outbox.Event{Topic: b.topic, Key: []byte("k"), Payload: []byte(p), Pipeline: "p", CausationID: p}
+	}
+	first := b.commit(t, ev("first"))
+	b.commitQuiet(t, ev("second, elsewhere"))
+	third := b.commit(t, ev("third"))
+	require.True(t, b.handStore.HandOver([]*outbox.Handed{first, third}))
+
+	records := kafkatest.ReadAll(t, b.topic, 3, 20*time.Second)
+	require.Equal(t, []string{"first", "second, elsewhere", "third"}, payloads(records))
+	require.EqualValues(t, 1, relay.HandoffFallbacks())
+}
+
 // TestHandoffDropsRowsPublishedFromTheTable: rows published by a round that read the table
 // before their handed copy came up are not published again.
 func TestHandoffDropsRowsPublishedFromTheTable(t *testing.T) {

@@ -162,15 +162,16 @@ type Relay struct {
 	deleteSQL      string
 	// takeSQL deletes (or marks) handed rows in the transaction that publishes them,
 	// returning those still unpublished; olderSQL then asks whether an unpublished row is
-	// left below them.
-	takeSQL   string
-	olderSQL  string
-	letters   *deadletter.Store
-	statsSQL  string
-	published atomic.Int64
-	pubRounds atomic.Int64 // rounds that published (marked or deleted rows)
-	leader    atomic.Bool
-	tracer    *tracing.Tracer
+	// left below them, and olderGapsSQL the same below the first and between them.
+	takeSQL      string
+	olderSQL     string
+	olderGapsSQL string
+	letters      *deadletter.Store
+	statsSQL     string
+	published    atomic.Int64
+	pubRounds    atomic.Int64 // rounds that published (marked or deleted rows)
+	leader       atomic.Bool
+	tracer       *tracing.Tracer
 
 	// failing are the topics whose last publish failed. Only the leading goroutine uses it.
 	failing map[string]*topicFailure
@@ -285,9 +286,11 @@ FROM ` + table + ` WHERE published_at IS NULL AND id > $2 ORDER BY id LIMIT $1`,
 		deleteSQL: `DELETE FROM ` + table + ` WHERE id = ANY($1) AND published_at IS NULL`,
 		takeSQL:   markSQL(table, c.KeepPublished) + ` AND published_at IS NULL RETURNING id`,
 		olderSQL:  `SELECT EXISTS (SELECT FROM ` + table + ` WHERE published_at IS NULL AND id < $1 AND id <> ALL($2))`,
-		letters:   deadletter.New(c.Schema),
-		tracer:    tracing.NewTracer(c.TracerProvider, relayTracerScope),
-		statsSQL:  `SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0) FROM ` + table + ` WHERE published_at IS NULL`,
+		olderGapsSQL: `SELECT EXISTS (SELECT FROM ` + table + ` WHERE published_at IS NULL AND id < $1)
+    OR EXISTS (SELECT FROM ` + table + ` WHERE id = ANY($2) AND published_at IS NULL)`,
+		letters:  deadletter.New(c.Schema),
+		tracer:   tracing.NewTracer(c.TracerProvider, relayTracerScope),
+		statsSQL: `SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0) FROM ` + table + ` WHERE published_at IS NULL`,
 	}, nil
 }
 
