@@ -187,30 +187,33 @@ func (h *Handoff) reached(id int64) bool {
 	return least <= id
 }
 
-// waiting returns the ids of the rows handed over and not yet taken.
+// waiting returns the ids of the rows handed over and not yet taken, sorted.
 func (h *Handoff) waiting() []int64 {
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	ids := make([]int64, len(h.rows))
 	for i := range h.rows {
 		ids[i] = h.rows[i].id
 	}
+	h.mu.Unlock()
+	slices.Sort(ids)
 	return ids
 }
 
 // gapsBetween returns the ids between the first and the last of ids (sorted) that are
 // neither in ids nor in waiting, or ok false when there are more than limit of them.
+// waiting is sorted here unless it already is (Handoff.waiting sorts it).
 func gapsBetween(ids, waiting []int64, limit int) (gaps []int64, ok bool) {
 	if n := ids[len(ids)-1] - ids[0] + 1 - int64(len(ids)); n == 0 {
 		return nil, true
 	} else if n > int64(limit)+int64(len(waiting)) {
 		return nil, false
 	}
-	w := slices.Clone(waiting)
-	slices.Sort(w)
+	if !slices.IsSorted(waiting) {
+		waiting = slices.Sorted(slices.Values(waiting))
+	}
 	for i := 1; i < len(ids); i++ {
 		for id := ids[i-1] + 1; id < ids[i]; id++ {
-			if _, found := slices.BinarySearch(w, id); !found {
+			if _, found := slices.BinarySearch(waiting, id); !found {
 				if gaps = append(gaps, id); len(gaps) > limit {
 					return nil, false
 				}
