@@ -192,14 +192,14 @@ func (e *env) limitAgain(ctx context.Context, c limitConfig) (*Row, error) {
 		return nil, err
 	}
 	in := newLimitInput(records("limit-again-"+e.runID, e.o.messages, e.o.partitions))
-	elapsed, cpu, err := e.runLimit(ctx, in, c)
+	run, err := e.runLimit(ctx, in, c)
 	if err != nil {
 		return nil, err
 	}
-	rate := float64(len(in.recs)) / elapsed.Seconds()
+	rate := float64(len(in.recs)) / run.elapsed.Seconds()
 	e.logf("limit again %s: %.0f msgs/s", c, rate)
-	return &Row{Section: "limit", Mode: c.String() + ", again after the consumer", Count: len(in.recs), Seconds: elapsed.Seconds(), CPU: cpu,
-		Rate: rate, Unit: "msgs/s", config: c}, nil
+	return &Row{Section: "limit", Mode: c.String() + ", again after the consumer", Count: len(in.recs), Seconds: run.elapsed.Seconds(),
+		CPU: run.cpu, Work: run.work, Rate: rate, Unit: "msgs/s", config: c}, nil
 }
 
 // consumerRun is one consumer measurement.
@@ -325,6 +325,10 @@ func (e *env) runConsumer(ctx context.Context, m consumerRun) (*Row, error) {
 	if err != nil {
 		return nil, err
 	}
+	var work *PGWork
+	if c.cpu != nil {
+		work = c.cpu.work.workTo(c.cpu.workEnd, len(recs))
+	}
 	rate := float64(counted) / window.Seconds()
 	e.logf("consumer %s: %d msgs in %s (%d msgs, %s from start): %.0f msgs/s, peak RSS %.1f MiB",
 		m.name, counted, window.Round(time.Millisecond), len(recs), total.Round(time.Millisecond), rate, rss)
@@ -341,7 +345,7 @@ func (e *env) runConsumer(ctx context.Context, m consumerRun) (*Row, error) {
 		how = "rate from the first offset commit to the last offset commit or the relay's last publish, whichever came later" + commits
 	}
 	return &Row{Section: "consumer", Mode: m.name, Count: counted, Seconds: window.Seconds(), Rate: rate, Unit: "msgs/s",
-		PeakRSSMiB: rss, CPU: cpu, Note: fmt.Sprintf("%d records, %d distinct ids, %d duplicates on %d partitions; each effect and outbox row once; %s (all %d from child start: %.0f msgs/s)",
+		PeakRSSMiB: rss, CPU: cpu, Work: work, Note: fmt.Sprintf("%d records, %d distinct ids, %d duplicates on %d partitions; each effect and outbox row once; %s (all %d from child start: %.0f msgs/s)",
 			len(recs), unique, len(recs)-unique, m.partitions, how, len(recs), float64(len(recs))/total.Seconds())}, nil
 }
 
@@ -409,6 +413,9 @@ func (e *env) stopAndCount(ctx context.Context, c *child) (float64, int, error) 
 	rss, err := c.stop()
 	if err != nil {
 		return rss, 0, err
+	}
+	if c.cpu != nil && c.cpu.work != nil {
+		c.cpu.workEnd = e.pgCountersAfter(ctx, c.cpu.app)
 	}
 	effects, err := e.count(ctx, "{schema}.effects")
 	return rss, effects, err

@@ -35,6 +35,8 @@ type cpuStart struct {
 	self      time.Duration
 	backends  map[int]time.Duration
 	readError bool
+	// work are PostgreSQL's counters (pgwork.go); workEnd those once the child stopped.
+	work, workEnd *pgCounters
 }
 
 // procCPU is the user and system time of process pid.
@@ -97,6 +99,7 @@ func (e *env) startCPU(ctx context.Context, c *child, app string) {
 	s.child, ok = procCPU(c.cmd.Process.Pid)
 	s.backends, s.readError = e.backendCPU(ctx, app)
 	s.readError = !ok || !s.readError
+	s.work = e.pgCountersNow(ctx)
 	c.cpu = s
 }
 

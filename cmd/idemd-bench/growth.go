@@ -165,14 +165,14 @@ func sizeLabel(rows int, again bool) string {
 func (e *env) growthLimit(ctx context.Context, prefix, size string, c limitConfig) (*Row, error) {
 	return fasterOfTwo(func(run int) (*Row, error) {
 		recs, unique := records(fmt.Sprintf("%s-%d", prefix, run), e.o.growthMessages, e.o.partitions)
-		elapsed, cpu, err := e.runLimit(ctx, newLimitInput(recs, unique), c)
+		lr, err := e.runLimit(ctx, newLimitInput(recs, unique), c)
 		if err != nil {
 			return nil, err
 		}
-		rate := float64(len(recs)) / elapsed.Seconds()
+		rate := float64(len(recs)) / lr.elapsed.Seconds()
 		e.logf("limit at %s rows: %s, run %d: %.0f msgs/s", size, c, run+1, rate)
-		return &Row{Section: "growth", Mode: fmt.Sprintf("limit at %s rows: %s", size, c), Count: len(recs), Seconds: elapsed.Seconds(),
-			Rate: rate, Unit: "msgs/s", config: c, CPU: cpu, Note: "faster of two runs on fresh ids"}, nil
+		return &Row{Section: "growth", Mode: fmt.Sprintf("limit at %s rows: %s", size, c), Count: len(recs), Seconds: lr.elapsed.Seconds(),
+			Rate: rate, Unit: "msgs/s", config: c, CPU: lr.cpu, Work: lr.work, Note: "faster of two runs on fresh ids"}, nil
 	})
 }
 
@@ -260,15 +260,15 @@ CREATE TABLE IF NOT EXISTS `+q+`.outbox_lean (
 			if _, err := e.pool.Exec(ctx, "TRUNCATE "+q+".processed_lean, "+q+".outbox_lean"); err != nil {
 				return err
 			}
-			elapsed, cpu, err := e.runLimit(ctx, in, v.c)
+			lr, err := e.runLimit(ctx, in, v.c)
 			if err != nil {
 				return err
 			}
-			rate := float64(len(in.recs)) / elapsed.Seconds()
-			e.logf("amplification round %d, %s (%s): %.0f msgs/s, CPU µs/msg client / pg %s", round+1, v.what, v.c, rate, cpu)
+			rate := float64(len(in.recs)) / lr.elapsed.Seconds()
+			e.logf("amplification round %d, %s (%s): %.0f msgs/s, CPU µs/msg client / pg %s", round+1, v.what, v.c, rate, lr.cpu)
 			if rows[i] == nil || rate > rows[i].Rate {
-				rows[i] = &Row{Section: "amplification", Mode: v.what, Count: len(in.recs), Seconds: elapsed.Seconds(),
-					Rate: rate, Unit: "msgs/s", config: v.c, CPU: cpu, Note: "faster of two interleaved runs; " + v.c.String()}
+				rows[i] = &Row{Section: "amplification", Mode: v.what, Count: len(in.recs), Seconds: lr.elapsed.Seconds(),
+					Rate: rate, Unit: "msgs/s", config: v.c, CPU: lr.cpu, Work: lr.work, Note: "faster of two interleaved runs; " + v.c.String()}
 			}
 		}
 	}

@@ -157,23 +157,32 @@ func (e *env) limitPool(ctx context.Context, workers int) (*pgxpool.Pool, error)
 // limitApp is the application_name of the limit's connections (CPU accounting).
 func (e *env) limitApp() string { return "idemd-bench-" + e.runID + "-limit" }
 
-// runLimit does in's writes with c and returns how long they took, and the CPU per message
-// of its client (in the IdemdUs field: the limit runs in the bench process) and of the
-// PostgreSQL backends serving it. The effects table is emptied first; the other tables
-// keep what they hold (the growth runs pre-fill them).
-func (e *env) runLimit(ctx context.Context, in *limitInput, c limitConfig) (time.Duration, *CPU, error) {
+// limitRun is what runLimit measured.
+type limitRun struct {
+	elapsed time.Duration
+	// cpu is the CPU per message of its client (in the IdemdUs field: the limit runs in
+	// the bench process) and of the PostgreSQL backends serving it.
+	cpu *CPU
+	// work is PostgreSQL's work per message (pgwork.go).
+	work *PGWork
+}
+
+// runLimit does in's writes with c and returns how long they took and what they cost. The
+// effects table is emptied first; the other tables keep what they hold (the growth runs
+// pre-fill them).
+func (e *env) runLimit(ctx context.Context, in *limitInput, c limitConfig) (limitRun, error) {
 	q := e.q()
 	if _, err := e.pool.Exec(ctx, "TRUNCATE "+q+".effects"); err != nil {
-		return 0, nil, err
+		return limitRun{}, err
 	}
 	ob := q + "." + cmpOr(c.outboxTable, "outbox")
 	var before int64
 	if err := e.pool.QueryRow(ctx, "SELECT coalesce(max(id), 0) FROM "+ob).Scan(&before); err != nil {
-		return 0, nil, err
+		return limitRun{}, err
 	}
 	pool, err := e.limitPool(ctx, c.workers+1)
 	if err != nil {
-		return 0, nil, err
+		return limitRun{}, err
 	}
 	defer pool.Close()
 	sql := e.limitSQL(c)
@@ -196,6 +205,7 @@ func (e *env) runLimit(ctx context.Context, in *limitInput, c limitConfig) (time
 	}
 	self := selfCPU()
 	pg0, _ := e.backendCPU(ctx, e.limitApp())
+	work0 := e.pgCountersNow(ctx)
 	begin := time.Now()
 	for _, share := range shares {
 		wg.Add(1)
@@ -219,7 +229,7 @@ func (e *env) runLimit(ctx context.Context, in *limitInput, c limitConfig) (time
 		for ctx.Err() == nil && firstErr == nil {
 			var pending bool
 			if err := e.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+ob+" WHERE published_at IS NULL AND id > $1)", before).Scan(&pending); err != nil {
-				return 0, nil, err
+				return limitRun{}, err
 			}
 			if !pending {
 				break
@@ -237,21 +247,23 @@ func (e *env) runLimit(ctx context.Context, in *limitInput, c limitConfig) (time
 		}
 	}
 	if firstErr != nil {
-		return 0, nil, firstErr
+		return limitRun{}, firstErr
 	}
+	pool.Close()
+	work := e.pgWorkSince(ctx, work0, e.limitApp(), len(in.recs))
 	effects, err := e.count(ctx, "{schema}.effects")
 	if err != nil {
-		return 0, nil, err
+		return limitRun{}, err
 	}
 	var rows int
 	if err := e.pool.QueryRow(ctx, "SELECT count(*) FROM "+ob+" WHERE id > $1", before).Scan(&rows); err != nil {
-		return 0, nil, err
+		return limitRun{}, err
 	}
 	if c.publish == "delete" {
 		rows = in.unique // deleted as published
 	}
 	if effects != in.unique || rows != in.unique {
-		return 0, nil, fmt.Errorf("limit %s wrote %d effects and %d outbox rows for %d distinct ids", c, effects, rows, in.unique)
+		return limitRun{}, fmt.Errorf("limit %s wrote %d effects and %d outbox rows for %d distinct ids", c, effects, rows, in.unique)
 	}
 	var cpu *CPU
 	if cpuOK {
@@ -262,7 +274,7 @@ func (e *env) runLimit(ctx context.Context, in *limitInput, c limitConfig) (time
 		n := float64(len(in.recs))
 		cpu = &CPU{IdemdUs: float64(client.Microseconds()) / n, PostgresUs: float64(pg.Microseconds()) / n}
 	}
-	return elapsed, cpu, nil
+	return limitRun{elapsed: elapsed, cpu: cpu, work: work}, nil
 }
 
 // limitBatch writes the messages part (indexes into in) in one transaction.
@@ -386,13 +398,14 @@ func benchLimit(ctx context.Context, e *env, res *Results) error {
 		if err := e.truncate(ctx); err != nil {
 			return nil, err
 		}
-		elapsed, cpu, err := e.runLimit(ctx, in, c)
+		run, err := e.runLimit(ctx, in, c)
 		if err != nil {
 			return nil, err
 		}
-		rate := float64(len(in.recs)) / elapsed.Seconds()
-		e.logf("limit %s: %d msgs in %s: %.0f msgs/s, CPU µs/msg client / pg %s", c, len(in.recs), elapsed.Round(time.Millisecond), rate, cpu)
-		return &Row{Section: "limit", Mode: c.String(), Count: len(in.recs), Seconds: elapsed.Seconds(), Rate: rate, Unit: "msgs/s", config: c, CPU: cpu}, nil
+		rate := float64(len(in.recs)) / run.elapsed.Seconds()
+		e.logf("limit %s: %d msgs in %s: %.0f msgs/s, CPU µs/msg client / pg %s", c, len(in.recs), run.elapsed.Round(time.Millisecond), rate, run.cpu)
+		return &Row{Section: "limit", Mode: c.String(), Count: len(in.recs), Seconds: run.elapsed.Seconds(), Rate: rate, Unit: "msgs/s", config: c,
+			CPU: run.cpu, Work: run.work}, nil
 	}
 	var rows []*Row
 	for _, m := range limitMethods {

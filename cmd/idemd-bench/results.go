@@ -24,8 +24,10 @@ type Row struct {
 	PeakRSSMiB float64 `json:"peak_rss_mib,omitempty"`
 	// CPU is the CPU time per message of idemd, of PostgreSQL's backends serving it, and of
 	// the load generator (with the in-process broker), when measured.
-	CPU  *CPU   `json:"cpu,omitempty"`
-	Note string `json:"note,omitempty"`
+	CPU *CPU `json:"cpu,omitempty"`
+	// Work is PostgreSQL's work per message, when counted (pgwork.go).
+	Work *PGWork `json:"pg_work,omitempty"`
+	Note string  `json:"note,omitempty"`
 
 	config limitConfig
 }
@@ -156,6 +158,23 @@ func (r *Results) ratios() []Ratio {
 		if r.ConsumerBareDelete != nil {
 			info("bare consumer deleting its published rows / limit", r.ConsumerBareDelete.Rate/limit)
 			info("consumer (relay running) / bare consumer deleting its published rows", r.Consumer.Rate/r.ConsumerBareDelete.Rate)
+		}
+	}
+	// PostgreSQL's work per message, the consumer's over the limit's (counted, not timed).
+	if lw := r.Limit; lw != nil && lw.Work != nil {
+		for _, c := range []struct {
+			name string
+			row  *Row
+		}{{"consumer (relay running)", r.Consumer}, {"consumer (no relay)", r.ConsumerNoRelay}, {"bare consumer deleting its published rows", r.ConsumerBareDelete}} {
+			if c.row == nil || c.row.Work == nil {
+				continue
+			}
+			if lw.Work.WALRecords > 0 {
+				info(c.name+" / limit: PostgreSQL's WAL records per message", c.row.Work.WALRecords/lw.Work.WALRecords)
+			}
+			if lw.Work.Buffers > 0 {
+				info(c.name+" / limit: PostgreSQL's buffers per message", c.row.Work.Buffers/lw.Work.Buffers)
+			}
 		}
 	}
 	for _, b := range []struct {
@@ -404,6 +423,15 @@ func (r *Results) print(w io.Writer) {
 			opt(row.P50ms), opt(row.P99ms), opt(row.P999ms), opt(row.PeakRSSMiB), row.CPU)
 	}
 	_ = tw.Flush()
+	if rows := r.withWork(); len(rows) > 0 {
+		fmt.Fprintln(w)
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "PostgreSQL's work per message\tmode\tWAL bytes\tWAL records\tfull-page images\tbuffers\trows written\t")
+		for _, row := range rows {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t\n", row.Section, row.Mode, row.Work)
+		}
+		_ = tw.Flush()
+	}
 	if len(r.PruneSizes) > 0 {
 		fmt.Fprintln(w)
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -439,10 +467,24 @@ func (r *Results) print(w io.Writer) {
 	for _, n := range r.Notes {
 		notes = append(notes, "  "+n)
 	}
+	if len(r.withWork()) > 0 {
+		notes = append(notes, "  PostgreSQL's work per message: counted from the load's start until its connections closed, from the server's WAL position and pg_stat_wal (all of the server's WAL: nothing else writes meanwhile) and the bench database's pg_stat_database (buffers read or hit in shared buffers; rows inserted, updated and deleted); unlike rates and CPU these move only with what the statements do, except the full-page images (and so WAL bytes), which depend on how long ago the last checkpoint was")
+	}
 	notes = append(notes, "  CPU µs/msg: CPU time per message of the idemd child, of the PostgreSQL backends serving it (shared WAL writing and checkpoints not counted) and of the bench process (load generator and in-process broker); for limit and amplification rows, of the limit's pgx client and its backends")
 	if len(notes) > 0 {
 		fmt.Fprintln(w, "\nnotes:\n"+strings.Join(notes, "\n"))
 	}
+}
+
+// withWork are the rows with PostgreSQL's work counted, in the order of the main table.
+func (r *Results) withWork() []*Row {
+	var out []*Row
+	for _, row := range r.all() {
+		if row.Work != nil {
+			out = append(out, row)
+		}
+	}
+	return out
 }
 
 // perRow is size MiB over rows, in bytes per row ("-" without rows).
