@@ -269,7 +269,8 @@ func (r *Relay) publishHanded(ctx context.Context, rows []handedRow) (*round, er
 		older bool
 		b     pgx.Batch
 	)
-	b.Queue(r.takeSQL, pgarray.Int8(ids)).Query(func(rs pgx.Rows) error {
+	takeSQL, takeArgs := r.take.forIDs(ids)
+	b.Queue(takeSQL, takeArgs...).Query(func(rs pgx.Rows) error {
 		var id int64
 		for rs.Next() {
 			if err := rs.Scan(&id); err != nil {

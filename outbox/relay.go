@@ -158,12 +158,13 @@ type Relay struct {
 	selectSQL string
 	// selectAfterSQL reads ahead (ahead), after an id, while no destination is held.
 	selectAfterSQL string
-	markSQL        string
-	deleteSQL      string
-	// takeSQL deletes (or marks) handed rows in the transaction that publishes them,
-	// returning those still unpublished; olderSQL then asks whether an unpublished row is
-	// left below them, and olderGapsSQL the same below the first and between them.
-	takeSQL      string
+	// markIDs deletes (or marks) the rows a round published.
+	markIDs   byIDs
+	deleteSQL string
+	// take deletes (or marks) handed rows in the transaction that publishes them, returning
+	// those still unpublished; olderSQL then asks whether an unpublished row is left below
+	// them, and olderGapsSQL the same below the first and between them.
+	take         byIDs
 	olderSQL     string
 	olderGapsSQL string
 	letters      *deadletter.Store
@@ -282,9 +283,9 @@ func NewRelay(pool *pgxpool.Pool, cfg *RelayConfig) (*Relay, error) {
 FROM ` + table + ` WHERE published_at IS NULL AND topic <> ALL($2::text[]) ORDER BY id LIMIT $1`,
 		selectAfterSQL: `SELECT id, operation_id, pipeline, causation_id, topic, key, payload, headers
 FROM ` + table + ` WHERE published_at IS NULL AND id > $2 ORDER BY id LIMIT $1`,
-		markSQL:   markSQL(table, c.KeepPublished),
+		markIDs:   newByIDs(markHead(table, c.KeepPublished), ``),
 		deleteSQL: `DELETE FROM ` + table + ` WHERE id = ANY($1) AND published_at IS NULL`,
-		takeSQL:   markSQL(table, c.KeepPublished) + ` AND published_at IS NULL RETURNING id`,
+		take:      newByIDs(markHead(table, c.KeepPublished), ` AND published_at IS NULL RETURNING id`),
 		olderSQL:  `SELECT EXISTS (SELECT FROM ` + table + ` WHERE published_at IS NULL AND id < $1 AND id <> ALL($2))`,
 		olderGapsSQL: `SELECT EXISTS (SELECT FROM ` + table + ` WHERE published_at IS NULL AND id < $1)
     OR EXISTS (SELECT FROM ` + table + ` WHERE id = ANY($2) AND published_at IS NULL)`,
@@ -294,12 +295,13 @@ FROM ` + table + ` WHERE published_at IS NULL AND id > $2 ORDER BY id LIMIT $1`,
 	}, nil
 }
 
-// markSQL is the statement that records rows as published: deleted, or marked and kept.
-func markSQL(table string, keep bool) string {
+// markHead is the head of the statement that records rows as published, up to its
+// condition on their ids: they are deleted, or marked and kept.
+func markHead(table string, keep bool) string {
 	if keep {
-		return `UPDATE ` + table + ` SET published_at = now() WHERE id = ANY($1)`
+		return `UPDATE ` + table + ` SET published_at = now() WHERE `
 	}
-	return `DELETE FROM ` + table + ` WHERE id = ANY($1)`
+	return `DELETE FROM ` + table + ` WHERE `
 }
 
 // Published returns how many records this relay has published (tests, logs).

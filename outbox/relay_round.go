@@ -12,7 +12,6 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/idemd/idemd/internal/metrics"
-	"github.com/idemd/idemd/internal/pgarray"
 )
 
 // relayRoundBytes bounds the estimated size of one round's rows, whatever their
@@ -485,7 +484,8 @@ func (g *grouping) add(r *Relay, topic string, id int64, e Event, hint int) {
 // mark records rows as published. The broker has them: they are marked even if ctx is
 // ending, or they would be sent twice.
 func (r *Relay) mark(ctx context.Context, ids []int64) error {
-	if _, err := r.pool.Exec(context.WithoutCancel(ctx), r.markSQL, pgarray.Int8(ids)); err != nil {
+	sql, args := r.markIDs.forIDs(ids)
+	if _, err := r.pool.Exec(context.WithoutCancel(ctx), sql, args...); err != nil {
 		return fmt.Errorf("error marking %d outbox rows published: %w", len(ids), err)
 	}
 	return nil
