@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"unicode/utf8"
 
@@ -246,7 +247,7 @@ func (c *Consumer) letter(r *record, dedupID string) *deadletter.Letter {
 // letterEvent is the record of the dead-letter topic, written through the outbox with the
 // letter; the unit adds the reason header.
 func (c *Consumer) letterEvent(r *record, dedupID string) outbox.Event {
-	h := passHeaders(r)
+	h := maps.Clone(passHeaders(r)) // it may be jsonOnly, which other records' events share
 	h[HeaderSourceTopic] = r.msg.Topic
 	if r.msg.Door == DoorKafka {
 		h[HeaderSourcePartition] = strconv.Itoa(r.msg.Partition)

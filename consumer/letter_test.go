@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemd/idemd/deadletter"
 	"github.com/idemd/idemd/internal/pgtest"
+	"github.com/idemd/idemd/pipeline"
 )
 
 // TestLetterAsBefore: the letter of a record (kept as a deadletter.Record until written)
@@ -166,4 +167,18 @@ func TestPassHeaders(t *testing.T) {
 		require.Equal(t, c.shared, same(got, jsonOnly), "%v", c.want)
 	}
 	require.Equal(t, map[string]string{"content-type": "application/json"}, jsonOnly)
+}
+
+// A record's dead-letter event gets its own headers: writing them does not change the
+// map the events of other JSON records share (jsonOnly), which the relay may be reading.
+func TestLetterEventLeavesSharedHeaders(t *testing.T) {
+	c := &Consumer{cfg: Config{Name: "orders", DeadLetter: pipeline.DeadLetter{Topic: "orders.dlq"}}}
+	r := newRecord("orders", kafka.Message{Topic: "payments", Partition: 2, Offset: 7, Value: []byte(`{"id":1}`),
+		Headers: []kafka.Header{{Key: "message-id", Value: []byte("evt_1")}}}, time.Now())
+	require.True(t, reflect.ValueOf(passHeaders(r)).UnsafePointer() == reflect.ValueOf(jsonOnly).UnsafePointer(),
+		"the record's events share jsonOnly")
+	e := c.letterEvent(r, "evt_1")
+	require.Equal(t, "payments", e.Headers[HeaderSourceTopic])
+	require.Equal(t, "7", e.Headers[HeaderSourceOffset])
+	require.Equal(t, map[string]string{"content-type": "application/json"}, jsonOnly, "the shared map is unchanged")
 }
