@@ -37,26 +37,14 @@ func (s byIDs) forIDs(ids []int64) (string, []any) {
 	if !increasing(ids) {
 		ids = slices.Compact(slices.Sorted(slices.Values(ids)))
 	}
-	first, last := ids[0], ids[len(ids)-1]
-	switch missing := last - first + 1 - int64(len(ids)); {
-	case missing == 0:
-		return s.between, []any{first, last}
-	case missing <= byIDsMissingMax:
-		return s.except, []any{first, last, pgarray.Int8(missingIDs(ids, int(missing)))}
+	missing, ok := gapsBetween(ids, nil, byIDsMissingMax)
+	switch {
+	case !ok:
+		return s.anyOf, []any{pgarray.Int8(ids)}
+	case len(missing) == 0:
+		return s.between, []any{ids[0], ids[len(ids)-1]}
 	}
-	return s.anyOf, []any{pgarray.Int8(ids)}
-}
-
-// missingIDs returns the n ids between the first and the last of ids (sorted, distinct)
-// that are not in ids.
-func missingIDs(ids []int64, n int) []int64 {
-	out := make([]int64, 0, n)
-	for i := 1; i < len(ids); i++ {
-		for id := ids[i-1] + 1; id < ids[i]; id++ {
-			out = append(out, id)
-		}
-	}
-	return out
+	return s.except, []any{ids[0], ids[len(ids)-1], pgarray.Int8(missing)}
 }
 
 // increasing reports whether ids are sorted and distinct.
