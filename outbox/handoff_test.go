@@ -59,14 +59,11 @@ func (b *handBundle) write(t *testing.T, events ...outbox.Event) bool {
 // handing the rows over nor notifying; it returns what HandOver takes.
 func (b *handBundle) commit(t *testing.T, events ...outbox.Event) *outbox.Handed {
 	t.Helper()
-	ctx := context.Background()
-	tx, err := b.db.Pool.Begin(ctx)
-	require.NoError(t, err)
-	var batch pgx.Batch
-	_, h, err := b.handStore.QueueHanded(&batch, events...)
-	require.NoError(t, err)
-	require.NoError(t, tx.SendBatch(ctx, &batch).Close())
-	require.NoError(t, tx.Commit(ctx))
+	var h *outbox.Handed
+	b.commitBatch(t, func(batch *pgx.Batch) (err error) {
+		_, h, err = b.handStore.QueueHanded(batch, events...)
+		return err
+	})
 	return h
 }
 
@@ -74,12 +71,20 @@ func (b *handBundle) commit(t *testing.T, events ...outbox.Event) *outbox.Handed
 // whose NOTIFY has not arrived yet.
 func (b *handBundle) commitQuiet(t *testing.T, events ...outbox.Event) {
 	t.Helper()
+	b.commitBatch(t, func(batch *pgx.Batch) error {
+		_, err := b.store.QueueQuiet(batch, events...)
+		return err
+	})
+}
+
+// commitBatch commits, in one transaction, what queue puts in a batch.
+func (b *handBundle) commitBatch(t *testing.T, queue func(*pgx.Batch) error) {
+	t.Helper()
 	ctx := context.Background()
 	tx, err := b.db.Pool.Begin(ctx)
 	require.NoError(t, err)
 	var batch pgx.Batch
-	_, err = b.store.QueueQuiet(&batch, events...)
-	require.NoError(t, err)
+	require.NoError(t, queue(&batch))
 	require.NoError(t, tx.SendBatch(ctx, &batch).Close())
 	require.NoError(t, tx.Commit(ctx))
 }
