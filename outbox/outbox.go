@@ -140,9 +140,14 @@ func New(cfg *Config) *Store {
 		cfg = &Config{}
 	}
 	schema := cmp.Or(cfg.Schema, migrations.SchemaDefault)
+	// The headers go once per distinct value ($8), each row naming its own by index ($7):
+	// PostgreSQL parses every element of a jsonb[] parameter, and the events of a batch
+	// mostly share their headers (BENCHMARKS.md, phase 17).
 	insert := `INSERT INTO ` + pgx.Identifier{schema}.Sanitize() + `.outbox
     (operation_id, pipeline, causation_id, topic, key, payload, headers)
-SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::bytea[], $7::jsonb[])`
+SELECT u.op, u.pipeline, u.causation, u.topic, u.key, u.payload, ($8::jsonb[])[u.h]
+FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::bytea[], $7::int8[])
+    AS u (op, pipeline, causation, topic, key, payload, h)`
 	return &Store{
 		schema:  schema,
 		handoff: cfg.Handoff,
@@ -157,7 +162,9 @@ SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bytea[]
 		notifier:        &notifier{},
 		insertDelivery: `INSERT INTO ` + pgx.Identifier{schema}.Sanitize() + `.http_deliveries
     (endpoint, operation_id, pipeline, causation_id, key, payload, headers)
-SELECT * FROM unnest($1::text[], $2::uuid[], $3::text[], $4::text[], $5::bytea[], $6::bytea[], $7::jsonb[])`,
+SELECT u.endpoint, u.op, u.pipeline, u.causation, u.key, u.payload, ($8::jsonb[])[u.h]
+FROM unnest($1::text[], $2::uuid[], $3::text[], $4::text[], $5::bytea[], $6::bytea[], $7::int8[])
+    AS u (endpoint, op, pipeline, causation, key, payload, h)`,
 	}
 }
 
@@ -266,7 +273,7 @@ func (s *Store) queue(batch *pgx.Batch, events []Event, hand bool) (Wake, *Hande
 		topics     = make([]string, 0, n)
 		keys       = make([][]byte, 0, n)
 		payloads   = make([][]byte, 0, n)
-		headers    = make([]string, 0, n)
+		headers    headerSet
 		deliveries deliveryColumns
 		handed     []Event
 	)
@@ -292,7 +299,7 @@ func (s *Store) queue(batch *pgx.Batch, events []Event, hand bool) (Wake, *Hande
 		ops = append(ops, pgtype.UUID{Bytes: op, Valid: true})
 		pipelines, causations, topics = append(pipelines, e.Pipeline), append(causations, e.CausationID), append(topics, e.Topic)
 		keys, payloads = append(keys, e.Key), append(payloads, payload)
-		headers = append(headers, headerjson.String(hdrs))
+		headers.add(headerjson.String(hdrs))
 		if hand {
 			// The event as the relay would read its row back.
 			handed = append(handed, Event{Topic: e.Topic, Key: e.Key, Payload: payload, Headers: hdrs,
@@ -305,7 +312,7 @@ func (s *Store) queue(batch *pgx.Batch, events []Event, hand bool) (Wake, *Hande
 	)
 	if len(ops) > 0 {
 		args := []any{pgarray.UUID(ops), pgarray.Text(pipelines), pgarray.Text(causations), pgarray.Text(topics),
-			pgarray.Bytes(keys), pgarray.Bytes(payloads), pgarray.JSONB(headers)}
+			pgarray.Bytes(keys), pgarray.Bytes(payloads), headers.index, pgarray.JSONB(headers.distinct)}
 		if hand {
 			h = &Handed{events: handed, ids: make([]int64, 0, len(handed))}
 			batch.Queue(s.insertReturning, args...).Query(h.scanIDs)
@@ -316,17 +323,58 @@ func (s *Store) queue(batch *pgx.Batch, events []Event, hand bool) (Wake, *Hande
 	}
 	if len(deliveries.ops) > 0 {
 		d := &deliveries
-		batch.Queue(s.insertDelivery, d.endpoints, d.ops, d.pipelines, d.causations, d.keys, d.payloads, d.headers)
+		batch.Queue(s.insertDelivery, d.endpoints, d.ops, d.pipelines, d.causations, d.keys, d.payloads, d.headers.index, pgarray.JSONB(d.headers.distinct))
 		w |= WakeDeliverers
 	}
 	return w, h
+}
+
+// headerSet is the headers column of an outbox insert: each distinct JSON value once, and
+// per row the (1-based) index of its value.
+type headerSet struct {
+	distinct []string
+	index    pgarray.Int8
+	seen     map[string]int64 // built once there are more than a few distinct values
+}
+
+func (h *headerSet) add(j string) {
+	h.index = append(h.index, h.find(j))
+}
+
+func (h *headerSet) find(j string) int64 {
+	if n := len(h.distinct); n > 0 && h.distinct[n-1] == j {
+		return int64(n)
+	}
+	if h.seen != nil {
+		if i, ok := h.seen[j]; ok {
+			return i
+		}
+	} else {
+		for i, d := range h.distinct {
+			if d == j {
+				return int64(i + 1)
+			}
+		}
+	}
+	h.distinct = append(h.distinct, j)
+	i := int64(len(h.distinct))
+	switch {
+	case h.seen != nil:
+		h.seen[j] = i
+	case i > 8:
+		h.seen = make(map[string]int64, 2*i)
+		for k, d := range h.distinct {
+			h.seen[d] = int64(k + 1)
+		}
+	}
+	return i
 }
 
 type deliveryColumns struct {
 	endpoints, pipelines, causations []string
 	ops                              []uuid.UUID
 	keys, payloads                   [][]byte
-	headers                          []map[string]string
+	headers                          headerSet
 }
 
 func (d *deliveryColumns) add(e Event, op uuid.UUID, payload []byte, headers map[string]string) {
@@ -336,7 +384,7 @@ func (d *deliveryColumns) add(e Event, op uuid.UUID, payload []byte, headers map
 	d.causations = append(d.causations, e.CausationID)
 	d.keys = append(d.keys, e.Key)
 	d.payloads = append(d.payloads, payload)
-	d.headers = append(d.headers, headers)
+	d.headers.add(headerjson.String(headers))
 }
 
 // ErrInvalidEvent: an event lacks what it needs (a topic or endpoint, a pipeline, a

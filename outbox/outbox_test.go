@@ -3,6 +3,8 @@ package outbox_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/google/uuid"
@@ -52,4 +54,54 @@ func TestEnqueueCommitsWithTheTransaction(t *testing.T) {
 	require.Error(t, err)
 	require.Contains(t, err.Error(), "topic is required")
 	require.False(t, errors.Is(err, context.Canceled))
+}
+
+// The outbox insert sends each distinct headers value once; every row must still get its
+// own event's headers. Runs of one value, a value coming back after others, an empty map
+// and more distinct values than the linear search covers.
+func TestEnqueueStoresEachEventsHeaders(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	store := outbox.New(&outbox.Config{Schema: db.Schema})
+	ctx := context.Background()
+	shared := map[string]string{"content-type": "application/json"}
+	var events []outbox.Event
+	want := map[string]map[string]string{}
+	for i := range 40 {
+		h := shared
+		switch {
+		case i%7 == 3:
+			h = map[string]string{"event-type": fmt.Sprintf("t%d", i%21)} // 3 values, each twice and more
+		case i%5 == 4:
+			h = map[string]string{"n": fmt.Sprint(i)} // distinct
+		case i == 10:
+			h = nil
+		}
+		id := fmt.Sprintf("m%02d", i)
+		events = append(events, outbox.Event{Topic: "t", Payload: []byte(id), Pipeline: "p", CausationID: id, Headers: h})
+		want[id] = h
+		if h == nil {
+			want[id] = map[string]string{}
+		}
+	}
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck // a failed test's transaction must not hold the schema's drop
+	require.NoError(t, store.EnqueueTx(ctx, tx, events...))
+	require.NoError(t, tx.Commit(ctx))
+
+	rows, err := db.Pool.Query(ctx, db.Q("SELECT causation_id, headers FROM {schema}.outbox ORDER BY id"))
+	require.NoError(t, err)
+	defer rows.Close()
+	var order []string
+	for rows.Next() {
+		var id string
+		var h map[string]string
+		require.NoError(t, rows.Scan(&id, &h))
+		require.Equal(t, want[id], h, id)
+		order = append(order, id)
+	}
+	require.NoError(t, rows.Err())
+	require.Len(t, order, 40)
+	require.True(t, slices.IsSorted(order), "ids drawn in the events' order: %v", order)
 }
