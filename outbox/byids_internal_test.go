@@ -48,13 +48,23 @@ func TestByIDsForms(t *testing.T) {
 
 // TestByIDsDeletesExactlyTheSet: each form deletes the rows of its ids and no other, among
 // rows whose ids interleave with them, and the two range forms walk one range of the
-// primary key rather than probing it once per id.
+// primary key rather than probing it once per id. With KeepPublished the same rows, and
+// only they, move to outbox_published, whole.
 func TestByIDsDeletesExactlyTheSet(t *testing.T) {
 	t.Parallel()
+	for _, keep := range []bool{false, true} {
+		t.Run(fmt.Sprintf("keep=%v", keep), func(t *testing.T) {
+			t.Parallel()
+			testByIDsMarks(t, keep)
+		})
+	}
+}
+
+func testByIDsMarks(t *testing.T, keep bool) {
 	db := pgtest.New(t)
 	ctx := context.Background()
 	table := pgx.Identifier{db.Schema}.Sanitize() + ".outbox"
-	del := newByIDs(markHead(table, false), ` AND published_at IS NULL RETURNING id`)
+	del := markByIDs(db.Schema, keep, ` AND published_at IS NULL`, `id`)
 	for _, c := range []struct {
 		name string
 		pick func(ids []int64) []int64 // the ids to delete, of 60 rows
@@ -91,6 +101,18 @@ SELECT gen_random_uuid(), 'p', 'c' || g, 't', '\x00' FROM generate_series(1, 60)
 			require.Equal(t, want, got, "deleted")
 			left := db.Count(t, db.Q(`{schema}.outbox WHERE id BETWEEN $1 AND $2`), all[0], all[len(all)-1])
 			require.Equal(t, len(all)-len(want), left, fmt.Sprintf("the other %d rows stay", len(all)-len(want)))
+			if keep {
+				rows, err = db.Pool.Query(ctx, db.Q(`SELECT p.id FROM {schema}.outbox_published p
+WHERE p.causation_id = 'c' || (p.id - $1 + 1) AND p.topic = 't' AND p.payload = '\x00' AND p.published_at > now() - interval '1 minute'`), all[0])
+				require.NoError(t, err)
+				moved, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+				require.NoError(t, err)
+				slices.Sort(moved)
+				require.Equal(t, want, moved, "moved whole to outbox_published")
+				db.Exec(t, db.Q(`DELETE FROM {schema}.outbox_published`))
+			} else {
+				require.Zero(t, db.Count(t, db.Q(`{schema}.outbox_published`)), "nothing kept")
+			}
 			db.Exec(t, db.Q(`DELETE FROM {schema}.outbox`))
 		})
 	}

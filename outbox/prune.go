@@ -18,10 +18,12 @@ const PruneBatchDefault = 1000
 // Unpublished rows are never touched.
 func (s *Store) PrunePublished(ctx context.Context, pool *pgxpool.Pool, retention time.Duration, batchSize int) (int64, error) {
 	batchSize = cmp.Or(batchSize, PruneBatchDefault)
-	table := pgx.Identifier{s.schema}.Sanitize() + ".outbox"
+	// Kept published rows are in outbox_published (migration 0008); the outbox holds only
+	// the rows still to publish.
+	table := pgx.Identifier{s.schema}.Sanitize() + ".outbox_published"
 	sql := `DELETE FROM ` + table + ` WHERE id = ANY (ARRAY(
     SELECT id FROM ` + table + `
-    WHERE published_at IS NOT NULL AND published_at <= now() - $2::bigint * interval '1 microsecond'
+    WHERE published_at <= now() - $2::bigint * interval '1 microsecond'
     ORDER BY published_at LIMIT $1
     FOR UPDATE SKIP LOCKED))`
 	var total int64

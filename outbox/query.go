@@ -44,9 +44,9 @@ type RowFilter struct {
 	Limit int
 }
 
-// Rows returns outbox rows, newest first. Published rows are there only when the relay keeps
-// them (RelayConfig.KeepPublished), until the pruner deletes them after the outbox
-// retention; by default the outbox holds only the rows still to publish.
+// Rows returns outbox rows, newest first: the rows still to publish and, when the relay
+// keeps them (RelayConfig.KeepPublished), the published ones, until the pruner deletes
+// them after the outbox retention; by default a row is deleted once published.
 func (s *Store) Rows(ctx context.Context, pool *pgxpool.Pool, f RowFilter) ([]*Row, error) {
 	sql, args := s.rowsSQL(f)
 	rows, err := pool.Query(ctx, sql, args...)
@@ -83,16 +83,18 @@ func (s *Store) rowsSQL(f RowFilter) (string, []any) {
 		w.Add("id < ?", f.AfterID)
 	}
 	limit := w.Arg(cmp.Or(f.Limit, 50))
-	t := pgx.Identifier{s.schema}.Sanitize() + ".outbox"
-	from := t + w.SQL()
-	if (f.OperationID != uuid.Nil || f.CausationID != "") && !f.Unpublished {
-		// Only published rows (kept with KeepPublished) are indexed by these ids (migration
-		// 0007): the rows still to publish are read through outbox_unpublished_idx.
-		from = `(SELECT * FROM ` + t + w.SQL() + ` AND published_at IS NOT NULL
+	const cols = `id, operation_id, pipeline, causation_id, topic, key, payload, headers, created_at, published_at`
+	q := pgx.Identifier{s.schema}.Sanitize()
+	from := q + ".outbox" + w.SQL()
+	if !f.Unpublished {
+		// The rows still to publish are in the outbox, read by its primary key; published
+		// rows kept with KeepPublished are in outbox_published (migration 0008), indexed by
+		// these ids. Each side gives its newest rows first, merged.
+		from = `(SELECT ` + cols + ` FROM ` + q + `.outbox` + w.SQL() + `
 UNION ALL
-SELECT * FROM ` + t + w.SQL() + ` AND published_at IS NULL) AS outbox`
+SELECT ` + cols + ` FROM ` + q + `.outbox_published` + w.SQL() + `) AS outbox`
 	}
-	return `SELECT id, operation_id, pipeline, causation_id, topic, key, payload, headers, created_at, published_at
+	return `SELECT ` + cols + `
 FROM ` + from + ` ORDER BY id DESC LIMIT ` + limit, w.Args()
 }
 

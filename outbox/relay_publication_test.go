@@ -13,7 +13,8 @@ import (
 )
 
 // TestRelayPublication: by default a row leaves the outbox once the broker has it (one
-// write per row); with KeepPublished it stays, marked with published_at, for the console.
+// write per row); with KeepPublished it moves to outbox_published, with its published_at,
+// for the console, and the outbox holds only what waits either way.
 // Either way every row reaches Kafka once, and only rows Kafka acknowledged leave the
 // unpublished set.
 func TestRelayPublication(t *testing.T) {
@@ -38,6 +39,8 @@ func TestRelayPublication(t *testing.T) {
 			for _, r := range rows {
 				require.NotNil(t, r.PublishedAt, "row %d is marked published", r.ID)
 			}
+			require.Zero(t, b.db.Count(t, "{schema}.outbox"), "the outbox holds only what waits")
+			require.Equal(t, 60, b.db.Count(t, "{schema}.outbox_published"))
 		})
 	}
 }

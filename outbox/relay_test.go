@@ -346,11 +346,16 @@ func TestPrunePublished(t *testing.T) {
 	t.Parallel()
 	b := setupRelay(t, 1, pgtest.Options{})
 	b.enqueue(t, b.events(25, "prune")...)
-	b.db.Exec(t, b.db.Q("UPDATE {schema}.outbox SET published_at = now() - interval '2 hours' WHERE id IN (SELECT id FROM {schema}.outbox ORDER BY id LIMIT 20)"))
+	// 20 of them published (moved, as KeepPublished does) two hours ago, 3 a minute ago.
+	b.db.Exec(t, b.db.Q(`WITH moved AS (DELETE FROM {schema}.outbox WHERE id IN (SELECT id FROM {schema}.outbox ORDER BY id LIMIT 23) RETURNING *)
+INSERT INTO {schema}.outbox_published (id, operation_id, pipeline, causation_id, topic, key, payload, headers, created_at, published_at)
+SELECT id, operation_id, pipeline, causation_id, topic, key, payload, headers, created_at,
+    CASE WHEN row_number() OVER (ORDER BY id) <= 20 THEN now() - interval '2 hours' ELSE now() - interval '1 minute' END FROM moved`))
 	n, err := b.store.PrunePublished(context.Background(), b.db.Pool, time.Hour, 7)
 	require.NoError(t, err)
 	require.EqualValues(t, 20, n)
-	require.Equal(t, 5, b.db.Count(t, "{schema}.outbox"), "unpublished rows are never pruned")
+	require.Equal(t, 2, b.db.Count(t, "{schema}.outbox"), "unpublished rows are never pruned")
+	require.Equal(t, 3, b.db.Count(t, "{schema}.outbox_published"), "published rows within the retention stay")
 }
 
 // TestRelayBacklogOfLargeRows: a backlog whose round would exceed the broker's largest

@@ -133,7 +133,7 @@ func (e *env) logf(format string, args ...any) {
 // truncate empties every table a section writes to.
 func (e *env) truncate(ctx context.Context) error {
 	q := e.q()
-	_, err := e.pool.Exec(ctx, "TRUNCATE "+q+".effects, "+q+".processed_messages, "+q+".outbox, "+q+".conflicts, "+q+".dead_letters")
+	_, err := e.pool.Exec(ctx, "TRUNCATE "+q+".effects, "+q+".processed_messages, "+q+".outbox, "+q+".outbox_published, "+q+".conflicts, "+q+".dead_letters")
 	if err == nil {
 		// Fresh statistics after a truncate keep the planner on the indexes.
 		_, err = e.pool.Exec(ctx, "ANALYZE "+q+".processed_messages, "+q+".outbox")

@@ -50,13 +50,14 @@ type limitConfig struct {
 	method  limitMethod
 	batch   int
 	workers int
-	// processed and outboxTable name the tables (unquoted, in the bench schema); empty
-	// means idemd's. The write-amplification runs use leaner tables.
-	processed, outboxTable string
+	// processed names the dedup table (unquoted, in the bench schema); empty means
+	// idemd's. The write-amplification runs use a leaner one.
+	processed string
 	// lean writes only scope, message_id, fingerprint and expires_at into processed.
 	lean bool
-	// publish runs a relay-like loop beside the writers that marks new outbox rows
-	// published (UPDATE … published_at) or deletes them ("delete"), as fast as it can.
+	// publish runs a relay-like loop beside the writers that deletes new outbox rows
+	// ("delete") or moves them to outbox_published ("move", as KeepPublished does), as fast
+	// as it can.
 	publish string
 }
 
@@ -64,9 +65,6 @@ func (c limitConfig) String() string {
 	s := fmt.Sprintf("%s, %d msgs/tx, %d workers", c.method, c.batch, c.workers)
 	if c.processed != "" {
 		s += ", " + c.processed
-	}
-	if c.outboxTable != "" {
-		s += ", " + c.outboxTable
 	}
 	if c.publish != "" {
 		s += ", + " + c.publish + " published rows"
@@ -101,7 +99,7 @@ func (e *env) limitSQL(c limitConfig) string { return limitSQL(e.q(), c) }
 // limitSQL is env.limitSQL in the schema q (quoted).
 func limitSQL(q string, c limitConfig) string {
 	pm := q + "." + cmpOr(c.processed, "processed_messages")
-	ob := q + "." + cmpOr(c.outboxTable, "outbox")
+	ob := q + ".outbox"
 	cols := `(scope, message_id, fingerprint, status, received_at, completed_at, expires_at)`
 	vals := `$1, u.id, u.fp, 'done', now(), now(), now() + interval '7 days'`
 	if c.lean {
@@ -175,7 +173,7 @@ func (e *env) runLimit(ctx context.Context, in *limitInput, c limitConfig) (limi
 	if _, err := e.pool.Exec(ctx, "TRUNCATE "+q+".effects"); err != nil {
 		return limitRun{}, err
 	}
-	ob := q + "." + cmpOr(c.outboxTable, "outbox")
+	ob := q + ".outbox"
 	var before int64
 	if err := e.pool.QueryRow(ctx, "SELECT coalesce(max(id), 0) FROM "+ob).Scan(&before); err != nil {
 		return limitRun{}, err
@@ -228,7 +226,7 @@ func (e *env) runLimit(ctx context.Context, in *limitInput, c limitConfig) (limi
 		// The writes are done when the relay-like loop has caught up.
 		for ctx.Err() == nil && firstErr == nil {
 			var pending bool
-			if err := e.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+ob+" WHERE published_at IS NULL AND id > $1)", before).Scan(&pending); err != nil {
+			if err := e.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+ob+" WHERE id > $1)", before).Scan(&pending); err != nil {
 				return limitRun{}, err
 			}
 			if !pending {
@@ -259,8 +257,8 @@ func (e *env) runLimit(ctx context.Context, in *limitInput, c limitConfig) (limi
 	if err := e.pool.QueryRow(ctx, "SELECT count(*) FROM "+ob+" WHERE id > $1", before).Scan(&rows); err != nil {
 		return limitRun{}, err
 	}
-	if c.publish == "delete" {
-		rows = in.unique // deleted as published
+	if c.publish != "" {
+		rows = in.unique // deleted (or moved) as published
 	}
 	if effects != in.unique || rows != in.unique {
 		return limitRun{}, fmt.Errorf("limit %s wrote %d effects and %d outbox rows for %d distinct ids", c, effects, rows, in.unique)
@@ -352,14 +350,12 @@ func (e *env) limitBatch(ctx context.Context, pool *pgxpool.Pool, sql string, in
 	})
 }
 
-// publishLoop marks unpublished outbox rows published (or deletes them) 1,000 at a time, in
-// id order, as the relay does after Kafka acknowledged them, until ctx ends.
+// publishLoop deletes outbox rows (or, how "move", moves them to outbox_published) 1,000 at
+// a time, in id order, as the relay does after Kafka acknowledged them, until ctx ends.
 func (e *env) publishLoop(ctx context.Context, pool *pgxpool.Pool, table, how string) error {
-	sql := `UPDATE ` + table + ` SET published_at = now() WHERE id IN (
-  SELECT id FROM ` + table + ` WHERE published_at IS NULL ORDER BY id LIMIT 1000)`
-	if how == "delete" {
-		sql = `DELETE FROM ` + table + ` WHERE id IN (
-  SELECT id FROM ` + table + ` WHERE published_at IS NULL ORDER BY id LIMIT 1000)`
+	sql := `DELETE FROM ` + table + ` WHERE id IN (SELECT id FROM ` + table + ` ORDER BY id LIMIT 1000)`
+	if how == "move" {
+		sql = moveAllPublished(e.q(), `id IN (SELECT id FROM `+table+` ORDER BY id LIMIT 1000)`)
 	}
 	for ctx.Err() == nil {
 		tag, err := pool.Exec(ctx, sql)
@@ -456,4 +452,16 @@ func cmpFloat(a, b float64) int {
 		return 1
 	}
 	return 0
+}
+
+// moveAllPublished is the statement that moves the outbox rows of schema q (quoted) matching
+// where (all of them without it) to outbox_published, as the relay does with KeepPublished.
+func moveAllPublished(q string, where ...string) string {
+	const cols = `id, operation_id, pipeline, causation_id, topic, key, payload, headers, created_at`
+	w := ""
+	if len(where) > 0 {
+		w = ` WHERE ` + where[0]
+	}
+	return `WITH moved AS (DELETE FROM ` + q + `.outbox` + w + ` RETURNING ` + cols + `)
+INSERT INTO ` + q + `.outbox_published (` + cols + `) SELECT ` + cols + ` FROM moved`
 }

@@ -121,7 +121,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.keepSchema, "keep-schema", false, "do not drop the bench schema at the end (inspection)")
 	fs.StringVar(&o.childEnv, "child-env", "", "comma list of NAME=VALUE added to the environment of every idemd child only (not the bench's, not the peers'), e.g. GOGC=300,GOMEMLIMIT=120MiB to measure the daemon under the Go runtime's settings")
 	fs.BoolVar(&o.noHandoff, "no-handoff", false, "run the relay without the Handoff of its process's doors (outbox.Handoff): it reads every row back from the table, as before phase 15")
-	fs.BoolVar(&o.keepPublished, "keep-published", false, "run the relay with KeepPublished (IDEMD_OUTBOX_KEEP_PUBLISHED: published rows marked and kept, as before phase 2), and pre-fill published outbox rows for growth")
+	fs.BoolVar(&o.keepPublished, "keep-published", false, "run the relay with KeepPublished (IDEMD_OUTBOX_KEEP_PUBLISHED: published rows kept, moved to outbox_published), and pre-fill published outbox rows for growth")
 	fs.StringVar(&o.databaseURL, "database-url", "", "PostgreSQL URL (default IDEMD_DATABASE_URL, else "+databaseURLDefault+")")
 	fs.StringVar(&o.brokers, "brokers", "", "Kafka brokers, comma list (default IDEMD_KAFKA_BROKERS, else an in-process kfake broker)")
 	var serve, serveConfig string
@@ -166,8 +166,9 @@ baseline from the same run, and prints a table (or JSON with -json):
                  period, the largest of the second half against the largest of the
                  first (from three periods in); then the consumer without the pruner on
                  the same tables;
-  amplification  the limit with the relay's UPDATE of published_at, with delete at
-                 publish, and with lean tables: what a schema change would buy;
+  amplification  the limit with the relay's delete at publish beside it, with the move
+                 of published rows to outbox_published (keep published) instead, and
+                 with a lean dedup row: what a schema change would buy;
   RSS            peak resident memory (VmHWM) of the idemd child process under each load.
 
 Every child (idemd's, the bare consumer's, the naive receiver's) runs with the daemon's

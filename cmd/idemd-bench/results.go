@@ -68,11 +68,13 @@ type Sizes struct {
 	ProcessedTotalMiB  float64
 	OutboxRows         int64 `json:"outbox_rows"`
 	OutboxDead         int64 `json:"outbox_dead_rows"`
-	OutboxHeapMiB      float64
-	OutboxPKeyMiB      float64
-	OutboxUnpubMiB     float64
-	OutboxPubMiB       float64
-	OutboxTotalMiB     float64
+	// OutboxRows, OutboxDead, OutboxHeapMiB and OutboxPKeyMiB are the outbox's (the rows
+	// still to publish); OutboxPubMiB is outbox_published's with its indexes (published rows
+	// kept, migration 0008), and OutboxRows and OutboxTotalMiB count both tables.
+	OutboxHeapMiB  float64
+	OutboxPKeyMiB  float64
+	OutboxPubMiB   float64
+	OutboxTotalMiB float64
 }
 
 // GrowthPoint is the consumer and the limit, then the receiver and the naive receiver, on

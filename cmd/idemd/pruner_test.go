@@ -17,9 +17,11 @@ func TestPrunerOncePrunesOnlyWhatExpired(t *testing.T) {
 SELECT 's', 'old-' || i, '\x00', 'done', now() - interval '1 second' FROM generate_series(1, 30) i`))
 	db.Exec(t, db.Q(`INSERT INTO {schema}.processed_messages (scope, message_id, fingerprint, status, expires_at)
 VALUES ('s', 'live', '\x00', 'done', now() + interval '1 day')`))
-	db.Exec(t, db.Q(`INSERT INTO {schema}.outbox (operation_id, pipeline, causation_id, topic, payload, published_at)
-SELECT gen_random_uuid(), 'p', 'm' || i, 't', '', CASE WHEN i <= 10 THEN now() - interval '2 days' END
-FROM generate_series(1, 15) i`))
+	db.Exec(t, db.Q(`INSERT INTO {schema}.outbox (operation_id, pipeline, causation_id, topic, payload)
+SELECT gen_random_uuid(), 'p', 'm' || i, 't', '' FROM generate_series(1, 5) i`))
+	db.Exec(t, db.Q(`INSERT INTO {schema}.outbox_published (id, operation_id, pipeline, causation_id, topic, payload, created_at, published_at)
+SELECT 100 + i, gen_random_uuid(), 'p', 'k' || i, 't', '', now() - interval '3 days', now() - CASE WHEN i <= 10 THEN interval '2 days' ELSE interval '1 hour' END
+FROM generate_series(1, 13) i`))
 
 	p, err := newPruner(db.Pool, &prunerConfig{Schema: db.Schema, BatchSize: 7, OutboxRetention: 24 * time.Hour})
 	require.NoError(t, err)
@@ -28,6 +30,7 @@ FROM generate_series(1, 15) i`))
 	require.EqualValues(t, 10, rows)
 	require.Equal(t, 1, db.Count(t, "{schema}.processed_messages"))
 	require.Equal(t, 5, db.Count(t, "{schema}.outbox"), "unpublished rows stay")
+	require.Equal(t, 3, db.Count(t, "{schema}.outbox_published"), "published rows within the retention stay")
 }
 
 // Dead letters go after their retention, replayed ones sooner; the admin audit with them;
