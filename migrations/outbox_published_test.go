@@ -24,7 +24,9 @@ func TestOutboxPublishedMigration(t *testing.T) {
 	conn, err := pool.Acquire(ctx)
 	require.NoError(t, err)
 	defer conn.Release()
-	to := func(v int32) { require.NoError(t, migrations.MigrateTo(ctx, conn.Conn(), schema, v), "to version %d", v) }
+	to := func(v int32) {
+		require.NoError(t, migrations.MigrateTo(ctx, conn.Conn(), schema, v), "to version %d", v)
+	}
 	count := func(from string) int {
 		var n int
 		require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+q+"."+from).Scan(&n))

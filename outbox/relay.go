@@ -9,9 +9,9 @@ import (
 	"hash/fnv"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
