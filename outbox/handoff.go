@@ -269,6 +269,7 @@ func (r *Relay) publishHanded(ctx context.Context, rows []handedRow) (*round, er
 		older bool
 		b     pgx.Batch
 	)
+	b.Queue(byIndex) // local to tx: see relay_read.go
 	takeSQL, takeArgs := r.take.forIDs(ids)
 	b.Queue(takeSQL, takeArgs...).Query(func(rs pgx.Rows) error {
 		var id int64

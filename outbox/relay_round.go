@@ -402,9 +402,9 @@ func (r *Relay) selectRound(ctx context.Context, held []string, after int64) (ba
 	)
 	if after > 0 {
 		// Read ahead: only while no destination is held, so held is empty.
-		rows, done, err = queryNoBitmap(ctx, r.pool, r.selectAfterSQL, r.cfg.BatchSize, after)
+		rows, done, err = queryByIndex(ctx, r.pool, r.selectAfterSQL, r.cfg.BatchSize, after)
 	} else {
-		rows, done, err = queryNoBitmap(ctx, r.pool, r.selectSQL, r.cfg.BatchSize, held)
+		rows, done, err = queryByIndex(ctx, r.pool, r.selectSQL, r.cfg.BatchSize, held)
 	}
 	if err != nil {
 		return nil, false, 0, fmt.Errorf("error reading outbox: %w", err)
@@ -485,7 +485,7 @@ func (g *grouping) add(r *Relay, topic string, id int64, e Event, hint int) {
 // ending, or they would be sent twice.
 func (r *Relay) mark(ctx context.Context, ids []int64) error {
 	sql, args := r.markIDs.forIDs(ids)
-	if _, err := r.pool.Exec(context.WithoutCancel(ctx), sql, args...); err != nil {
+	if err := execByIndex(context.WithoutCancel(ctx), r.pool, sql, args...); err != nil {
 		return fmt.Errorf("error marking %d outbox rows published: %w", len(ids), err)
 	}
 	return nil
