@@ -151,7 +151,7 @@ func TestFanOutEndToEnd(t *testing.T) {
 	pool := pgtest.Pool(t, 2)
 	var outboxRows, deliveries int
 	require.NoError(t, pool.QueryRow(context.Background(), fmt.Sprintf(
-		`SELECT (SELECT count(*) FROM %[1]s.outbox), (SELECT count(*) FROM %[1]s.http_deliveries)`, schema)).Scan(&outboxRows, &deliveries))
+		`SELECT (SELECT count(*) FROM %[1]s.outbox) + (SELECT count(*) FROM %[1]s.outbox_published), (SELECT count(*) FROM %[1]s.http_deliveries)`, schema)).Scan(&outboxRows, &deliveries))
 	require.Equal(t, 1, outboxRows)
 	require.Equal(t, 1, deliveries, "one delivery: the erp endpoint's")
 

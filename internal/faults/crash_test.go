@@ -145,12 +145,12 @@ func TestConsumerCrashLoop(t *testing.T) {
 		return d.count(t, "effects") >= len(ids) && d.count(t, "outbox WHERE published_at IS NULL") == 0
 	})
 	rows, _ := checkEffects(t, d, len(ids))
-	require.Equal(t, len(ids), d.count(t, "outbox"), "one outbox row per unique id")
+	require.Equal(t, len(ids), d.outboxRows(t), "one outbox row per unique id")
 	require.Equal(t, len(ids), d.count(t, "processed_messages"))
 	records, distinct := checkTopic(t, brokers, out, "crash", ids)
 	require.Equal(t, 0, p.Stop(t, stopTimeout))
 	t.Logf("FIGURES consumer-crash-loop: messages=%d unique=%d duplicates=%d partitions=6 kills=%d effects=%d lost=0 duplicated=0 outbox=%d unpublished=0 records=%d distinct_operation_ids=%d republished=%d took=%s",
-		n, len(ids), n-len(ids), kills, rows, d.count(t, "outbox"), records, distinct, records-distinct, time.Since(start).Round(time.Second))
+		n, len(ids), n-len(ids), kills, rows, d.outboxRows(t), records, distinct, records-distinct, time.Since(start).Round(time.Second))
 }
 
 // receiverFile is a pipelines file with a Stripe source whose effect records its process.
@@ -330,7 +330,7 @@ func TestRelayKilledBetweenPublishAndMark(t *testing.T) {
 	}
 
 	start := time.Now()
-	// Published rows are deleted (or, with IDEMD_OUTBOX_KEEP_PUBLISHED, marked): what is
+	// Published rows are deleted (or, with IDEMD_OUTBOX_KEEP_PUBLISHED, moved): what is
 	// not waiting any more was published.
 	published := func() int { return n - d.count(t, "outbox WHERE published_at IS NULL") }
 	p = nd.start()

@@ -178,6 +178,16 @@ func newDB(t *testing.T, ddl string) *db {
 }
 
 // count is SELECT count(*) FROM schema.<from>; 0 while the table does not exist yet.
+// outboxRows counts every outbox row, still to publish or published and kept
+// (IDEMD_OUTBOX_KEEP_PUBLISHED moves them to outbox_published), in one snapshot.
+func (d *db) outboxRows(t *testing.T) int {
+	t.Helper()
+	var n int
+	require.NoError(t, d.pool.QueryRow(context.Background(),
+		"SELECT (SELECT count(*) FROM "+d.schema+".outbox) + (SELECT count(*) FROM "+d.schema+".outbox_published)").Scan(&n))
+	return n
+}
+
 func (d *db) count(t *testing.T, from string) int {
 	t.Helper()
 	var n int
