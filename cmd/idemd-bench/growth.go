@@ -129,7 +129,7 @@ func benchGrowth(ctx context.Context, e *env, res *Results) error {
 			return err
 		}
 		// The limit's rows are left in place (the tables keep growing, as they would) but
-		// published as the relay would have (marked, or deleted), so that the consumer's
+		// published as the relay would have (deleted, or moved), so that the consumer's
 		// relay has only its own to publish.
 		publish := "DELETE FROM " + e.q() + ".outbox"
 		if e.o.keepPublished {
