@@ -78,7 +78,7 @@ func (e *env) sizes(ctx context.Context, when string) (Sizes, error) {
   pg_total_relation_size('`+e.q()+`.outbox_published'::regclass)::float8 / `+fmt.Sprint(mib)+`,
   (pg_total_relation_size('`+e.q()+`.outbox'::regclass) + pg_total_relation_size('`+e.q()+`.outbox_published'::regclass))::float8 / `+fmt.Sprint(mib)+`,
   coalesce((SELECT n_dead_tup FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = 'processed_messages'), 0),
-  coalesce((SELECT n_dead_tup FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = 'outbox'), 0),
+  coalesce((SELECT sum(n_dead_tup) FROM pg_stat_user_tables WHERE schemaname = $1 AND relname IN ('outbox', 'outbox_published')), 0)::bigint,
   (SELECT count(*) FROM `+e.q()+`.processed_messages WHERE expires_at > now())`, e.schema).Scan(
 		&s.ProcessedRows, &s.ProcessedHeapMiB, &s.ProcessedPKeyMiB, &s.ProcessedExpMiB, &s.ProcessedTotalMiB,
 		&s.OutboxRows, &s.OutboxHeapMiB, &s.OutboxPKeyMiB, &s.OutboxPubMiB, &s.OutboxTotalMiB,

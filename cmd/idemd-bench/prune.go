@@ -154,7 +154,8 @@ func (e *env) committed(ctx context.Context, group, topic string, partitions int
 	return sum, nil
 }
 
-// autovacuum does what PostgreSQL's autovacuum would do to idemd's two pruned tables on a
+// autovacuum does what PostgreSQL's autovacuum would do to idemd's pruned tables (and
+// outbox_published, where -keep-published puts the published rows, since phase 17) on a
 // server that runs it (this one may not): every naptime, a worker per table (the server
 // has autovacuum_max_workers of them, 3 by default) reads the table's dead, inserted and
 // modified rows (pg_stat_user_tables) and its reltuples, and VACUUMs it when autovacuum
@@ -429,7 +430,7 @@ func benchPrune(ctx context.Context, e *env, res *Results) error {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	av, err := e.startAutovacuum(ctx, e.o.pruneNaptime, "processed_messages", "outbox")
+	av, err := e.startAutovacuum(ctx, e.o.pruneNaptime, "processed_messages", "outbox", "outbox_published")
 	if err != nil {
 		return err
 	}
@@ -470,7 +471,7 @@ func benchPrune(ctx context.Context, e *env, res *Results) error {
 		}
 		lastAt, lastCommitted = now, n
 		vac := av.counts()
-		s.ProcessedVacuums, s.OutboxVacuums = vac["processed_messages"], vac["outbox"]
+		s.ProcessedVacuums, s.OutboxVacuums = vac["processed_messages"], vac["outbox"]+vac["outbox_published"]
 		res.PruneSizes = append(res.PruneSizes, s)
 		e.logf("prune %s: %.0f msgs/s, processed %d live %d dead %.1f MiB, outbox %d live %d dead %.1f MiB, vacuums %d / %d",
 			s.When, s.Rate, s.ProcessedRows, s.ProcessedDead, s.ProcessedTotalMiB, s.OutboxRows, s.OutboxDead, s.OutboxTotalMiB,

@@ -53,7 +53,8 @@ type Sizes struct {
 	Rate float64 `json:"rate"`
 	Role string  `json:"role,omitempty"`
 	Half int     `json:"half,omitempty"`
-	// ProcessedVacuums and OutboxVacuums count the VACUUMs run on each table so far.
+	// ProcessedVacuums and OutboxVacuums count the VACUUMs run on each table so far
+	// (OutboxVacuums: the outbox's and outbox_published's).
 	ProcessedVacuums int `json:"processed_vacuums"`
 	OutboxVacuums    int `json:"outbox_vacuums"`
 	// Rows are live rows (count(*)); DeadRows are pg_stat_user_tables' n_dead_tup.
@@ -68,9 +69,9 @@ type Sizes struct {
 	ProcessedTotalMiB  float64
 	OutboxRows         int64 `json:"outbox_rows"`
 	OutboxDead         int64 `json:"outbox_dead_rows"`
-	// OutboxRows, OutboxDead, OutboxHeapMiB and OutboxPKeyMiB are the outbox's (the rows
-	// still to publish); OutboxPubMiB is outbox_published's with its indexes (published rows
-	// kept, migration 0008), and OutboxRows and OutboxTotalMiB count both tables.
+	// OutboxHeapMiB and OutboxPKeyMiB are the outbox's (the rows still to publish);
+	// OutboxPubMiB is outbox_published's with its indexes (published rows kept, migration
+	// 0008); OutboxRows, OutboxDead and OutboxTotalMiB count both tables.
 	OutboxHeapMiB  float64
 	OutboxPKeyMiB  float64
 	OutboxPubMiB   float64
