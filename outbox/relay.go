@@ -9,7 +9,6 @@ import (
 	"hash/fnv"
 	"net"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -284,9 +283,9 @@ func NewRelay(pool *pgxpool.Pool, cfg *RelayConfig) (*Relay, error) {
 FROM ` + table + ` WHERE published_at IS NULL AND topic <> ALL($2::text[]) ORDER BY id LIMIT $1`,
 		selectAfterSQL: `SELECT id, operation_id, pipeline, causation_id, topic, key, payload, headers
 FROM ` + table + ` WHERE published_at IS NULL AND id > $2 ORDER BY id LIMIT $1`,
-		markIDs:   markByIDs(c.Schema, c.KeepPublished, ``),
+		markIDs:   markByIDs(c.Schema, c.KeepPublished, ``, false),
 		deleteSQL: `DELETE FROM ` + table + ` WHERE id = ANY($1) AND published_at IS NULL`,
-		take:      markByIDs(c.Schema, c.KeepPublished, ` AND published_at IS NULL`, `id`),
+		take:      markByIDs(c.Schema, c.KeepPublished, ` AND published_at IS NULL`, true),
 		olderSQL:  `SELECT EXISTS (SELECT FROM ` + table + ` WHERE published_at IS NULL AND id < $1 AND id <> ALL($2))`,
 		olderGapsSQL: `SELECT EXISTS (SELECT FROM ` + table + ` WHERE published_at IS NULL AND id < $1)
     OR EXISTS (SELECT FROM ` + table + ` WHERE id = ANY($2) AND published_at IS NULL)`,
@@ -297,21 +296,37 @@ FROM ` + table + ` WHERE published_at IS NULL AND id > $2 ORDER BY id LIMIT $1`,
 }
 
 // markByIDs is the statement that records the rows of some ids as published, with extra
-// after the condition on their ids and, when returning is not empty, those columns of the
-// rows it recorded returned: they are deleted from the outbox, and with keep moved to
-// outbox_published (migration 0008), whose published_at is the time of the move.
-func markByIDs(schema string, keep bool, extra string, returning ...string) byIDs {
+// after the condition on their ids, returning their ids when returnIDs: they are deleted
+// from the outbox, or with keep moved to outbox_published (MovePublishedSQL).
+func markByIDs(schema string, keep bool, extra string, returnIDs bool) byIDs {
 	q := pgx.Identifier{schema}.Sanitize()
 	ret := ""
-	if len(returning) > 0 {
-		ret = ` RETURNING ` + strings.Join(returning, ", ")
+	if returnIDs {
+		ret = ` RETURNING id`
 	}
 	if !keep {
 		return newByIDs(`DELETE FROM `+q+`.outbox WHERE `, extra+ret)
 	}
+	head, tail := moveParts(q, ret)
+	return newByIDs(head, extra+tail)
+}
+
+// moveParts are the statement that moves outbox rows of schema q (quoted) to
+// outbox_published (migration 0008), before and after the condition that picks them; ret
+// ends the INSERT.
+func moveParts(q, ret string) (head, tail string) {
 	const cols = `id, operation_id, pipeline, causation_id, topic, key, payload, headers, created_at`
-	return newByIDs(`WITH moved AS (DELETE FROM `+q+`.outbox WHERE `, extra+` RETURNING `+cols+`)
-INSERT INTO `+q+`.outbox_published (`+cols+`) SELECT `+cols+` FROM moved`+ret)
+	return `WITH moved AS (DELETE FROM ` + q + `.outbox WHERE `, ` RETURNING ` + cols + `)
+INSERT INTO ` + q + `.outbox_published (` + cols + `) SELECT ` + cols + ` FROM moved` + ret
+}
+
+// MovePublishedSQL is the statement with which the relay keeps the rows it published
+// (RelayConfig.KeepPublished): it moves the outbox rows of schema for which cond holds to
+// outbox_published, whose published_at is the time of the move. idemd-bench runs it to
+// load PostgreSQL as the relay does.
+func MovePublishedSQL(schema, cond string) string {
+	head, tail := moveParts(pgx.Identifier{schema}.Sanitize(), "")
+	return head + cond + tail
 }
 
 // Published returns how many records this relay has published (tests, logs).

@@ -28,10 +28,7 @@ const byIndex = `SELECT set_config('enable_seqscan', 'off', true), set_config('e
 func queryByIndex(ctx context.Context, db interface {
 	SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
 }, sql string, args ...any) (rows pgx.Rows, done func() error, err error) {
-	b := &pgx.Batch{}
-	b.Queue(byIndex)
-	b.Queue(sql, args...)
-	br := db.SendBatch(ctx, b)
+	br := db.SendBatch(ctx, batchByIndex(sql, args))
 	if _, err := br.Exec(); err != nil {
 		return nil, nil, errors.Join(err, br.Close())
 	}
@@ -46,8 +43,13 @@ func queryByIndex(ctx context.Context, db interface {
 func execByIndex(ctx context.Context, db interface {
 	SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
 }, sql string, args ...any) error {
+	return db.SendBatch(ctx, batchByIndex(sql, args)).Close()
+}
+
+// batchByIndex is sql with args after the settings, in one pipeline.
+func batchByIndex(sql string, args []any) *pgx.Batch {
 	b := &pgx.Batch{}
 	b.Queue(byIndex)
 	b.Queue(sql, args...)
-	return db.SendBatch(ctx, b).Close()
+	return b
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/idemd/idemd/outbox"
 )
 
 // prefill fills processed_messages with rows rows of the consumer's scope, ids spread over
@@ -133,7 +135,7 @@ func benchGrowth(ctx context.Context, e *env, res *Results) error {
 		// relay has only its own to publish.
 		publish := "DELETE FROM " + e.q() + ".outbox"
 		if e.o.keepPublished {
-			publish = moveAllPublished(e.q())
+			publish = outbox.MovePublishedSQL(e.schema, "true")
 		}
 		if _, err := e.pool.Exec(ctx, publish); err != nil {
 			return err

@@ -355,7 +355,7 @@ func (e *env) limitBatch(ctx context.Context, pool *pgxpool.Pool, sql string, in
 func (e *env) publishLoop(ctx context.Context, pool *pgxpool.Pool, table, how string) error {
 	sql := `DELETE FROM ` + table + ` WHERE id IN (SELECT id FROM ` + table + ` ORDER BY id LIMIT 1000)`
 	if how == "move" {
-		sql = moveAllPublished(e.q(), `id IN (SELECT id FROM `+table+` ORDER BY id LIMIT 1000)`)
+		sql = outbox.MovePublishedSQL(e.schema, `id IN (SELECT id FROM `+table+` ORDER BY id LIMIT 1000)`)
 	}
 	for ctx.Err() == nil {
 		tag, err := pool.Exec(ctx, sql)
@@ -452,16 +452,4 @@ func cmpFloat(a, b float64) int {
 		return 1
 	}
 	return 0
-}
-
-// moveAllPublished is the statement that moves the outbox rows of schema q (quoted) matching
-// where (all of them without it) to outbox_published, as the relay does with KeepPublished.
-func moveAllPublished(q string, where ...string) string {
-	const cols = `id, operation_id, pipeline, causation_id, topic, key, payload, headers, created_at`
-	w := ""
-	if len(where) > 0 {
-		w = ` WHERE ` + where[0]
-	}
-	return `WITH moved AS (DELETE FROM ` + q + `.outbox` + w + ` RETURNING ` + cols + `)
-INSERT INTO ` + q + `.outbox_published (` + cols + `) SELECT ` + cols + ` FROM moved`
 }
