@@ -334,7 +334,7 @@ func (s *Store) queue(batch *pgx.Batch, events []Event, hand bool) (Wake, *Hande
 type headerSet struct {
 	distinct []string
 	index    pgarray.Int8
-	seen     map[string]int64 // built once there are more than a few distinct values
+	seen     map[string]int64 // from the second distinct value on
 }
 
 func (h *headerSet) add(j string) {
@@ -342,32 +342,21 @@ func (h *headerSet) add(j string) {
 }
 
 func (h *headerSet) find(j string) int64 {
-	if n := len(h.distinct); n > 0 && h.distinct[n-1] == j {
-		return int64(n)
+	n := len(h.distinct)
+	if n > 0 && h.distinct[n-1] == j {
+		return int64(n) // a run of one value, the common case
 	}
-	if h.seen != nil {
-		if i, ok := h.seen[j]; ok {
-			return i
-		}
-	} else {
-		for i, d := range h.distinct {
-			if d == j {
-				return int64(i + 1)
-			}
-		}
+	if i, ok := h.seen[j]; ok {
+		return i
+	}
+	if n == 1 {
+		h.seen = map[string]int64{h.distinct[0]: 1}
 	}
 	h.distinct = append(h.distinct, j)
-	i := int64(len(h.distinct))
-	switch {
-	case h.seen != nil:
-		h.seen[j] = i
-	case i > 8:
-		h.seen = make(map[string]int64, 2*i)
-		for k, d := range h.distinct {
-			h.seen[d] = int64(k + 1)
-		}
+	if h.seen != nil {
+		h.seen[j] = int64(n + 1)
 	}
-	return i
+	return int64(n + 1)
 }
 
 type deliveryColumns struct {

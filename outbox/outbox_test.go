@@ -58,7 +58,7 @@ func TestEnqueueCommitsWithTheTransaction(t *testing.T) {
 
 // The outbox insert sends each distinct headers value once; every row must still get its
 // own event's headers. Runs of one value, a value coming back after others, an empty map
-// and more distinct values than the linear search covers.
+// and more distinct values than one, which the map of seen values serves.
 func TestEnqueueStoresEachEventsHeaders(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
