@@ -254,6 +254,22 @@ CREATE TABLE IF NOT EXISTS `+q+`.processed_lean (
 			c.processed, c.lean, c.publish = "processed_lean", true, "delete"
 		})},
 	}
+	level, err := e.walLevel(ctx)
+	if err != nil {
+		return err
+	}
+	if level == "logical" {
+		variants = append(variants, []struct {
+			what string
+			c    limitConfig
+		}{
+			{"idemd's tables, events as logical messages, the slot read after the run", with(base, func(c *limitConfig) { c.logical = true })},
+			{"idemd's tables, events as logical messages, a slot decoded beside", with(base, func(c *limitConfig) { c.logical, c.publish = true, "decode" })},
+		}...)
+		res.Notes = append(res.Notes, "amplification: the server runs with wal_level=logical, which every variant's writes log more under; the logical variants write each event with pg_logical_emit_message instead of an outbox row (logical.go)")
+	} else {
+		res.Notes = append(res.Notes, fmt.Sprintf("amplification: the logical variants (events as logical decoding messages, a slot read beside) need wal_level=logical; this server has %s", level))
+	}
 	// Two rounds, the variants interleaved; each keeps its faster run (the machine is shared).
 	rows := make([]*Row, len(variants))
 	for round := range 2 {

@@ -57,8 +57,13 @@ type limitConfig struct {
 	lean bool
 	// publish runs a relay-like loop beside the writers that deletes new outbox rows
 	// ("delete") or moves them to outbox_published ("move", as KeepPublished does), as fast
-	// as it can.
+	// as it can; with logical, "decode" reads the events from a logical replication slot.
 	publish string
+	// logical writes each event as a transactional logical decoding message
+	// (pg_logical_emit_message) instead of an outbox row, as a relay reading a logical
+	// replication slot (Debezium's outbox, the issue's third option) would have them
+	// written. It needs wal_level=logical (logical.go).
+	logical bool
 }
 
 func (c limitConfig) String() string {
@@ -66,7 +71,12 @@ func (c limitConfig) String() string {
 	if c.processed != "" {
 		s += ", " + c.processed
 	}
-	if c.publish != "" {
+	if c.logical {
+		s += ", events as logical messages"
+	}
+	if c.publish == "decode" {
+		s += ", + a slot decoded"
+	} else if c.publish != "" {
 		s += ", + " + c.publish + " published rows"
 	}
 	return s
@@ -121,12 +131,20 @@ eff AS (INSERT INTO ` + q + `.effects (message_id, payload, topic, part, off)
 INSERT INTO ` + ob + ` (operation_id, pipeline, causation_id, topic, payload, headers)
 SELECT u.op, $1, u.id, $3, u.payload, $4::jsonb FROM u`
 	}
+	events := `INSERT INTO ` + ob + ` (operation_id, pipeline, causation_id, topic, payload, headers)
+SELECT u.op, $1, u.id, $3, u.payload, $4::jsonb FROM u JOIN ins ON ins.message_id = u.id`
+	if c.logical {
+		// The outbox row's columns, in one message: the operation id, then the text
+		// columns, then the payload.
+		events = `SELECT count(pg_logical_emit_message(true, '` + logicalPrefix + `',
+    uuid_send(u.op) || convert_to($1 || ' ' || u.id || ' ' || $3 || ' ' || $4, 'UTF8') || u.payload))
+FROM u JOIN ins ON ins.message_id = u.id`
+	}
 	return `WITH u (id, fp, payload, part, off, op) AS (SELECT * FROM ` + from + ` AS s),
 ins AS (INSERT INTO ` + pm + ` ` + cols + ` SELECT ` + vals + ` FROM u ON CONFLICT DO NOTHING RETURNING message_id),
 eff AS (INSERT INTO ` + q + `.effects (message_id, payload, topic, part, off)
         SELECT u.id, convert_from(u.payload, 'UTF8')::jsonb, $2, u.part, u.off FROM u JOIN ins ON ins.message_id = u.id)
-INSERT INTO ` + ob + ` (operation_id, pipeline, causation_id, topic, payload, headers)
-SELECT u.op, $1, u.id, $3, u.payload, $4::jsonb FROM u JOIN ins ON ins.message_id = u.id`
+` + events
 }
 
 func cmpOr(a, b string) string {
@@ -198,7 +216,23 @@ func (e *env) runLimit(ctx context.Context, in *limitInput, c limitConfig) (limi
 		firstErr error
 		pubDone  = make(chan error, 1)
 	)
-	if c.publish != "" {
+	var slot *logicalSlot
+	decode := func() {
+		go func() {
+			slot.decodeLoop(pubCtx)
+			pubDone <- slot.close(context.WithoutCancel(ctx), e.pool)
+		}()
+	}
+	if c.logical {
+		// Without a reader beside ("decode"), the slot is read once the run is timed, to
+		// check what it holds.
+		if slot, err = e.newLogicalSlot(ctx, pool); err != nil {
+			return limitRun{}, err
+		}
+		if c.publish == "decode" {
+			decode()
+		}
+	} else if c.publish != "" {
 		go func() { pubDone <- e.publishLoop(pubCtx, pool, ob, c.publish) }()
 	}
 	self := selfCPU()
@@ -222,7 +256,10 @@ func (e *env) runLimit(ctx context.Context, in *limitInput, c limitConfig) (limi
 		}()
 	}
 	wg.Wait()
-	if c.publish != "" {
+	if c.publish == "decode" && firstErr == nil {
+		// The writes are done when the slot's reader has decoded them all.
+		firstErr = slot.waitDecoded(ctx, in.unique)
+	} else if c.publish != "" {
 		// The writes are done when the relay-like loop has caught up.
 		for ctx.Err() == nil && firstErr == nil {
 			var pending bool
@@ -238,8 +275,12 @@ func (e *env) runLimit(ctx context.Context, in *limitInput, c limitConfig) (limi
 	elapsed := time.Since(begin)
 	client := selfCPU() - self
 	pg1, cpuOK := e.backendCPU(ctx, e.limitApp())
+	if slot != nil && c.publish != "decode" {
+		decode()
+		firstErr = cmpErr(firstErr, slot.waitDecoded(ctx, in.unique))
+	}
 	stopPub()
-	if c.publish != "" {
+	if c.publish != "" || slot != nil {
 		if err := <-pubDone; err != nil && firstErr == nil {
 			firstErr = err
 		}
@@ -248,6 +289,7 @@ func (e *env) runLimit(ctx context.Context, in *limitInput, c limitConfig) (limi
 		return limitRun{}, firstErr
 	}
 	pool.Close()
+	// With a logical slot read after the run, its decoding is counted here too.
 	work := e.pgWorkSince(ctx, work0, e.limitApp(), len(in.recs))
 	effects, err := e.count(ctx, "{schema}.effects")
 	if err != nil {
@@ -257,11 +299,14 @@ func (e *env) runLimit(ctx context.Context, in *limitInput, c limitConfig) (limi
 	if err := e.pool.QueryRow(ctx, "SELECT count(*) FROM "+ob+" WHERE id > $1", before).Scan(&rows); err != nil {
 		return limitRun{}, err
 	}
-	if c.publish != "" {
+	switch {
+	case slot != nil:
+		rows += int(slot.messages.Load()) // decoded from the slot
+	case c.publish != "":
 		rows = in.unique // deleted (or moved) as published
 	}
 	if effects != in.unique || rows != in.unique {
-		return limitRun{}, fmt.Errorf("limit %s wrote %d effects and %d outbox rows for %d distinct ids", c, effects, rows, in.unique)
+		return limitRun{}, fmt.Errorf("limit %s wrote %d effects and %d outbox rows (or decoded messages) for %d distinct ids", c, effects, rows, in.unique)
 	}
 	var cpu *CPU
 	if cpuOK {

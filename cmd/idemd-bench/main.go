@@ -168,7 +168,10 @@ baseline from the same run, and prints a table (or JSON with -json):
                  the same tables;
   amplification  the limit with the relay's delete at publish beside it, with the move
                  of published rows to outbox_published (keep published) instead, and
-                 with a lean dedup row: what a schema change would buy;
+                 with a lean dedup row: what a schema change would buy; on a
+                 server with wal_level=logical, also with each event written as a
+                 logical decoding message instead of an outbox row, the slot read
+                 after the run and read beside it (a logical-decoding relay's cost);
   RSS            peak resident memory (VmHWM) of the idemd child process under each load.
 
 Every child (idemd's, the bare consumer's, the naive receiver's) runs with the daemon's
