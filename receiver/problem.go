@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+
+	"github.com/idemd/idemd/internal/headerjson"
 )
 
 // problem is an RFC 9457 problem detail. Type is stable: clients branch on it.
@@ -60,21 +62,43 @@ func writeProblem(w http.ResponseWriter, p problem, detail, id string, retryAfte
 	_, _ = w.Write(problemBody(p, detail, id))
 }
 
+// The values of writeJSON's headers, shared by every answer: Header.Set would allocate one
+// per answer, and nothing appends to them (net/http only reads a response's headers).
+var (
+	headerJSON = []string{"application/json"}
+	headerTrue = []string{"true"}
+)
+
 // writeJSON answers status with a JSON body.
 func writeJSON(w http.ResponseWriter, status int, body []byte, replayed bool) {
 	h := w.Header()
-	h.Set("Content-Type", "application/json")
+	h["Content-Type"] = headerJSON
 	if replayed {
-		h.Set("Idempotent-Replayed", "true")
+		h["Idempotent-Replayed"] = headerTrue
 	}
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
 }
 
+// statusBody is the body of an answer that is not a problem: {"status":…,"message_id":…},
+// the id left out when empty, as encoding/json writes it. Every webhook's answer is one:
+// written by hand when the id needs no escaping (status is always a constant that does
+// not), through encoding/json otherwise.
 func statusBody(status, id string) []byte {
-	b, _ := json.Marshal(struct {
-		Status    string `json:"status"`
-		MessageID string `json:"message_id,omitempty"`
-	}{status, id})
-	return b
+	if !headerjson.Plain(id) || !headerjson.Plain(status) {
+		b, _ := json.Marshal(struct {
+			Status    string `json:"status"`
+			MessageID string `json:"message_id,omitempty"`
+		}{status, id})
+		return b
+	}
+	b := make([]byte, 0, len(`{"status":"","message_id":""}`)+len(status)+len(id))
+	b = append(b, `{"status":"`...)
+	b = append(b, status...)
+	if id == "" {
+		return append(b, `"}`...)
+	}
+	b = append(b, `","message_id":"`...)
+	b = append(b, id...)
+	return append(b, `"}`...)
 }

@@ -25,7 +25,7 @@ func String(h map[string]string) string {
 	return string(b)
 }
 
-// appendPlain appends h's JSON when every key and value is plain (see plain) and h has at
+// appendPlain appends h's JSON when every key and value is plain (see Plain) and h has at
 // most maxKeys keys; ok is false otherwise, with dst unchanged.
 func appendPlain(dst []byte, h map[string]string) ([]byte, bool) {
 	if len(h) > maxKeys {
@@ -35,7 +35,7 @@ func appendPlain(dst []byte, h map[string]string) ([]byte, bool) {
 	keys := stack[:0]
 	n := 2 + 4*len(h) // braces, quotes, colons and commas, roughly
 	for k, v := range h {
-		if !plain(k) || !plain(v) {
+		if !Plain(k) || !Plain(v) {
 			return dst, false
 		}
 		keys = append(keys, k)
@@ -57,9 +57,9 @@ func appendPlain(dst []byte, h map[string]string) ([]byte, bool) {
 	return append(dst, '}'), true
 }
 
-// plain says whether encoding/json writes s as it is between quotes: printable ASCII
+// Plain says whether encoding/json writes s as it is between quotes: printable ASCII
 // without the quote, the backslash, and the <, > and & that it escapes for HTML.
-func plain(s string) bool {
+func Plain(s string) bool {
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		if c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
