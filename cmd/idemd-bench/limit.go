@@ -276,8 +276,10 @@ func (e *env) runLimit(ctx context.Context, in *limitInput, c limitConfig) (limi
 	client := selfCPU() - self
 	pg1, cpuOK := e.backendCPU(ctx, e.limitApp())
 	if slot != nil && c.publish != "decode" {
-		decode()
-		firstErr = cmpErr(firstErr, slot.waitDecoded(ctx, in.unique))
+		decode() // closes the slot once stopped, whether or not the writes all succeeded
+		if firstErr == nil {
+			firstErr = slot.waitDecoded(ctx, in.unique)
+		}
 	}
 	stopPub()
 	if c.publish != "" || slot != nil {
