@@ -242,10 +242,11 @@ CREATE TABLE IF NOT EXISTS `+q+`.processed_lean (
 	}
 	in := e.limitRecords()
 	base := e.bestLimit(res)
-	variants := []struct {
+	type variant struct {
 		what string
 		c    limitConfig
-	}{
+	}
+	variants := []variant{
 		{"idemd's tables", base},
 		{"idemd's tables, relay's DELETE at publish beside", with(base, func(c *limitConfig) { c.publish = "delete" })},
 		{"idemd's tables, move to outbox_published beside (keep published)", with(base, func(c *limitConfig) { c.publish = "move" })},
@@ -259,13 +260,9 @@ CREATE TABLE IF NOT EXISTS `+q+`.processed_lean (
 		return err
 	}
 	if level == "logical" {
-		variants = append(variants, []struct {
-			what string
-			c    limitConfig
-		}{
-			{"idemd's tables, events as logical messages, the slot read after the run", with(base, func(c *limitConfig) { c.logical = true })},
-			{"idemd's tables, events as logical messages, a slot decoded beside", with(base, func(c *limitConfig) { c.logical, c.publish = true, "decode" })},
-		}...)
+		variants = append(variants,
+			variant{"idemd's tables, events as logical messages, the slot read after the run", with(base, func(c *limitConfig) { c.logical = true })},
+			variant{"idemd's tables, events as logical messages, a slot decoded beside", with(base, func(c *limitConfig) { c.logical, c.publish = true, "decode" })})
 		res.Notes = append(res.Notes, "amplification: the server runs with wal_level=logical, which every variant's writes log more under; the logical variants write each event with pg_logical_emit_message instead of an outbox row (logical.go)")
 	} else {
 		res.Notes = append(res.Notes, fmt.Sprintf("amplification: the logical variants (events as logical decoding messages, a slot read beside) need wal_level=logical; this server has %s", level))
