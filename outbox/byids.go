@@ -37,7 +37,7 @@ func (s byIDs) forIDs(ids []int64) (string, []any) {
 	if !increasing(ids) {
 		ids = slices.Compact(slices.Sorted(slices.Values(ids)))
 	}
-	missing, ok := gapsBetween(ids, nil, byIDsMissingMax)
+	missing, ok := gapsBetween(ids, byIDsMissingMax)
 	switch {
 	case !ok:
 		return s.anyOf, []any{pgarray.Int8(ids)}

@@ -200,23 +200,32 @@ func (h *Handoff) waiting() []int64 {
 }
 
 // gapsBetween returns the ids between the first and the last of ids (sorted) that are
-// neither in ids nor in waiting, or ok false when there are more than limit of them.
-// waiting is sorted here unless it already is (Handoff.waiting sorts it).
-func gapsBetween(ids, waiting []int64, limit int) (gaps []int64, ok bool) {
+// neither in ids nor in any of skip, or ok false when there are more than limit of them.
+// Each of skip is sorted here unless it already is (Handoff.waiting sorts its ids, and
+// Relay.remember keeps its own sorted).
+func gapsBetween(ids []int64, limit int, skip ...[]int64) (gaps []int64, ok bool) {
+	skipped := 0
+	for i, s := range skip {
+		skipped += len(s)
+		if !slices.IsSorted(s) {
+			skip[i] = slices.Sorted(slices.Values(s))
+		}
+	}
 	if n := ids[len(ids)-1] - ids[0] + 1 - int64(len(ids)); n == 0 {
 		return nil, true
-	} else if n > int64(limit)+int64(len(waiting)) {
+	} else if n > int64(limit)+int64(skipped) {
 		return nil, false
 	}
-	if !slices.IsSorted(waiting) {
-		waiting = slices.Sorted(slices.Values(waiting))
-	}
 	for i := 1; i < len(ids); i++ {
+	between:
 		for id := ids[i-1] + 1; id < ids[i]; id++ {
-			if _, found := slices.BinarySearch(waiting, id); !found {
-				if gaps = append(gaps, id); len(gaps) > limit {
-					return nil, false
+			for _, s := range skip {
+				if _, found := slices.BinarySearch(s, id); found {
+					continue between
 				}
+			}
+			if gaps = append(gaps, id); len(gaps) > limit {
+				return nil, false
 			}
 		}
 	}
@@ -285,9 +294,13 @@ func (r *Relay) publishHanded(ctx context.Context, rows []handedRow) (*round, er
 	// in order), and a writer hands its rows over before it acknowledges anything: none of
 	// them was committed before one of these began, so they are not looked for.
 	waiting := r.cfg.Handoff.waiting()
-	if gaps, ok := gapsBetween(ids, waiting, relayHandoffRounds*r.cfg.BatchSize); ok {
+	// Nor are the rows this relay deleted (or moved) lately: ids are never used twice, so
+	// none of theirs is an unpublished row. Most ids between a transaction's rows are those
+	// of other transactions, written at the same time and published by the rounds before.
+	if gaps, ok := gapsBetween(ids, relayHandoffRounds*r.cfg.BatchSize, waiting, r.recent); ok {
 		// Below the first id, and the ids between them: an index probe each, rather than a
 		// walk over the entries of the rows just deleted (each a visit to the heap).
+		r.gapProbes.Add(int64(len(gaps)))
 		b.Queue(r.olderGapsSQL, ids[0], pgarray.Int8(gaps)).QueryRow(func(row pgx.Row) error { return row.Scan(&older) })
 	} else {
 		b.Queue(r.olderSQL, ids[len(ids)-1], pgarray.Int8(waiting)).QueryRow(func(row pgx.Row) error { return row.Scan(&older) })
@@ -339,14 +352,30 @@ func (r *Relay) publishHanded(ctx context.Context, rows []handedRow) (*round, er
 	for _, b := range g.batches {
 		perDest[b.dest] += len(b.ids)
 	}
+	r.remember(taken)
 	r.counted(rd, len(taken), perDest)
 	r.handedRuns.Add(1)
 	return rd, nil
 }
 
+// remember keeps ids, of rows just deleted (or moved) for good, among the relay's recent
+// ones, which the check for older rows does not look for: the largest relayHandoffRounds ×
+// BatchSize of them, sorted. Only the leading goroutine calls it.
+func (r *Relay) remember(ids []int64) {
+	r.recent = append(r.recent, ids...)
+	slices.Sort(r.recent)
+	if n := len(r.recent) - relayHandoffRounds*r.cfg.BatchSize; n > 0 {
+		r.recent = r.recent[:copy(r.recent, r.recent[n:])]
+	}
+}
+
 // HandedRounds returns how many rounds published rows handed over by this process
 // (Handoff) rather than read from the table (tests, the bench).
 func (r *Relay) HandedRounds() int64 { return r.handedRuns.Load() }
+
+// HandoffGapProbes returns how many ids between handed rows the relay looked for in the
+// table, in its checks for older rows (tests, the bench).
+func (r *Relay) HandoffGapProbes() int64 { return r.gapProbes.Load() }
 
 // HandoffFallbacks returns how many times handed rows were put back because an older row
 // was left in the table (tests, the bench).

@@ -57,20 +57,36 @@ func idsOf(rows []handedRow) []int64 {
 	return ids
 }
 
-// TestGapsBetween: the ids between the handed ones that are not waiting either, and the
-// bound beyond which the relay checks the whole range instead.
+// TestGapsBetween: the ids between the handed ones that are neither waiting nor published
+// lately, and the bound beyond which the relay checks the whole range instead.
 func TestGapsBetween(t *testing.T) {
-	gaps, ok := gapsBetween([]int64{5, 6, 7}, nil, 10)
+	gaps, ok := gapsBetween([]int64{5, 6, 7}, 10)
 	require.True(t, ok)
 	require.Empty(t, gaps)
-	gaps, ok = gapsBetween([]int64{5, 8, 12}, []int64{11, 6, 40}, 10)
+	gaps, ok = gapsBetween([]int64{5, 8, 12}, 10, []int64{11, 6, 40})
 	require.True(t, ok)
 	require.Equal(t, []int64{7, 9, 10}, gaps)
-	_, ok = gapsBetween([]int64{1, 100}, nil, 10)
+	gaps, ok = gapsBetween([]int64{5, 8, 12}, 10, []int64{11, 6, 40}, []int64{9, 10})
+	require.True(t, ok)
+	require.Equal(t, []int64{7}, gaps, "waiting or published lately")
+	_, ok = gapsBetween([]int64{1, 100}, 10)
 	require.False(t, ok, "too many gaps")
-	gaps, ok = gapsBetween([]int64{1, 100}, idsFrom(2, 99), 10)
+	gaps, ok = gapsBetween([]int64{1, 100}, 10, idsFrom(2, 99))
 	require.True(t, ok, "the gap is all waiting rows")
 	require.Empty(t, gaps)
+	gaps, ok = gapsBetween([]int64{1, 100}, 10, idsFrom(2, 50), idsFrom(51, 95))
+	require.True(t, ok, "waiting rows and rows published lately")
+	require.Equal(t, []int64{96, 97, 98, 99}, gaps)
+}
+
+// TestRelayRemembersRecentIDs: the relay keeps the largest ids it deleted lately, sorted,
+// at most relayHandoffRounds × BatchSize of them (8 here).
+func TestRelayRemembersRecentIDs(t *testing.T) {
+	r := &Relay{cfg: RelayConfig{BatchSize: 8 / relayHandoffRounds}}
+	r.remember([]int64{7, 3})
+	require.Equal(t, []int64{3, 7}, r.recent)
+	r.remember([]int64{9, 1, 8, 5, 12, 2, 20, 4})
+	require.Equal(t, []int64{3, 4, 5, 7, 8, 9, 12, 20}, r.recent, "the two smallest are forgotten")
 }
 
 func idsFrom(from, to int64) []int64 {

@@ -172,6 +172,52 @@ func TestHandoffKeepsOrderAroundARowNotHandedOver(t *testing.T) {
 	require.EqualValues(t, 1, relay.HandoffFallbacks())
 }
 
+// TestHandoffCheckSkipsRowsItPublished: one transaction's rows have ids around another's,
+// written meanwhile. Between its rows, the check for older rows looks for the ids that may
+// still hold an unpublished row (one in flight), not for those of rows the relay deleted
+// already: ids are never used twice.
+func TestHandoffCheckSkipsRowsItPublished(t *testing.T) {
+	t.Parallel()
+	b := setupHandoff(t, 1, pgtest.Options{})
+	relay, _ := b.startRelay(t, outbox.RelayConfig{PollInterval: time.Minute})
+	ctx := context.Background()
+	ev := func(p string) outbox.Event {
+		return outbox.Event{Topic: b.topic, Key: []byte(p), Payload: []byte(p), Pipeline: "p", CausationID: p}
+	}
+	// queue sends events in tx, through the Handoff's Store, and returns what HandOver takes.
+	queue := func(tx pgx.Tx, p string) *outbox.Handed {
+		var batch pgx.Batch
+		_, h, err := b.handStore.QueueHanded(&batch, ev(p))
+		require.NoError(t, err)
+		require.NoError(t, tx.SendBatch(ctx, &batch).Close())
+		require.NotNil(t, h)
+		return h
+	}
+	long, err := b.db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer long.Rollback(ctx) //nolint:errcheck // after Commit
+	late, err := b.db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer late.Rollback(ctx) //nolint:errcheck // after Commit
+
+	first := queue(long, "long 1")                         // id n
+	require.True(t, b.write(t, ev("published meanwhile"))) // n+1, committed and handed over
+	require.Eventually(t, func() bool { return relay.Published() == 1 }, 20*time.Second, 10*time.Millisecond)
+	lateRow := queue(late, "in flight") // n+2, not committed yet
+	second := queue(long, "long 2")     // n+3
+	require.NoError(t, long.Commit(ctx))
+	require.True(t, b.handStore.HandOver([]*outbox.Handed{first, second}))
+	require.Eventually(t, func() bool { return relay.Published() == 3 }, 20*time.Second, 10*time.Millisecond)
+	require.EqualValues(t, 1, relay.HandoffGapProbes(), "n+2 is looked for; n+1, which the relay deleted, is not")
+	require.Zero(t, relay.HandoffFallbacks())
+
+	require.NoError(t, late.Commit(ctx))
+	require.True(t, b.handStore.HandOver([]*outbox.Handed{lateRow}))
+	records := kafkatest.ReadAll(t, b.topic, 4, 20*time.Second)
+	require.Equal(t, []string{"published meanwhile", "long 1", "long 2", "in flight"}, payloads(records))
+	require.EqualValues(t, 3, relay.HandedRounds(), "every row was handed over")
+}
+
 // TestHandoffDropsRowsPublishedFromTheTable: rows published by a round that read the table
 // before their handed copy came up are not published again.
 func TestHandoffDropsRowsPublishedFromTheTable(t *testing.T) {

@@ -191,6 +191,10 @@ type Relay struct {
 	lastSelect time.Time
 	handedRuns atomic.Int64 // rounds that published handed rows (tests, the bench)
 	fallbacks  atomic.Int64 // handed rounds that found an older row and read the table instead
+	gapProbes  atomic.Int64 // ids between handed rows looked for by the check for older rows
+	// recent are ids of rows this relay deleted (or moved) lately, sorted (remember). Only
+	// the leading goroutine uses them.
+	recent []int64
 
 	mu         sync.Mutex
 	rounds     uint64             // rounds started since the relay was created

@@ -488,6 +488,7 @@ func (r *Relay) mark(ctx context.Context, ids []int64) error {
 	if err := execByIndex(context.WithoutCancel(ctx), r.pool, sql, args...); err != nil {
 		return fmt.Errorf("error marking %d outbox rows published: %w", len(ids), err)
 	}
+	r.remember(ids)
 	return nil
 }
 

@@ -149,7 +149,7 @@ func serveChild(ctx context.Context, kind, raw string, stdout io.Writer) error {
 			return err
 		}
 		after = func() {
-			fmt.Fprintf(os.Stderr, "%s child: relay published %d records in %d rounds (%d of them handed over, %d handovers put back)\n", kind, rel.Published(), rel.Rounds(), rel.HandedRounds(), rel.HandoffFallbacks())
+			fmt.Fprintf(os.Stderr, "%s child: relay published %d records in %d rounds (%d of them handed over, %d handovers put back, %d ids between handed rows looked for)\n", kind, rel.Published(), rel.Rounds(), rel.HandedRounds(), rel.HandoffFallbacks(), rel.HandoffGapProbes())
 		}
 		if kind != "relay" {
 			parts = append(parts, rel.Run)
