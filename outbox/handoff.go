@@ -301,9 +301,9 @@ func (r *Relay) publishHanded(ctx context.Context, rows []handedRow) (*round, er
 		// Below the first id, and the ids between them: an index probe each, rather than a
 		// walk over the entries of the rows just deleted (each a visit to the heap).
 		r.gapProbes.Add(int64(len(gaps)))
-		b.Queue(r.olderGapsSQL, ids[0], pgarray.Int8(gaps)).QueryRow(func(row pgx.Row) error { return row.Scan(&older) })
+		b.Queue(r.olderGapsSQL, ids[0], pgarray.Int8(gaps), r.floor).QueryRow(func(row pgx.Row) error { return row.Scan(&older) })
 	} else {
-		b.Queue(r.olderSQL, ids[len(ids)-1], pgarray.Int8(waiting)).QueryRow(func(row pgx.Row) error { return row.Scan(&older) })
+		b.Queue(r.olderSQL, ids[len(ids)-1], pgarray.Int8(waiting), r.floor).QueryRow(func(row pgx.Row) error { return row.Scan(&older) })
 	}
 	if err := tx.SendBatch(ctx, &b).Close(); err != nil {
 		return rd, fmt.Errorf("error taking %d handed outbox rows: %w", len(ids), err)

@@ -37,6 +37,7 @@ const (
 	RelayBackoffMinDefault    = 100 * time.Millisecond
 	RelayBackoffMaxDefault    = 10 * time.Second
 	RelayStatsIntervalDefault = 5 * time.Second
+	RelayFloorIntervalDefault = 200 * time.Millisecond
 	RelayMaxFailingForDefault = 10 * time.Minute
 )
 
@@ -92,6 +93,10 @@ type RelayConfig struct {
 	MaxFailingFor time.Duration
 	// StatsInterval is how often the leader refreshes the backlog gauges. Defaults to 5 s.
 	StatsInterval time.Duration
+	// FloorInterval is how often the leader tries to raise its floor, the id below which
+	// no row is unpublished, now or ever, from which its reads of the table start (see
+	// floorFence in relay_floor.go). Defaults to 200 ms.
+	FloorInterval time.Duration
 	// KeepPublished keeps a published row, with its published_at, until the pruner deletes
 	// it after the outbox retention, so that the console and `idemd inspect` show what was
 	// published: the relay moves it from the outbox to outbox_published. It costs a second
@@ -195,6 +200,17 @@ type Relay struct {
 	// recent are ids of rows this relay deleted (or moved) lately, sorted (remember). Only
 	// the leading goroutine uses them.
 	recent []int64
+	// floor: no row below it is unpublished, now or ever; fence is the open one, fences how
+	// many closed, lastFence when the last step was (relay_floor.go). Only the
+	// leading goroutine uses them; floorValue is floor for Floor.
+	floor      int64
+	fence      *floorFence
+	fences     int
+	lastFence  time.Time
+	floorValue atomic.Int64
+	table      string // the outbox, quoted
+	lastIDSQL  string
+	lowestSQL  string
 
 	mu         sync.Mutex
 	rounds     uint64             // rounds started since the relay was created
@@ -237,6 +253,7 @@ func NewRelay(pool *pgxpool.Pool, cfg *RelayConfig) (*Relay, error) {
 	c.BackoffMax = cmp.Or(c.BackoffMax, RelayBackoffMaxDefault)
 	c.MaxFailingFor = cmp.Or(c.MaxFailingFor, RelayMaxFailingForDefault)
 	c.StatsInterval = cmp.Or(c.StatsInterval, RelayStatsIntervalDefault)
+	c.FloorInterval = cmp.Or(c.FloorInterval, RelayFloorIntervalDefault)
 	switch {
 	case c.BatchSize < 0:
 		return nil, fmt.Errorf("outbox: RelayConfig.BatchSize must be positive, got %d", c.BatchSize)
@@ -268,7 +285,11 @@ func NewRelay(pool *pgxpool.Pool, cfg *RelayConfig) (*Relay, error) {
 		}
 	}
 	table := pgx.Identifier{c.Schema}.Sanitize() + ".outbox"
+	lastIDSQL, lowestSQL := floorSQL(table)
 	return &Relay{
+		table:     table,
+		lastIDSQL: lastIDSQL,
+		lowestSQL: lowestSQL,
 		decided:   make(chan struct{}),
 		pool:      pool,
 		cfg:       c,
@@ -282,16 +303,17 @@ func NewRelay(pool *pgxpool.Pool, cfg *RelayConfig) (*Relay, error) {
 		log:     c.Logger.WithField("component", "relay"),
 		lockKey: relayLockKey(c.Schema),
 		channel: Channel(c.Schema),
-		// $2 are the topics waiting for a retry: their rows stay where they are.
+		// $2 are the topics waiting for a retry: their rows stay where they are; $3 is the
+		// floor.
 		selectSQL: `SELECT id, operation_id, pipeline, causation_id, topic, key, payload, headers
-FROM ` + table + ` WHERE published_at IS NULL AND topic <> ALL($2::text[]) ORDER BY id LIMIT $1`,
+FROM ` + table + ` WHERE published_at IS NULL AND topic <> ALL($2::text[]) AND id >= $3 ORDER BY id LIMIT $1`,
 		selectAfterSQL: `SELECT id, operation_id, pipeline, causation_id, topic, key, payload, headers
 FROM ` + table + ` WHERE published_at IS NULL AND id > $2 ORDER BY id LIMIT $1`,
 		markIDs:   markByIDs(c.Schema, c.KeepPublished, ``, false),
 		deleteSQL: `DELETE FROM ` + table + ` WHERE id = ANY($1) AND published_at IS NULL`,
 		take:      markByIDs(c.Schema, c.KeepPublished, ` AND published_at IS NULL`, true),
-		olderSQL:  `SELECT EXISTS (SELECT FROM ` + table + ` WHERE published_at IS NULL AND id < $1 AND id <> ALL($2))`,
-		olderGapsSQL: `SELECT EXISTS (SELECT FROM ` + table + ` WHERE published_at IS NULL AND id < $1)
+		olderSQL:  `SELECT EXISTS (SELECT FROM ` + table + ` WHERE published_at IS NULL AND id >= $3 AND id < $1 AND id <> ALL($2))`,
+		olderGapsSQL: `SELECT EXISTS (SELECT FROM ` + table + ` WHERE published_at IS NULL AND id >= $3 AND id < $1)
     OR EXISTS (SELECT FROM ` + table + ` WHERE id = ANY($2) AND published_at IS NULL)`,
 		letters:  deadletter.New(c.Schema),
 		tracer:   tracing.NewTracer(c.TracerProvider, relayTracerScope),
@@ -550,6 +572,10 @@ func (r *Relay) lead(ctx context.Context) error {
 		if time.Since(lastStats) >= r.cfg.StatsInterval {
 			r.refreshStats(ctx)
 			lastStats = time.Now()
+		}
+		if time.Since(r.lastFence) >= r.cfg.FloorInterval {
+			r.moveFloor(ctx)
+			r.lastFence = time.Now()
 		}
 		n := r.startRound()
 		var (

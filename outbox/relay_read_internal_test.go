@@ -58,10 +58,12 @@ SELECT gen_random_uuid(), 'p', 'c' || g, 't', '' FROM generate_series(1, 5000) g
 		r, err := NewRelay(db.Pool, &RelayConfig{Schema: db.Schema, Brokers: []string{"127.0.0.1:1"}, KeepPublished: keep})
 		require.NoError(t, err)
 		stmts := map[string][]any{
-			"select":       {r.selectSQL, 100, []string{}},
+			"select":       {r.selectSQL, 100, []string{}, int64(0)},
+			"select floor": {r.selectSQL, 100, []string{}, int64(4901)},
 			"select after": {r.selectAfterSQL, 100, int64(4900)},
-			"older":        {r.olderSQL, int64(4950), []int64{4940}},
-			"older gaps":   {r.olderGapsSQL, int64(4950), []int64{4945}},
+			"older":        {r.olderSQL, int64(4950), []int64{4940}, int64(0)},
+			"older gaps":   {r.olderGapsSQL, int64(4950), []int64{4945}, int64(4901)},
+			"lowest":       {r.lowestSQL, int64(0), int64(4999)},
 		}
 		for name, s := range map[string]byIDs{"take": r.take, "mark": r.markIDs} {
 			for _, ids := range [][]int64{{4901, 4902, 4903}, {4901, 4950, 4999}} {

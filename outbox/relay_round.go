@@ -404,7 +404,7 @@ func (r *Relay) selectRound(ctx context.Context, held []string, after int64) (ba
 		// Read ahead: only while no destination is held, so held is empty.
 		rows, done, err = queryByIndex(ctx, r.pool, r.selectAfterSQL, r.cfg.BatchSize, after)
 	} else {
-		rows, done, err = queryByIndex(ctx, r.pool, r.selectSQL, r.cfg.BatchSize, held)
+		rows, done, err = queryByIndex(ctx, r.pool, r.selectSQL, r.cfg.BatchSize, held, r.floor)
 	}
 	if err != nil {
 		return nil, false, 0, fmt.Errorf("error reading outbox: %w", err)

@@ -54,6 +54,9 @@ func (b *relayBundle) startRelay(t testing.TB, cfg outbox.RelayConfig, init ...f
 		cfg.Logger = quietLogger()
 	}
 	cfg.PollInterval = cmpOr(cfg.PollInterval, 200*time.Millisecond)
+	// The floor moves as often as the relay can move it: every test of the relay runs
+	// through it (late commits, rollbacks, crashes).
+	cfg.FloorInterval = cmpOr(cfg.FloorInterval, time.Millisecond)
 	r, err := outbox.NewRelay(b.db.Pool, &cfg)
 	require.NoError(t, err)
 	r.TestSignals().Leading.Init(t)

@@ -1,0 +1,101 @@
+package outbox_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemd/idemd/internal/kafkatest"
+	"github.com/idemd/idemd/internal/pgtest"
+	"github.com/idemd/idemd/outbox"
+)
+
+// lastOutboxID is the id of the outbox row last written.
+func (b *relayBundle) lastOutboxID(t *testing.T) int64 {
+	t.Helper()
+	var id int64
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(), b.db.Q(
+		`SELECT pg_sequence_last_value(pg_get_serial_sequence('{schema}.outbox', 'id')::regclass)`)).Scan(&id))
+	return id
+}
+
+// TestRelayFloorWaitsForARunningTransaction: a transaction takes an id and keeps running
+// while rows written after it are published and the relay tries to raise its floor
+// hundreds of times. The floor stays at or below that id, and once the transaction
+// commits, its row is published by a read of the table (it is neither handed over nor
+// notified), then the floor passes it.
+func TestRelayFloorWaitsForARunningTransaction(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t, 1, pgtest.Options{})
+	ctx := context.Background()
+	relay, _ := b.startRelay(t, outbox.RelayConfig{})
+	b.enqueue(t, b.events(5, "before")...)
+	b.drain(t, relay, 20*time.Second)
+	require.Eventually(t, func() bool { return relay.Floor() > b.lastOutboxID(t) }, 10*time.Second, 5*time.Millisecond,
+		"with nothing running, the floor passes every row published")
+
+	late, err := b.db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = late.Rollback(ctx) }()
+	var batch pgx.Batch
+	_, err = b.store.QueueQuiet(&batch, b.events(1, "late")...)
+	require.NoError(t, err)
+	require.NoError(t, late.SendBatch(ctx, &batch).Close())
+	lateID := b.lastOutboxID(t)
+	for i := range 20 {
+		b.enqueue(t, b.events(10, "after-"+string(rune('a'+i)))...)
+		time.Sleep(10 * time.Millisecond)
+	}
+	require.Eventually(t, func() bool { return relay.Published() == 205 }, 20*time.Second, 5*time.Millisecond)
+	time.Sleep(200 * time.Millisecond) // a few hundred more steps at FloorInterval 1 ms
+	require.LessOrEqual(t, relay.Floor(), lateID, "the floor never passes a transaction still running")
+
+	require.NoError(t, late.Commit(ctx))
+	require.Eventually(t, func() bool { return relay.Published() == 206 }, 10*time.Second, 5*time.Millisecond,
+		"the late row is read from the table (the poll)")
+	records := kafkatest.ReadAll(t, b.topic, 206, 20*time.Second)
+	require.Equal(t, "late-0", string(records[len(records)-1].Value))
+	require.Eventually(t, func() bool { return relay.Floor() > lateID }, 10*time.Second, 5*time.Millisecond)
+}
+
+// TestRelayFloorStaysBelowAHeldDestination: rows of a destination that waits for its retry
+// (a Pub/Sub topic with no client here) stay in the outbox while later rows are
+// published; the floor stops at the first of them, and never passes rows still to publish.
+func TestRelayFloorStaysBelowAHeldDestination(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t, 1, pgtest.Options{})
+	relay, _ := b.startRelay(t, outbox.RelayConfig{})
+	b.enqueue(t, b.events(3, "first")...)
+	b.enqueue(t, outbox.Event{Topic: outbox.PubSubDestination("nowhere"), Payload: []byte("held"), Pipeline: "p", CausationID: "held"})
+	held := b.lastOutboxID(t)
+	b.enqueue(t, b.events(3, "then")...)
+	require.Eventually(t, func() bool { return relay.Published() == 6 }, 20*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return relay.Floor() == held }, 10*time.Second, 5*time.Millisecond,
+		"the floor is the held row's id")
+	time.Sleep(100 * time.Millisecond)
+	require.Equal(t, held, relay.Floor())
+	require.Equal(t, 1, b.db.Count(t, "{schema}.outbox WHERE published_at IS NULL"))
+}
+
+// TestRelayFloorAfterIdentityRestart: the outbox is emptied with its identity restarted
+// while the relay leads with a floor well above 1. The rows written next, with ids from 1,
+// are published within a second: the relay sees the ids go back and starts from the bottom.
+func TestRelayFloorAfterIdentityRestart(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t, 1, pgtest.Options{})
+	relay, _ := b.startRelay(t, outbox.RelayConfig{})
+	b.enqueue(t, b.events(50, "before")...)
+	b.drain(t, relay, 20*time.Second)
+	require.Eventually(t, func() bool { return relay.Floor() > 50 }, 10*time.Second, 5*time.Millisecond)
+
+	b.db.Exec(t, b.db.Q(`TRUNCATE {schema}.outbox RESTART IDENTITY`))
+	b.enqueue(t, b.events(3, "after")...)
+	require.Equal(t, int64(3), b.lastOutboxID(t))
+	// Well within the 256 fences after which a fence looks from the bottom anyway.
+	require.Eventually(t, func() bool { return relay.Published() == 53 }, 2*time.Second, 5*time.Millisecond)
+	records := kafkatest.ReadAll(t, b.topic, 53, 20*time.Second)
+	require.Equal(t, "after-2", string(records[len(records)-1].Value))
+}
