@@ -203,10 +203,14 @@ type Relay struct {
 	// floor: no row below it is unpublished, now or ever; fence is the open one, fences how
 	// many closed, lastFence when the last step was (relay_floor.go). Only the
 	// leading goroutine uses them; floorValue is floor for Floor.
-	floor      int64
-	fence      *floorFence
-	fences     int
-	lastFence  time.Time
+	floor     int64
+	fence     *floorFence
+	fences    int
+	lastFence time.Time
+	// floorFailing: the last step failed (its error was logged); floorOff: the role may
+	// not read the identity, the floor stays at the bottom.
+	floorFailing, floorOff bool
+
 	floorValue atomic.Int64
 	table      string // the outbox, quoted
 	lastIDSQL  string

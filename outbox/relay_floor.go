@@ -2,9 +2,11 @@ package outbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // The relay's floor. Rows deleted at publish leave their primary-key entries behind until a
@@ -47,13 +49,34 @@ type floorFence struct {
 // relayFloorRecheckEvery: every so many fences, one closes from the bottom of the index.
 const relayFloorRecheckEvery = 256
 
-// moveFloor opens a fence, or closes the open one if it can (see floorFence). Errors are
-// logged, and leave the floor where it is, which is always safe.
+// moveFloor closes the open fence if it can, and opens the next (see floorFence). An error
+// leaves the floor where it is, which is always safe: the first of a streak is logged as a
+// warning, the others at debug level. A role that may not read the outbox's identity
+// (USAGE or SELECT on its sequence) leaves the floor at the bottom for good, said once.
 func (r *Relay) moveFloor(ctx context.Context) {
-	if err := r.stepFence(ctx); err != nil && ctx.Err() == nil {
-		r.log.WithError(err).Warn("error moving the outbox floor; it stays where it is")
-		r.fence = nil
+	if r.floorOff {
+		return
 	}
+	err := r.stepFence(ctx)
+	switch {
+	case err == nil:
+		r.floorFailing = false
+		return
+	case ctx.Err() != nil:
+		return
+	}
+	r.fence = nil
+	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "42501" { // insufficient_privilege
+		r.floorOff = true
+		r.log.WithError(err).Warn("the relay may not read the outbox's identity: its reads start from the bottom of the outbox (see the README, Long transactions and vacuum)")
+		return
+	}
+	if r.floorFailing {
+		r.log.WithError(err).Debug("error moving the outbox floor; it stays where it is")
+		return
+	}
+	r.floorFailing = true
+	r.log.WithError(err).Warn("error moving the outbox floor; it stays where it is")
 }
 
 // stepFence closes the open fence if it can, and opens the next one when none is left open.

@@ -2,10 +2,14 @@ package outbox_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/sirupsen/logrus"
+	logtest "github.com/sirupsen/logrus/hooks/test"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemd/idemd/internal/kafkatest"
@@ -98,4 +102,55 @@ func TestRelayFloorAfterIdentityRestart(t *testing.T) {
 	require.Eventually(t, func() bool { return relay.Published() == 53 }, 2*time.Second, 5*time.Millisecond)
 	records := kafkatest.ReadAll(t, b.topic, 53, 20*time.Second)
 	require.Equal(t, "after-2", string(records[len(records)-1].Value))
+}
+
+// TestRelayFloorWithoutTheIdentity: a role that may write and delete outbox rows but not
+// read the identity's sequence. The relay publishes as it did before the floor, reading
+// from the bottom, and says so once.
+func TestRelayFloorWithoutTheIdentity(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t, 1, pgtest.Options{})
+	ctx := context.Background()
+	role := "idemd_floor_" + strings.ToLower(strings.ReplaceAll(b.db.Schema, "-", "_"))
+	q := pgx.Identifier{role}.Sanitize()
+	schema := pgx.Identifier{b.db.Schema}.Sanitize()
+	b.db.Exec(t, `CREATE ROLE `+q+` NOLOGIN`)
+	b.db.Exec(t, `GRANT USAGE ON SCHEMA `+schema+` TO `+q)
+	b.db.Exec(t, `GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA `+schema+` TO `+q)
+	cfg, err := pgxpool.ParseConfig(pgtest.URL())
+	require.NoError(t, err)
+	cfg.MaxConns = 4
+	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		_, err := c.Exec(ctx, `SET ROLE `+q)
+		return err
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		pool.Close()
+		b.db.Exec(t, `DROP OWNED BY `+q)
+		b.db.Exec(t, `DROP ROLE `+q)
+	})
+
+	logger := logrus.New()
+	hook := logtest.NewLocal(logger)
+	relay, err := outbox.NewRelay(pool, &outbox.RelayConfig{Schema: b.db.Schema, Brokers: kafkatest.Brokers(t),
+		FloorInterval: time.Millisecond, PollInterval: 50 * time.Millisecond, Logger: logrus.NewEntry(logger)})
+	require.NoError(t, err)
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- relay.Run(rctx) }()
+	defer func() { cancel(); <-done }()
+
+	b.enqueue(t, b.events(5, "no-identity")...)
+	require.Eventually(t, func() bool { return relay.Published() == 5 }, 20*time.Second, 5*time.Millisecond)
+	time.Sleep(100 * time.Millisecond)
+	require.Zero(t, relay.Floor())
+	said := 0
+	for _, e := range hook.AllEntries() {
+		if strings.Contains(e.Message, "may not read the outbox's identity") {
+			said++
+		}
+	}
+	require.Equal(t, 1, said, "said once")
 }
