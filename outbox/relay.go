@@ -321,7 +321,8 @@ FROM ` + table + ` WHERE published_at IS NULL AND id > $2 ORDER BY id LIMIT $1`,
     OR EXISTS (SELECT FROM ` + table + ` WHERE id = ANY($2) AND published_at IS NULL)`,
 		letters:  deadletter.New(c.Schema),
 		tracer:   tracing.NewTracer(c.TracerProvider, relayTracerScope),
-		statsSQL: `SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0) FROM ` + table + ` WHERE published_at IS NULL`,
+		// From the floor, by the primary key: a sequential scan reads every dead row.
+		statsSQL: `SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0) FROM ` + table + ` WHERE published_at IS NULL AND id >= $1`,
 	}, nil
 }
 
@@ -687,7 +688,15 @@ func (r *Relay) refreshStats(ctx context.Context) {
 		backlog int64
 		age     float64
 	)
-	if err := r.pool.QueryRow(ctx, r.statsSQL).Scan(&backlog, &age); err != nil {
+	rows, done, err := queryByIndex(ctx, r.pool, r.statsSQL, r.floor)
+	if err == nil {
+		if rows.Next() {
+			err = rows.Scan(&backlog, &age)
+		}
+		rows.Close()
+		err = cmp.Or(err, rows.Err(), done())
+	}
+	if err != nil {
 		if ctx.Err() == nil {
 			r.log.WithError(err).Warn("error reading outbox backlog")
 		}

@@ -64,6 +64,7 @@ SELECT gen_random_uuid(), 'p', 'c' || g, 't', '' FROM generate_series(1, 5000) g
 			"older":        {r.olderSQL, int64(4950), []int64{4940}, int64(0)},
 			"older gaps":   {r.olderGapsSQL, int64(4950), []int64{4945}, int64(4901)},
 			"lowest":       {r.lowestSQL, int64(0), int64(4999)},
+			"stats":        {r.statsSQL, int64(4901)},
 		}
 		for name, s := range map[string]byIDs{"take": r.take, "mark": r.markIDs} {
 			for _, ids := range [][]int64{{4901, 4902, 4903}, {4901, 4950, 4999}} {
