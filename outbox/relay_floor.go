@@ -143,7 +143,7 @@ func (r *Relay) closeFence(ctx context.Context, f *floorFence) (bool, error) {
 		next = *lowest
 	}
 	if next < r.floor {
-		r.log.WithField("floor", r.floor).WithField("id", next).Error("an unpublished outbox row is below the relay's floor: it is published now, possibly after rows written after it; please report this")
+		r.log.WithField("floor", r.floor).WithField("outbox_id", next).Error("an unpublished outbox row is below the relay's floor: it is published now, possibly after rows written after it; please report this")
 	}
 	r.setFloor(next)
 	return true, nil
