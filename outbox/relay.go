@@ -319,8 +319,8 @@ FROM ` + table + ` WHERE published_at IS NULL AND id > $2 ORDER BY id LIMIT $1`,
 		olderSQL:  `SELECT EXISTS (SELECT FROM ` + table + ` WHERE published_at IS NULL AND id >= $3 AND id < $1 AND id <> ALL($2))`,
 		olderGapsSQL: `SELECT EXISTS (SELECT FROM ` + table + ` WHERE published_at IS NULL AND id >= $3 AND id < $1)
     OR EXISTS (SELECT FROM ` + table + ` WHERE id = ANY($2) AND published_at IS NULL)`,
-		letters:  deadletter.New(c.Schema),
-		tracer:   tracing.NewTracer(c.TracerProvider, relayTracerScope),
+		letters: deadletter.New(c.Schema),
+		tracer:  tracing.NewTracer(c.TracerProvider, relayTracerScope),
 		// From the floor, by the primary key: a sequential scan reads every dead row.
 		statsSQL: `SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0) FROM ` + table + ` WHERE published_at IS NULL AND id >= $1`,
 	}, nil

@@ -23,24 +23,25 @@ import (
 // before it:
 //
 //  1. Opening: the last id the outbox's identity gave (last), then the virtual transaction
-//     ids of every transaction running on the server (pg_locks), in that order. Any row
-//     with an id up to last belongs to a transaction that had begun when its id was taken,
-//     so before last was read: it had committed or rolled back by then, or it is one of
-//     those running.
+//     ids of every transaction running in the database (pg_locks; autovacuum's workers
+//     left out, as CREATE INDEX CONCURRENTLY leaves them), in that order. Any row with an
+//     id up to last belongs to a transaction that had begun when its id was taken, so
+//     before last was read: it had committed or rolled back by then, or it is one of those
+//     running.
 //  2. Closing, at a later step (RelayConfig.FloorInterval): once none of them runs any
 //     more (and no prepared transaction waits in the database: it would have left
-//     pg_locks at PREPARE), no row with an id up to last can still appear. The lowest unpublished id between the floor
-//     and last, if any, is the new floor (a row of a destination waiting for its retry, or
-//     one not published yet); else last + 1.
+//     pg_locks at PREPARE), no row with an id up to last can still appear. The lowest
+//     unpublished id between the floor and last, if any, is the new floor (a row of a
+//     destination waiting for its retry, or one not published yet); else last + 1.
 //
-// The next fence opens as one closes. A long transaction anywhere on the server holds the
-// fence open, and the floor stays where it is: the statements then walk as they did
-// without it. It relies on the identity giving ids in order, as it does without a cache
-// (migration 0001; a session caching ids could give one below last after the fence), and
-// it notices an identity that went back (TRUNCATE … RESTART IDENTITY). Every
-// relayFloorRecheckEvery fences, the closing looks from the bottom of the index instead of
-// the floor, and lowers the floor, with an error logged, if it finds an unpublished row
-// below it: a row published late, out of its order, rather than never.
+// The next fence opens as one closes. A long transaction in the database holds the fence
+// open, and the floor stays where it is: the statements then walk as they did without it.
+// It relies on the identity giving ids in order, as it does without a cache (migration
+// 0001; a session caching ids could give one below last after the fence), and it notices
+// an identity that went back (TRUNCATE … RESTART IDENTITY). Every relayFloorRecheckEvery
+// fences, the closing looks from the bottom of the index instead of the floor, and lowers
+// the floor, with an error logged, if it finds an unpublished row below it: a row
+// published late, out of its order, rather than never.
 type floorFence struct {
 	last    int64    // the last id given when the fence opened
 	running []string // the virtual transaction ids running then
@@ -159,10 +160,17 @@ func (r *Relay) setFloor(id int64) {
 func (r *Relay) Floor() int64 { return r.floorValue.Load() }
 
 const (
-	// runningSQL: the virtual transaction ids of the transactions running on the server,
-	// but the one asking.
-	runningSQL = `SELECT coalesce(array_agg(virtualxid), '{}') FROM pg_locks
-WHERE locktype = 'virtualxid' AND mode = 'ExclusiveLock' AND granted AND pid IS DISTINCT FROM pg_backend_pid()`
+	// runningSQL: the virtual transaction ids of the transactions running in the database,
+	// but the one asking's. As CREATE INDEX CONCURRENTLY does, it leaves out the other
+	// databases' sessions and autovacuum's workers, which write no outbox row: an
+	// autovacuum of a large table runs for minutes, and would hold the floor all along.
+	// A role that may not see other roles' sessions (neither superuser nor member of
+	// pg_read_all_stats) sees their database but not their backend_type: such a session
+	// counts, autovacuum's workers included.
+	runningSQL = `SELECT coalesce(array_agg(l.virtualxid), '{}') FROM pg_locks l
+JOIN pg_stat_activity a ON a.pid = l.pid
+WHERE l.locktype = 'virtualxid' AND l.mode = 'ExclusiveLock' AND l.granted AND l.pid <> pg_backend_pid()
+  AND a.datname = current_database() AND a.backend_type IS DISTINCT FROM 'autovacuum worker'`
 	// stillRunningSQL: whether one of them ($1) still runs, or a prepared transaction
 	// waits in the database.
 	stillRunningSQL = `SELECT EXISTS (SELECT FROM pg_locks WHERE locktype = 'virtualxid' AND mode = 'ExclusiveLock' AND granted AND virtualxid = ANY($1::text[]))

@@ -104,19 +104,25 @@ func TestRelayFloorAfterIdentityRestart(t *testing.T) {
 	require.Equal(t, "after-2", string(records[len(records)-1].Value))
 }
 
-// TestRelayFloorWithoutTheIdentity: a role that may write and delete outbox rows but not
-// read the identity's sequence. The relay publishes as it did before the floor, reading
-// from the bottom, and says so once.
-func TestRelayFloorWithoutTheIdentity(t *testing.T) {
-	t.Parallel()
-	b := setupRelay(t, 1, pgtest.Options{})
+// limitedPool returns a pool whose sessions act as a role of their own (SET ROLE), which
+// may read and write idemd's tables, and use the outbox's identity when identity, but is
+// neither superuser nor a member of pg_read_all_stats: it sees other roles' sessions
+// without their backend_type.
+func (b *relayBundle) limitedPool(t *testing.T, identity bool) *pgxpool.Pool {
+	t.Helper()
 	ctx := context.Background()
 	role := "idemd_floor_" + strings.ToLower(strings.ReplaceAll(b.db.Schema, "-", "_"))
+	if identity {
+		role += "_seq"
+	}
 	q := pgx.Identifier{role}.Sanitize()
 	schema := pgx.Identifier{b.db.Schema}.Sanitize()
 	b.db.Exec(t, `CREATE ROLE `+q+` NOLOGIN`)
 	b.db.Exec(t, `GRANT USAGE ON SCHEMA `+schema+` TO `+q)
 	b.db.Exec(t, `GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA `+schema+` TO `+q)
+	if identity {
+		b.db.Exec(t, `GRANT USAGE ON ALL SEQUENCES IN SCHEMA `+schema+` TO `+q)
+	}
 	cfg, err := pgxpool.ParseConfig(pgtest.URL())
 	require.NoError(t, err)
 	cfg.MaxConns = 4
@@ -131,6 +137,17 @@ func TestRelayFloorWithoutTheIdentity(t *testing.T) {
 		b.db.Exec(t, `DROP OWNED BY `+q)
 		b.db.Exec(t, `DROP ROLE `+q)
 	})
+	return pool
+}
+
+// TestRelayFloorWithoutTheIdentity: a role that may write and delete outbox rows but not
+// read the identity's sequence. The relay publishes as it did before the floor, reading
+// from the bottom, and says so once.
+func TestRelayFloorWithoutTheIdentity(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t, 1, pgtest.Options{})
+	ctx := context.Background()
+	pool := b.limitedPool(t, false)
 
 	logger := logrus.New()
 	hook := logtest.NewLocal(logger)
@@ -153,4 +170,66 @@ func TestRelayFloorWithoutTheIdentity(t *testing.T) {
 		}
 	}
 	require.Equal(t, 1, said, "said once")
+}
+
+// TestRelayFloorPassesOtherDatabases: a transaction left open in another database of the
+// server, which cannot write this outbox, does not hold the floor back.
+func TestRelayFloorPassesOtherDatabases(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t, 1, pgtest.Options{})
+	ctx := context.Background()
+	cfg, err := pgx.ParseConfig(pgtest.URL())
+	require.NoError(t, err)
+	cfg.Database = "postgres"
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	other, err := conn.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = other.Rollback(ctx) }()
+	_, err = other.Exec(ctx, `SELECT pg_current_xact_id()`)
+	require.NoError(t, err)
+
+	relay, _ := b.startRelay(t, outbox.RelayConfig{})
+	b.enqueue(t, b.events(5, "beside")...)
+	b.drain(t, relay, 20*time.Second)
+	require.Eventually(t, func() bool { return relay.Floor() > b.lastOutboxID(t) }, 10*time.Second, 5*time.Millisecond,
+		"the floor passes the rows published while another database's transaction runs")
+}
+
+// TestRelayFloorAsALimitedRole: the relay's role sees the writer's session (another
+// role's) without its backend_type. The writer's running transaction still holds the
+// floor below its id, and its row is published once it commits.
+func TestRelayFloorAsALimitedRole(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t, 1, pgtest.Options{})
+	ctx := context.Background()
+	pool := b.limitedPool(t, true)
+	relay, err := outbox.NewRelay(pool, &outbox.RelayConfig{Schema: b.db.Schema, Brokers: kafkatest.Brokers(t),
+		FloorInterval: time.Millisecond, PollInterval: 50 * time.Millisecond, Logger: quietLogger()})
+	require.NoError(t, err)
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- relay.Run(rctx) }()
+	defer func() { cancel(); <-done }()
+
+	b.enqueue(t, b.events(5, "before")...)
+	require.Eventually(t, func() bool { return relay.Floor() > b.lastOutboxID(t) }, 10*time.Second, 5*time.Millisecond,
+		"the floor rises for a role that may read the identity")
+	late, err := b.db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = late.Rollback(ctx) }()
+	var batch pgx.Batch
+	_, err = b.store.QueueQuiet(&batch, b.events(1, "late")...)
+	require.NoError(t, err)
+	require.NoError(t, late.SendBatch(ctx, &batch).Close())
+	lateID := b.lastOutboxID(t)
+	b.enqueue(t, b.events(20, "after")...)
+	require.Eventually(t, func() bool { return relay.Published() == 25 }, 20*time.Second, 5*time.Millisecond)
+	time.Sleep(200 * time.Millisecond)
+	require.LessOrEqual(t, relay.Floor(), lateID, "a session whose backend_type the relay cannot see holds the floor")
+
+	require.NoError(t, late.Commit(ctx))
+	require.Eventually(t, func() bool { return relay.Published() == 26 }, 10*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return relay.Floor() > lateID }, 10*time.Second, 5*time.Millisecond)
 }
