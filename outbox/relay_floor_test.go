@@ -34,10 +34,20 @@ func (b *relayBundle) lastOutboxID(t *testing.T) int64 {
 func TestRelayFloorWaitsForARunningTransaction(t *testing.T) {
 	t.Parallel()
 	b := setupRelay(t, 1, pgtest.Options{})
-	ctx := context.Background()
 	relay, _ := b.startRelay(t, outbox.RelayConfig{})
+	b.floorWaitsForALateRow(t, relay)
+	records := kafkatest.ReadAll(t, b.topic, 206, 20*time.Second)
+	require.Equal(t, "late-0", string(records[len(records)-1].Value))
+}
+
+// floorWaitsForALateRow publishes rows until relay's floor passes them, then holds an id
+// in a transaction of the test's role while 200 rows after it are published: the floor
+// stays at or below it. Once it commits, its row (neither handed over nor notified) is
+// published from the table and the floor passes it.
+func (b *relayBundle) floorWaitsForALateRow(t *testing.T, relay *outbox.Relay) {
+	t.Helper()
+	ctx := context.Background()
 	b.enqueue(t, b.events(5, "before")...)
-	b.drain(t, relay, 20*time.Second)
 	require.Eventually(t, func() bool { return relay.Floor() > b.lastOutboxID(t) }, 10*time.Second, 5*time.Millisecond,
 		"with nothing running, the floor passes every row published")
 
@@ -60,8 +70,6 @@ func TestRelayFloorWaitsForARunningTransaction(t *testing.T) {
 	require.NoError(t, late.Commit(ctx))
 	require.Eventually(t, func() bool { return relay.Published() == 206 }, 10*time.Second, 5*time.Millisecond,
 		"the late row is read from the table (the poll)")
-	records := kafkatest.ReadAll(t, b.topic, 206, 20*time.Second)
-	require.Equal(t, "late-0", string(records[len(records)-1].Value))
 	require.Eventually(t, func() bool { return relay.Floor() > lateID }, 10*time.Second, 5*time.Millisecond)
 }
 
@@ -146,18 +154,9 @@ func (b *relayBundle) limitedPool(t *testing.T, identity bool) *pgxpool.Pool {
 func TestRelayFloorWithoutTheIdentity(t *testing.T) {
 	t.Parallel()
 	b := setupRelay(t, 1, pgtest.Options{})
-	ctx := context.Background()
-	pool := b.limitedPool(t, false)
-
 	logger := logrus.New()
 	hook := logtest.NewLocal(logger)
-	relay, err := outbox.NewRelay(pool, &outbox.RelayConfig{Schema: b.db.Schema, Brokers: kafkatest.Brokers(t),
-		FloorInterval: time.Millisecond, PollInterval: 50 * time.Millisecond, Logger: logrus.NewEntry(logger)})
-	require.NoError(t, err)
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- relay.Run(rctx) }()
-	defer func() { cancel(); <-done }()
+	relay := b.runRelay(t, b.limitedPool(t, false), logrus.NewEntry(logger))
 
 	b.enqueue(t, b.events(5, "no-identity")...)
 	require.Eventually(t, func() bool { return relay.Published() == 5 }, 20*time.Second, 5*time.Millisecond)
@@ -203,33 +202,19 @@ func TestRelayFloorPassesOtherDatabases(t *testing.T) {
 func TestRelayFloorAsALimitedRole(t *testing.T) {
 	t.Parallel()
 	b := setupRelay(t, 1, pgtest.Options{})
-	ctx := context.Background()
-	pool := b.limitedPool(t, true)
+	relay := b.runRelay(t, b.limitedPool(t, true), quietLogger())
+	b.floorWaitsForALateRow(t, relay)
+}
+
+// runRelay runs a relay on pool until the test ends, its floor raised every millisecond.
+func (b *relayBundle) runRelay(t *testing.T, pool *pgxpool.Pool, log *logrus.Entry) *outbox.Relay {
+	t.Helper()
 	relay, err := outbox.NewRelay(pool, &outbox.RelayConfig{Schema: b.db.Schema, Brokers: kafkatest.Brokers(t),
-		FloorInterval: time.Millisecond, PollInterval: 50 * time.Millisecond, Logger: quietLogger()})
+		FloorInterval: time.Millisecond, PollInterval: 50 * time.Millisecond, Logger: log})
 	require.NoError(t, err)
-	rctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- relay.Run(rctx) }()
-	defer func() { cancel(); <-done }()
-
-	b.enqueue(t, b.events(5, "before")...)
-	require.Eventually(t, func() bool { return relay.Floor() > b.lastOutboxID(t) }, 10*time.Second, 5*time.Millisecond,
-		"the floor rises for a role that may read the identity")
-	late, err := b.db.Pool.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = late.Rollback(ctx) }()
-	var batch pgx.Batch
-	_, err = b.store.QueueQuiet(&batch, b.events(1, "late")...)
-	require.NoError(t, err)
-	require.NoError(t, late.SendBatch(ctx, &batch).Close())
-	lateID := b.lastOutboxID(t)
-	b.enqueue(t, b.events(20, "after")...)
-	require.Eventually(t, func() bool { return relay.Published() == 25 }, 20*time.Second, 5*time.Millisecond)
-	time.Sleep(200 * time.Millisecond)
-	require.LessOrEqual(t, relay.Floor(), lateID, "a session whose backend_type the relay cannot see holds the floor")
-
-	require.NoError(t, late.Commit(ctx))
-	require.Eventually(t, func() bool { return relay.Published() == 26 }, 10*time.Second, 5*time.Millisecond)
-	require.Eventually(t, func() bool { return relay.Floor() > lateID }, 10*time.Second, 5*time.Millisecond)
+	go func() { done <- relay.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return relay
 }
