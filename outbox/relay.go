@@ -688,15 +688,7 @@ func (r *Relay) refreshStats(ctx context.Context) {
 		backlog int64
 		age     float64
 	)
-	rows, done, err := queryByIndex(ctx, r.pool, r.statsSQL, r.floor)
-	if err == nil {
-		if rows.Next() {
-			err = rows.Scan(&backlog, &age)
-		}
-		rows.Close()
-		err = cmp.Or(err, rows.Err(), done())
-	}
-	if err != nil {
+	if err := queryRowByIndex(ctx, r.pool, r.statsSQL, []any{r.floor}, &backlog, &age); err != nil {
 		if ctx.Err() == nil {
 			r.log.WithError(err).Warn("error reading outbox backlog")
 		}

@@ -125,18 +125,7 @@ func (r *Relay) closeFence(ctx context.Context, f *floorFence) (bool, error) {
 		from = 0
 	}
 	var lowest *int64
-	rows, done, err := queryByIndex(ctx, r.pool, r.lowestSQL, from, f.last)
-	if err != nil {
-		return false, fmt.Errorf("closing a fence: %w", err)
-	}
-	for rows.Next() {
-		if err := rows.Scan(&lowest); err != nil {
-			rows.Close()
-			return false, fmt.Errorf("closing a fence: %w", err)
-		}
-	}
-	rows.Close()
-	if err := done(); err != nil {
+	if err := queryRowByIndex(ctx, r.pool, r.lowestSQL, []any{from, f.last}, &lowest); err != nil {
 		return false, fmt.Errorf("closing a fence: %w", err)
 	}
 	next := f.last + 1
@@ -156,7 +145,7 @@ func (r *Relay) setFloor(id int64) {
 }
 
 // Floor returns the relay's floor: no row below it is unpublished (see floorFence). For
-// tests and the bench.
+// tests.
 func (r *Relay) Floor() int64 { return r.floorValue.Load() }
 
 const (

@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 
@@ -37,6 +38,22 @@ func queryByIndex(ctx context.Context, db interface {
 		return nil, nil, errors.Join(err, br.Close())
 	}
 	return rows, br.Close, nil
+}
+
+// queryRowByIndex runs sql with args by index (see above) and scans its first row into
+// dest; a statement that returns no row leaves dest as it was.
+func queryRowByIndex(ctx context.Context, db interface {
+	SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
+}, sql string, args []any, dest ...any) error {
+	rows, done, err := queryByIndex(ctx, db, sql, args...)
+	if err != nil {
+		return err
+	}
+	if rows.Next() {
+		err = rows.Scan(dest...)
+	}
+	rows.Close()
+	return cmp.Or(err, rows.Err(), done())
 }
 
 // execByIndex runs sql with args by index (see above).
