@@ -17,3 +17,6 @@ func (r *Relay) ReadAheads() int64 { return r.readAheads.Load() }
 
 // RowsSQL is Rows' statement and arguments, for the plan tests.
 func (s *Store) RowsSQL(f RowFilter) (string, []any) { return s.rowsSQL(f) }
+
+// Floor returns the relay's floor: no row below it is unpublished (see floorFence).
+func (r *Relay) Floor() int64 { return r.floorValue.Load() }

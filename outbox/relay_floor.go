@@ -2,11 +2,11 @@ package outbox
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/idemd/idemd/internal/pgerr"
 )
 
 // The relay's floor. Rows deleted at publish leave their primary-key entries behind until a
@@ -67,7 +67,7 @@ func (r *Relay) moveFloor(ctx context.Context) {
 		return
 	}
 	r.fence = nil
-	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "42501" { // insufficient_privilege
+	if pgerr.Code(err) == "42501" { // insufficient_privilege
 		r.floorOff = true
 		r.log.WithError(err).Warn("the relay may not read the outbox's identity: its reads start from the bottom of the outbox (see the README, Long transactions and vacuum)")
 		return
@@ -143,10 +143,6 @@ func (r *Relay) setFloor(id int64) {
 	r.floor = id
 	r.floorValue.Store(id)
 }
-
-// Floor returns the relay's floor: no row below it is unpublished (see floorFence). For
-// tests.
-func (r *Relay) Floor() int64 { return r.floorValue.Load() }
 
 const (
 	// runningSQL: the virtual transaction ids of the transactions running in the database,

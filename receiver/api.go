@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemd/idemd/exactlyonce"
 	"github.com/idemd/idemd/internal/metrics"
+	"github.com/idemd/idemd/internal/pgerr"
 	"github.com/idemd/idemd/processed"
 )
 
@@ -108,7 +109,7 @@ func (r *Receiver) applyReserved(w http.ResponseWriter, req *http.Request, c *ca
 
 // effectFailure describes a permanent failure without echoing data: the SQLSTATE class only.
 func effectFailure(err error) string {
-	if code := sqlState(err); code != "" {
+	if code := pgerr.Code(err); code != "" {
 		return "the effect was rejected by the database (SQLSTATE " + code + "); retrying the same request will fail the same way"
 	}
 	return "the effect failed permanently; retrying the same request will fail the same way"

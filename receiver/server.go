@@ -2,11 +2,8 @@ package receiver
 
 import (
 	"cmp"
-	"errors"
 	"net/http"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Defaults of ServerConfig. Providers time out within seconds (Shopify after 5 s), so a
@@ -57,12 +54,4 @@ func NewServer(addr string, h http.Handler, cfg *ServerConfig) *http.Server {
 		IdleTimeout:       cmp.Or(c.IdleTimeout, IdleTimeoutDefault),
 		MaxHeaderBytes:    cmp.Or(c.MaxHeaderBytes, MaxHeaderBytesDefault),
 	}
-}
-
-func sqlState(err error) string {
-	var pg *pgconn.PgError
-	if errors.As(err, &pg) {
-		return pg.Code
-	}
-	return ""
 }

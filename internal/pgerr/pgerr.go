@@ -97,6 +97,15 @@ func classifyCode(code string) Class {
 	}
 }
 
+// Code returns err's SQLSTATE when PostgreSQL answered with an error, else "".
+func Code(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code
+	}
+	return ""
+}
+
 // IsTransient reports whether err should be retried with the whole transaction. A canceled or
 // expired context is not transient: the caller is leaving.
 func IsTransient(err error) bool {

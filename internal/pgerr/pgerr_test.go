@@ -28,3 +28,10 @@ func TestClassify(t *testing.T) {
 	require.False(t, IsTransient(context.Canceled))
 	require.Equal(t, Unknown, Classify(errors.New("handler said no")))
 }
+
+func TestCode(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "42501", Code(fmt.Errorf("wrapped: %w", &pgconn.PgError{Code: "42501"})))
+	require.Empty(t, Code(errors.New("not from PostgreSQL")))
+	require.Empty(t, Code(nil))
+}
