@@ -126,12 +126,14 @@ type Store struct {
 	schema          string
 	channel         string
 	deliveryChannel string
-	insert          string
-	insertReturning string
-	insertDelivery  string
-	handoff         *Handoff
-	notifySQL       [4]string
-	notifier        *notifier
+	// insert, insertReturning: rows of any pipelines, topics and headers; the uniform
+	// forms: rows sharing them (the common batch), sent once (uniformInsert).
+	insert, insertReturning               string
+	insertUniform, insertUniformReturning string
+	insertDelivery                        string
+	handoff                               *Handoff
+	notifySQL                             [4]string
+	notifier                              *notifier
 }
 
 // New returns a Store for cfg; cfg may be nil.
@@ -148,18 +150,28 @@ func New(cfg *Config) *Store {
 SELECT u.op, u.pipeline, u.causation, u.topic, u.key, u.payload, ($8::jsonb[])[u.h]
 FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::bytea[], $7::int8[])
     AS u (op, pipeline, causation, topic, key, payload, h)`
+	// When a batch's rows share their pipeline, topic and headers, as a subscription with
+	// one target writes them, those go once as plain parameters: each array element costs
+	// PostgreSQL a decode, and each row's subscript of the headers array a copy, about a
+	// quarter of the statement's CPU (BENCHMARKS.md, phase 20).
+	uniform := `INSERT INTO ` + pgx.Identifier{schema}.Sanitize() + `.outbox
+    (operation_id, pipeline, causation_id, topic, key, payload, headers)
+SELECT u.op, $2, u.causation, $4, u.key, u.payload, $7::jsonb
+FROM unnest($1::uuid[], $3::text[], $5::bytea[], $6::bytea[]) AS u (op, causation, key, payload)`
 	return &Store{
-		schema:  schema,
-		handoff: cfg.Handoff,
-		insert:  insert,
+		schema:        schema,
+		handoff:       cfg.Handoff,
+		insert:        insert,
+		insertUniform: uniform,
 		// The ids come back in the order of the arrays: the rows are inserted, and their
 		// identity drawn, in the order unnest returns them (the relay's id order relies on
 		// the same).
-		insertReturning: insert + ` RETURNING id`,
-		channel:         Channel(schema),
-		deliveryChannel: DeliveryChannel(schema),
-		notifySQL:       notifyStatements(),
-		notifier:        &notifier{},
+		insertReturning:        insert + ` RETURNING id`,
+		insertUniformReturning: uniform + ` RETURNING id`,
+		channel:                Channel(schema),
+		deliveryChannel:        DeliveryChannel(schema),
+		notifySQL:              notifyStatements(),
+		notifier:               &notifier{},
 		insertDelivery: `INSERT INTO ` + pgx.Identifier{schema}.Sanitize() + `.http_deliveries
     (endpoint, operation_id, pipeline, causation_id, key, payload, headers)
 SELECT u.endpoint, u.op, u.pipeline, u.causation, u.key, u.payload, ($8::jsonb[])[u.h]
@@ -311,13 +323,21 @@ func (s *Store) queue(batch *pgx.Batch, events []Event, hand bool) (Wake, *Hande
 		h *Handed
 	)
 	if len(ops) > 0 {
-		args := []any{pgarray.UUID(ops), pgarray.Text(pipelines), pgarray.Text(causations), pgarray.Text(topics),
-			pgarray.Bytes(keys), pgarray.Bytes(payloads), headers.index, pgarray.JSONB(headers.distinct)}
+		sql, returning := s.insert, s.insertReturning
+		var args []any
+		if uniformInsert(pipelines, topics, &headers) {
+			sql, returning = s.insertUniform, s.insertUniformReturning
+			args = []any{pgarray.UUID(ops), pipelines[0], pgarray.Text(causations), topics[0],
+				pgarray.Bytes(keys), pgarray.Bytes(payloads), headers.distinct[0]}
+		} else {
+			args = []any{pgarray.UUID(ops), pgarray.Text(pipelines), pgarray.Text(causations), pgarray.Text(topics),
+				pgarray.Bytes(keys), pgarray.Bytes(payloads), headers.index, pgarray.JSONB(headers.distinct)}
+		}
 		if hand {
 			h = &Handed{events: handed, ids: make([]int64, 0, len(handed))}
-			batch.Queue(s.insertReturning, args...).Query(h.scanIDs)
+			batch.Queue(returning, args...).Query(h.scanIDs)
 		} else {
-			batch.Queue(s.insert, args...)
+			batch.Queue(sql, args...)
 		}
 		w |= WakeRelay
 	}
@@ -327,6 +347,20 @@ func (s *Store) queue(batch *pgx.Batch, events []Event, hand bool) (Wake, *Hande
 		w |= WakeDeliverers
 	}
 	return w, h
+}
+
+// uniformInsert reports whether the rows of an outbox insert share their pipeline, topic
+// and headers, so that the insert may send each once (Store.insertUniform).
+func uniformInsert(pipelines, topics []string, headers *headerSet) bool {
+	if len(headers.distinct) != 1 {
+		return false
+	}
+	for i := 1; i < len(pipelines); i++ {
+		if pipelines[i] != pipelines[0] || topics[i] != topics[0] {
+			return false
+		}
+	}
+	return true
 }
 
 // headerSet is the headers column of an outbox insert: each distinct JSON value once, and

@@ -59,6 +59,57 @@ func TestEnqueueCommitsWithTheTransaction(t *testing.T) {
 // The outbox insert sends each distinct headers value once; every row must still get its
 // own event's headers. Runs of one value, a value coming back after others, an empty map
 // and more distinct values than one, which the map of seen values serves.
+// An insert whose rows share their pipeline, topic and headers sends them once; one whose
+// rows differ in any of the three sends them per row. Either way each row holds its own
+// event, in the events' order.
+func TestEnqueueSharedOrMixedColumns(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	store := outbox.New(&outbox.Config{Schema: db.Schema})
+	ctx := context.Background()
+	json := map[string]string{"content-type": "application/json"}
+	event := func(batch, i int, pipeline, topic string, h map[string]string) outbox.Event {
+		id := fmt.Sprintf("b%d-m%d", batch, i)
+		e := outbox.Event{Topic: topic, Payload: []byte("payload " + id), Pipeline: pipeline, CausationID: id, Headers: h}
+		if i%2 == 1 {
+			e.Key = []byte("key " + id)
+		}
+		return e
+	}
+	batches := [][]outbox.Event{
+		{event(0, 0, "p", "t", json), event(0, 1, "p", "t", json), event(0, 2, "p", "t", json)}, // shared
+		{event(1, 0, "p", "t", json), event(1, 1, "p", "u", json), event(1, 2, "p", "t", json)}, // topics differ
+		{event(2, 0, "p", "t", json), event(2, 1, "q", "t", json), event(2, 2, "p", "t", json)}, // pipelines differ
+		{event(3, 0, "p", "t", json), event(3, 1, "p", "t", nil), event(3, 2, "p", "t", json)},  // headers differ
+		{event(4, 0, "p", "t", nil)}, // one event, no headers
+	}
+	var want []outbox.Event
+	for _, events := range batches {
+		tx, err := db.Pool.Begin(ctx)
+		require.NoError(t, err)
+		require.NoError(t, store.EnqueueTx(ctx, tx, events...))
+		require.NoError(t, tx.Commit(ctx))
+		for i, e := range events {
+			e.OperationID = outbox.OperationID(e.Pipeline, e.CausationID, i)
+			if e.Headers == nil {
+				e.Headers = map[string]string{}
+			}
+			want = append(want, e)
+		}
+	}
+	rows, err := db.Pool.Query(ctx, db.Q("SELECT operation_id, pipeline, causation_id, topic, key, payload, headers FROM {schema}.outbox ORDER BY id"))
+	require.NoError(t, err)
+	defer rows.Close()
+	var got []outbox.Event
+	for rows.Next() {
+		var e outbox.Event
+		require.NoError(t, rows.Scan(&e.OperationID, &e.Pipeline, &e.CausationID, &e.Topic, &e.Key, &e.Payload, &e.Headers))
+		got = append(got, e)
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, want, got)
+}
+
 func TestEnqueueStoresEachEventsHeaders(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)

@@ -150,27 +150,48 @@ func (s *Store) ClaimBatchBeginXact(ctx context.Context, b Begin, claims []Claim
 
 // claimColumns are the unnest arrays of the claims of one statement, in (scope, id) order.
 type claimColumns struct {
-	index    []int // claims index of each row
+	index []int // claims index of each row
+	ids   []string
+	fps   [][]byte
+	// shared: the claims share their scope and retention and none reserves, the common
+	// batch; the statement then takes scope and retention once (queries.claimNewShared),
+	// and the arrays below are not built.
+	shared   bool
+	scope    string
+	retainUs int64
 	scopes   []string
-	ids      []string
-	fps      [][]byte
 	states   []string
-	retainUs pgarray.Int8
+	retains  pgarray.Int8
 	leaseUs  pgarray.Int8
 	// pgtype.UUID encodes without a driver.Valuer call per element, and pgarray.UUID
 	// without reflection; Valid false is NULL.
 	tokens []pgtype.UUID
 }
 
-func (s *Store) columns(claims []Claim, index []int) *claimColumns {
+// columns are the arrays of claims[index]: only ids and fingerprints when canShare and
+// the claims share the rest (claimColumns.shared).
+func (s *Store) columns(claims []Claim, index []int, canShare bool) *claimColumns {
 	n := len(index)
-	cc := &claimColumns{
-		index: index, scopes: make([]string, n), ids: make([]string, n), fps: make([][]byte, n),
-		states: make([]string, n), retainUs: make(pgarray.Int8, n), leaseUs: make(pgarray.Int8, n), tokens: make([]pgtype.UUID, n),
-	}
+	cc := &claimColumns{index: index, ids: make([]string, n), fps: make([][]byte, n), shared: canShare}
 	for j, i := range index {
 		c := &claims[i]
-		cc.scopes[j], cc.ids[j], cc.fps[j] = c.Scope, c.MessageID, c.Fingerprint
+		cc.ids[j], cc.fps[j] = c.MessageID, c.Fingerprint
+		retain := durationOr(c.Retention, s.retention).Microseconds()
+		if j == 0 {
+			cc.scope, cc.retainUs = c.Scope, retain
+		}
+		if c.Reserve || c.Scope != cc.scope || retain != cc.retainUs {
+			cc.shared = false
+		}
+	}
+	if cc.shared {
+		return cc
+	}
+	cc.scopes, cc.states, cc.retains = make([]string, n), make([]string, n), make(pgarray.Int8, n)
+	cc.leaseUs, cc.tokens = make(pgarray.Int8, n), make([]pgtype.UUID, n)
+	for j, i := range index {
+		c := &claims[i]
+		cc.scopes[j] = c.Scope
 		// The effect commits in the same transaction as the claim, so the record is
 		// written as done: until that commit nobody else can see it anyway. Only a
 		// reservation, committed before its effect, is visibly in flight.
@@ -178,7 +199,7 @@ func (s *Store) columns(claims []Claim, index []int) *claimColumns {
 		if c.Reserve {
 			cc.states[j] = string(StateInFlight)
 		}
-		cc.retainUs[j] = durationOr(c.Retention, s.retention).Microseconds()
+		cc.retains[j] = durationOr(c.Retention, s.retention).Microseconds()
 		if c.Reserve {
 			cc.tokens[j] = pgtype.UUID{Bytes: uuid.New(), Valid: true}
 			cc.leaseUs[j] = s.lease.Microseconds()
@@ -205,10 +226,17 @@ func (r *claimRun) index(rows pgx.Rows) (int, bool) {
 	return i, ok
 }
 
-// claim queues on batch the statement of sql for cc's rows, marking the claims whose row
-// it returns as Claimed.
-func (r *claimRun) claim(batch *pgx.Batch, sql string, cc *claimColumns) {
-	batch.Queue(sql, pgarray.Text(cc.scopes), pgarray.Text(cc.ids), pgarray.Bytes(cc.fps), pgarray.Text(cc.states), cc.retainUs, cc.leaseUs, pgarray.UUID(cc.tokens)).Query(func(rows pgx.Rows) error {
+// claim queues on batch the statement of sql for cc's rows, or of shared when cc's claims
+// share their scope and retention (claimColumns.shared), marking the claims whose row it
+// returns as Claimed.
+func (r *claimRun) claim(batch *pgx.Batch, sql, shared string, cc *claimColumns) {
+	var q *pgx.QueuedQuery
+	if cc.shared {
+		q = batch.Queue(shared, cc.scope, pgarray.Text(cc.ids), pgarray.Bytes(cc.fps), cc.retainUs)
+	} else {
+		q = batch.Queue(sql, pgarray.Text(cc.scopes), pgarray.Text(cc.ids), pgarray.Bytes(cc.fps), pgarray.Text(cc.states), cc.retains, cc.leaseUs, pgarray.UUID(cc.tokens))
+	}
+	q.Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			if i, ok := r.index(rows); ok {
 				r.results[i].Outcome = Claimed
@@ -248,13 +276,13 @@ func (s *Store) claimBatch(ctx context.Context, tx pgx.Tx, begin *Begin, claims 
 		return cmp.Or(strings.Compare(ca.Scope, cb.Scope), strings.Compare(ca.MessageID, cb.MessageID))
 	})
 
-	cc := s.columns(claims, uniq)
+	cc := s.columns(claims, uniq, true)
 	batch := &pgx.Batch{}
 	if begin != nil {
 		batch = begin.Batch
 	}
 	prelude := batch.Len()
-	r.claim(batch, s.sql.claimNew, cc)
+	r.claim(batch, s.sql.claimNew, s.sql.claimNewShared, cc)
 	if xid != nil {
 		batch.Queue(`SELECT pg_current_xact_id()::text`).QueryRow(func(row pgx.Row) error { return row.Scan(xid) })
 	}
@@ -358,6 +386,9 @@ func (s *Store) claimBatch(ctx context.Context, tx pgx.Tx, begin *Begin, claims 
 
 // setTokens gives the reservations of cc that were claimed their lease tokens.
 func (s *Store) setTokens(r *claimRun, cc *claimColumns) {
+	if cc.shared {
+		return // no reservation among them
+	}
 	for j, i := range cc.index {
 		if r.results[i].Outcome == Claimed && cc.tokens[j].Valid {
 			r.results[i].LeaseToken = cc.tokens[j].Bytes
@@ -404,9 +435,9 @@ func (s *Store) lookup(ctx context.Context, tx pgx.Tx, r *claimRun, known []int)
 // has ended (claims indexes, in key order), with the statement that checks it again under
 // the row's lock: a claimer that took one over first wins, and the others see its row.
 func (s *Store) takeOver(ctx context.Context, tx pgx.Tx, r *claimRun, takeover []int) error {
-	cc := s.columns(r.claims, takeover)
+	cc := s.columns(r.claims, takeover, false)
 	batch := &pgx.Batch{}
-	r.claim(batch, s.sql.claim, cc)
+	r.claim(batch, s.sql.claim, "", cc)
 	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
 		return fmt.Errorf("error claiming messages: %w", err)
 	}

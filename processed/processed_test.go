@@ -1,6 +1,7 @@
 package processed_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -206,6 +207,64 @@ func TestClaimBatch(t *testing.T) {
 	require.Equal(t, 2, res[4].FirstIndex)
 	require.Equal(t, 5, b.db.Count(t, "{schema}.processed_messages"))
 	require.Equal(t, 1, b.db.Count(t, "{schema}.conflicts WHERE message_id = 'kept'"), "one conflict, not two")
+}
+
+// Claims that share their scope and retention, and reserve nothing, go in a statement that
+// takes those once; any other batch sends them per claim. Both write the same rows.
+func TestClaimSharedOrMixedColumns(t *testing.T) {
+	t.Parallel()
+	b := setup(t, pgtest.Options{}, processed.Config{Retention: 5 * time.Hour})
+	ctx := context.Background()
+	type want struct {
+		scope     string
+		retention time.Duration
+	}
+	wants := map[string]want{}
+	batches := [][]processed.Claim{
+		{{Scope: "s", MessageID: "x1"}, {Scope: "s", MessageID: "x2"}},                                                          // shared, the store's retention
+		{{Scope: "s", MessageID: "y1"}, {Scope: "t", MessageID: "y2"}},                                                          // scopes differ
+		{{Scope: "s", MessageID: "z1", Retention: time.Hour}, {Scope: "s", MessageID: "z2", Retention: 2 * time.Hour}},          // retentions differ
+		{{Scope: "s", MessageID: "w1", Retention: 3 * time.Hour}, {Scope: "s", MessageID: "w2", Retention: 3 * time.Hour}},      // shared, their own retention
+		{{Scope: "s", MessageID: "v1", Retention: 5 * time.Hour}, {Scope: "s", MessageID: "v2"}, {Scope: "u", MessageID: "v3"}}, // the same retention, said or not
+	}
+	for _, claims := range batches {
+		for i := range claims {
+			claims[i].Fingerprint = []byte("fp " + claims[i].MessageID)
+			wants[claims[i].MessageID] = want{claims[i].Scope, cmp.Or(claims[i].Retention, 5*time.Hour)}
+		}
+		require.NoError(t, b.inTx(t, func(tx pgx.Tx) error {
+			res, err := b.store.ClaimBatchTx(ctx, tx, claims)
+			for _, r := range res {
+				require.Equal(t, processed.Claimed, r.Outcome)
+			}
+			return err
+		}))
+	}
+	rows, err := b.db.Pool.Query(ctx, b.db.Q(`SELECT scope, message_id, fingerprint, status, completed_at = received_at,
+       expires_at - received_at, lease_until IS NULL AND lease_token IS NULL AND response_status IS NULL
+FROM {schema}.processed_messages`))
+	require.NoError(t, err)
+	defer rows.Close()
+	n := 0
+	for rows.Next() {
+		var (
+			scope, id, status string
+			fingerprint       []byte
+			completed, noRest bool
+			retention         time.Duration
+		)
+		require.NoError(t, rows.Scan(&scope, &id, &fingerprint, &status, &completed, &retention, &noRest))
+		w := wants[id]
+		require.Equal(t, w.scope, scope, id)
+		require.Equal(t, "fp "+id, string(fingerprint), id)
+		require.Equal(t, "done", status, id)
+		require.True(t, completed, "%s completed when received", id)
+		require.Equal(t, w.retention, retention, id)
+		require.True(t, noRest, "%s has no lease and no response", id)
+		n++
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, len(wants), n)
 }
 
 func TestRetentionAndPrune(t *testing.T) {

@@ -2,7 +2,7 @@ package processed
 
 // queries are built once per Store, with the schema already quoted in.
 type queries struct {
-	claimNew, claim, lookup, conflict, complete, acquire, release, forget, prune, pruneConflicts, pruneConflictsExpired string
+	claimNew, claimNewShared, claim, lookup, conflict, complete, acquire, release, forget, prune, pruneConflicts, pruneConflictsExpired string
 }
 
 func newQueries(schema string) queries {
@@ -21,6 +21,17 @@ SELECT c.scope, c.message_id, c.fingerprint, c.status, now(),
 FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::bigint[], $6::bigint[], $7::uuid[])
      AS c(scope, message_id, fingerprint, status, retain_us, lease_us, token)
 ORDER BY c.scope, c.message_id
+ON CONFLICT (scope, message_id) DO NOTHING
+RETURNING p.scope, p.message_id`,
+
+		// claimNew for claims that share their scope ($1) and retention ($4) and reserve
+		// nothing, as a subscription's batch does: those go once, not once per row
+		// (BENCHMARKS.md, phase 20). The same rows as claimNew writes for them.
+		claimNewShared: `
+INSERT INTO ` + t + ` AS p (scope, message_id, fingerprint, status, received_at, completed_at, expires_at)
+SELECT $1::text, c.message_id, c.fingerprint, 'done', now(), now(), now() + $4::bigint * interval '1 microsecond'
+FROM unnest($2::text[], $3::bytea[]) AS c(message_id, fingerprint)
+ORDER BY c.message_id
 ON CONFLICT (scope, message_id) DO NOTHING
 RETURNING p.scope, p.message_id`,
 

@@ -2,11 +2,11 @@ package main
 
 import (
 	"context"
-	"os"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
+
+	"github.com/idemd/idemd/internal/proccpu"
 )
 
 // CPU per message, by process: on a shared machine the rates move with the other work on
@@ -15,10 +15,6 @@ import (
 // their application_name), and the bench process itself (the load generator, and the
 // in-process broker when there is one). PostgreSQL's shared background work (WAL writer,
 // checkpointer) is not counted.
-
-// clockTicks is USER_HZ, the unit of /proc/<pid>/stat's times: 100 on every Linux the bench
-// runs on.
-const clockTicks = 100
 
 // CPU is the CPU time each side spent per message (microseconds). For the limit, which
 // runs in the bench process, IdemdUs is its pgx client and there is no generator.
@@ -37,30 +33,6 @@ type cpuStart struct {
 	readError bool
 	// work are PostgreSQL's counters (pgwork.go); workEnd those once the child stopped.
 	work, workEnd *pgCounters
-}
-
-// procCPU is the user and system time of process pid.
-func procCPU(pid int) (time.Duration, bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, false
-	}
-	// The command name, in parentheses, may hold spaces: fields count from its end.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, false
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 13 {
-		return 0, false
-	}
-	utime, err1 := strconv.ParseInt(f[11], 10, 64)
-	stime, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, false
-	}
-	return time.Duration(utime+stime) * time.Second / clockTicks, true
 }
 
 func selfCPU() time.Duration {
@@ -85,7 +57,7 @@ func (e *env) backendCPU(ctx context.Context, app string) (map[int]time.Duration
 		if rows.Scan(&pid) != nil {
 			return nil, false
 		}
-		d, read := procCPU(pid)
+		d, read := proccpu.Of(pid)
 		ok = ok && read
 		out[pid] = d
 	}
@@ -96,7 +68,7 @@ func (e *env) backendCPU(ctx context.Context, app string) (map[int]time.Duration
 func (e *env) startCPU(ctx context.Context, c *child, app string) {
 	s := &cpuStart{app: app, self: selfCPU()}
 	var ok bool
-	s.child, ok = procCPU(c.cmd.Process.Pid)
+	s.child, ok = proccpu.Of(c.cmd.Process.Pid)
 	s.backends, s.readError = e.backendCPU(ctx, app)
 	s.readError = !ok || !s.readError
 	s.work = e.pgCountersNow(ctx)
@@ -110,7 +82,7 @@ func (e *env) cpuPerMessage(ctx context.Context, c *child, messages int) *CPU {
 	if s == nil || s.readError || messages <= 0 {
 		return nil
 	}
-	child, ok := procCPU(c.cmd.Process.Pid)
+	child, ok := proccpu.Of(c.cmd.Process.Pid)
 	backends, ok2 := e.backendCPU(ctx, s.app)
 	if !ok || !ok2 {
 		return nil

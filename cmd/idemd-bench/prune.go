@@ -12,6 +12,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/segmentio/kafka-go"
+
+	"github.com/idemd/idemd/internal/proccpu"
 )
 
 // The prune section runs the consumer (relay and pruner running, as the daemon runs them)
@@ -233,7 +235,7 @@ func (e *env) startAutovacuum(ctx context.Context, naptime time.Duration, tables
 			a.release()
 			return nil, err
 		}
-		w.cpu0, _ = procCPU(w.pid)
+		w.cpu0, _ = proccpu.Of(w.pid)
 	}
 	actx, cancel := context.WithCancel(ctx)
 	a.stop = cancel
@@ -385,7 +387,7 @@ func (a *autovacuum) finish() (string, time.Duration, error) {
 	a.wg.Wait()
 	var cpu time.Duration
 	for _, w := range a.workers {
-		c, _ := procCPU(w.pid)
+		c, _ := proccpu.Of(w.pid)
 		cpu += c - w.cpu0
 	}
 	a.release()
