@@ -15,6 +15,9 @@ func (r *Relay) TestSignals() *RelaySignals { return &r.signals }
 // ReadAheads is how many rounds used rows read ahead while the round before was published.
 func (r *Relay) ReadAheads() int64 { return r.readAheads.Load() }
 
+// AheadsDropped is how many rounds' rows read ahead were dropped for a key's order.
+func (r *Relay) AheadsDropped() int64 { return r.aheadsDropped.Load() }
+
 // RowsSQL is Rows' statement and arguments, for the plan tests.
 func (s *Store) RowsSQL(f RowFilter) (string, []any) { return s.rowsSQL(f) }
 

@@ -172,12 +172,14 @@ type Relay struct {
 	take         byIDs
 	olderSQL     string
 	olderGapsSQL string
-	letters      *deadletter.Store
-	statsSQL     string
-	published    atomic.Int64
-	pubRounds    atomic.Int64 // rounds that published (marked or deleted rows)
-	leader       atomic.Bool
-	tracer       *tracing.Tracer
+	// passedOverSQL asks whether a row a read ahead passed over has one of its keys.
+	passedOverSQL string
+	letters       *deadletter.Store
+	statsSQL      string
+	published     atomic.Int64
+	pubRounds     atomic.Int64 // rounds that published (marked or deleted rows)
+	leader        atomic.Bool
+	tracer        *tracing.Tracer
 
 	// failing are the topics whose last publish failed. Only the leading goroutine uses it.
 	failing map[string]*topicFailure
@@ -186,6 +188,8 @@ type Relay struct {
 	next       *ahead
 	sinceFull  int
 	readAheads atomic.Int64 // rounds whose rows were read ahead
+	// aheadsDropped counts the rows read ahead and dropped for a key's order (passedOver).
+	aheadsDropped atomic.Int64
 	// lastRows is how many rows the last round read: the room the next one's first
 	// destination starts with.
 	lastRows atomic.Int64
@@ -237,6 +241,9 @@ type relaySignals struct {
 	// Round is signalled after each round that published, dead-lettered or failed
 	// something.
 	Round testsignal.Signal[round]
+	// ReadingAhead, when set, runs in a read ahead's goroutine before its read: a test
+	// commits rows at that moment.
+	ReadingAhead func()
 }
 
 // NewRelay returns a relay on pool; call Run.
@@ -317,6 +324,8 @@ FROM ` + table + ` WHERE published_at IS NULL AND id > $2 ORDER BY id LIMIT $1`,
 		deleteSQL: `DELETE FROM ` + table + ` WHERE id = ANY($1) AND published_at IS NULL`,
 		take:      markByIDs(c.Schema, c.KeepPublished, ` AND published_at IS NULL`, true),
 		olderSQL:  `SELECT EXISTS (SELECT FROM ` + table + ` WHERE published_at IS NULL AND id >= $3 AND id < $1 AND id <> ALL($2))`,
+		passedOverSQL: `SELECT EXISTS (SELECT FROM ` + table + ` o WHERE published_at IS NULL AND id >= $3 AND id <= $1
+    AND (o.topic, o.key) IN (SELECT * FROM unnest($2::text[], $4::bytea[])))`,
 		olderGapsSQL: `SELECT EXISTS (SELECT FROM ` + table + ` WHERE published_at IS NULL AND id >= $3 AND id < $1)
     OR EXISTS (SELECT FROM ` + table + ` WHERE id = ANY($2) AND published_at IS NULL)`,
 		letters: deadletter.New(c.Schema),

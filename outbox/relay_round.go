@@ -12,6 +12,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/idemd/idemd/internal/metrics"
+	"github.com/idemd/idemd/internal/pgarray"
 )
 
 // relayRoundBytes bounds the estimated size of one round's rows, whatever their
@@ -127,10 +128,13 @@ const relayReadAheadRounds = 4
 // ahead is the next round's rows, read while the current round's were being published,
 // when the relay is behind (the current round was full). It reads only rows after the
 // current round's last id, so it cannot return a row the current round is publishing; the
-// rows of a transaction that committed late, below that id, wait for the next full read.
-// It is used only while no destination is failing: a failing destination's later rows
-// must never be read past its earlier ones.
+// rows of a transaction that committed late, below that id, wait for the next full read,
+// unless one of them has the destination and key of a row read ahead: then the rows read
+// ahead are dropped and the round reads from the floor (passedOver), so that a key's rows
+// keep their order. It is used only while no destination is failing: a failing
+// destination's later rows must never be read past its earlier ones.
 type ahead struct {
+	after   int64 // the rows are after this id
 	batches []*batch
 	more    bool
 	last    int64
@@ -140,9 +144,12 @@ type ahead struct {
 
 // readAhead starts reading the rows after id after, for the next round.
 func (r *Relay) readAhead(ctx context.Context, after int64) {
-	a := &ahead{done: make(chan struct{})}
+	a := &ahead{after: after, done: make(chan struct{})}
 	go func() {
 		defer close(a.done)
+		if r.signals.ReadingAhead != nil {
+			r.signals.ReadingAhead()
+		}
 		a.batches, a.more, a.last, a.err = r.selectRound(ctx, nil, after)
 	}()
 	r.next = a
@@ -150,7 +157,7 @@ func (r *Relay) readAhead(ctx context.Context, after int64) {
 
 // takeAhead returns the rows read ahead for this round, if any and still usable, and the
 // largest id among them.
-func (r *Relay) takeAhead() (batches []*batch, more bool, last int64, ok bool) {
+func (r *Relay) takeAhead(ctx context.Context) (batches []*batch, more bool, last int64, ok bool) {
 	a := r.next
 	if a == nil {
 		return nil, false, 0, false
@@ -161,7 +168,46 @@ func (r *Relay) takeAhead() (batches []*batch, more bool, last int64, ok bool) {
 		// A destination failed in the round before: read from the head again.
 		return nil, false, 0, false
 	}
+	if r.passedOver(ctx, a) {
+		// A row of one of these keys committed late below them: read from the floor, which
+		// publishes it first.
+		r.aheadsDropped.Add(1)
+		return nil, false, 0, false
+	}
 	return a.batches, a.more, a.last, true
+}
+
+// passedOver reports whether an unpublished row at or below a.after, which a read ahead
+// does not read (a transaction that committed late), has the destination and key of one
+// of a's rows. Its key's later rows may be among a's, written by a transaction that ran
+// after it: publishing them first would break the key's order. The question is asked once
+// the round before committed, so its own rows are gone; a row committed after a's read
+// only makes the answer yes without need. Rows without a key promise no order. An error
+// counts as yes: the round reads from the floor instead.
+func (r *Relay) passedOver(ctx context.Context, a *ahead) bool {
+	var (
+		dests []string
+		keys  [][]byte
+		seen  = map[string]bool{}
+	)
+	for _, b := range a.batches {
+		for _, e := range b.events {
+			if e.Key == nil {
+				continue
+			}
+			k := b.dest + "\x00" + string(e.Key)
+			if !seen[k] {
+				seen[k] = true
+				dests, keys = append(dests, b.dest), append(keys, e.Key)
+			}
+		}
+	}
+	if len(keys) == 0 {
+		return false
+	}
+	var found bool
+	err := queryRowByIndex(ctx, r.pool, r.passedOverSQL, []any{a.after, pgarray.Text(dests), r.floor, pgarray.Bytes(keys)}, &found)
+	return err != nil || found
 }
 
 // dropAhead waits for a read ahead in flight and forgets it.
@@ -178,7 +224,7 @@ func (r *Relay) dropAhead() {
 // its own rows. While a full round is being published, the next one is read (ahead).
 func (r *Relay) publishRound(ctx context.Context) (*round, error) {
 	rd := &round{Held: r.heldTopics()}
-	batches, more, last, readAhead := r.takeAhead()
+	batches, more, last, readAhead := r.takeAhead(ctx)
 	if readAhead {
 		r.readAheads.Add(1)
 		r.sinceFull++

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -432,6 +433,48 @@ SELECT gen_random_uuid(), 'p', 'quiet-' || i, $1, 'k', convert_to('quiet-' || i,
 
 	require.NoError(t, stop())
 	require.ErrorIs(t, relay.Drain(ctx), outbox.ErrNotLeader, "a stopped relay leads nothing")
+}
+
+// TestRelayReadAheadKeepsAKeysOrder: a read ahead starts after the last id of the round
+// being published. A transaction that took a lower id and committed late, followed by a
+// transaction of the same key, must not have the second's row published first (SPEC 3:
+// rows of one key written by transactions that ran one after another are published in
+// that order).
+func TestRelayReadAheadKeepsAKeysOrder(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t, 1, pgtest.Options{})
+	ctx := context.Background()
+	row := func(payload string) outbox.Event {
+		return outbox.Event{Topic: b.topic, Key: []byte("k"), Payload: []byte(payload), Pipeline: "p", CausationID: payload}
+	}
+	first, err := b.db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = first.Rollback(ctx) }()
+	require.NoError(t, b.store.EnqueueTx(ctx, first, row("k-1")))
+	b.enqueue(t, b.events(25, "other")...) // a full round of 10 past k-1's id, and more
+
+	var once sync.Once
+	relay, _ := b.startRelay(t, outbox.RelayConfig{BatchSize: 10}, func(s *outbox.RelaySignals) {
+		s.ReadingAhead = func() {
+			once.Do(func() {
+				// The first round read past k-1 while its transaction ran; it commits now,
+				// and the key's next row after it, before the next round is read ahead.
+				if err := first.Commit(ctx); err != nil {
+					t.Error(err)
+				}
+				b.enqueue(t, row("k-2"))
+			})
+		}
+	})
+	b.drain(t, relay, 30*time.Second)
+	require.EqualValues(t, 1, relay.AheadsDropped(), "the rows read ahead, k-2 among them, were dropped")
+	var order []string
+	for _, m := range kafkatest.ReadAll(t, b.topic, 27, 30*time.Second) {
+		if string(m.Key) == "k" && !slices.Contains(order, string(m.Value)) {
+			order = append(order, string(m.Value))
+		}
+	}
+	require.Equal(t, []string{"k-1", "k-2"}, order)
 }
 
 // TestRelayReadAheadNeverSkipsALateCommit: while a full round is being published the relay
