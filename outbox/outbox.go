@@ -130,7 +130,7 @@ type Store struct {
 	// forms: rows sharing them (the common batch), sent once (uniformInsert).
 	insert, insertReturning               string
 	insertUniform, insertUniformReturning string
-	insertDelivery                        string
+	insertDelivery, insertDeliveryUniform string
 	handoff                               *Handoff
 	notifySQL                             [4]string
 	notifier                              *notifier
@@ -177,6 +177,11 @@ FROM unnest($1::uuid[], $3::text[], $5::bytea[], $6::bytea[]) AS u (op, causatio
 SELECT u.endpoint, u.op, u.pipeline, u.causation, u.key, u.payload, ($8::jsonb[])[u.h]
 FROM unnest($1::text[], $2::uuid[], $3::text[], $4::text[], $5::bytea[], $6::bytea[], $7::int8[])
     AS u (endpoint, op, pipeline, causation, key, payload, h)`,
+		// As insertUniform: rows sharing endpoint, pipeline and headers send them once.
+		insertDeliveryUniform: `INSERT INTO ` + pgx.Identifier{schema}.Sanitize() + `.http_deliveries
+    (endpoint, operation_id, pipeline, causation_id, key, payload, headers)
+SELECT $1, u.op, $3, u.causation, u.key, u.payload, $7::jsonb
+FROM unnest($2::uuid[], $4::text[], $5::bytea[], $6::bytea[]) AS u (op, causation, key, payload)`,
 	}
 }
 
@@ -343,14 +348,21 @@ func (s *Store) queue(batch *pgx.Batch, events []Event, hand bool) (Wake, *Hande
 	}
 	if len(deliveries.ops) > 0 {
 		d := &deliveries
-		batch.Queue(s.insertDelivery, d.endpoints, d.ops, d.pipelines, d.causations, d.keys, d.payloads, d.headers.index, pgarray.JSONB(d.headers.distinct))
+		if uniformInsert(d.pipelines, d.endpoints, &d.headers) {
+			batch.Queue(s.insertDeliveryUniform, d.endpoints[0], pgarray.UUID(d.ops), d.pipelines[0], pgarray.Text(d.causations),
+				pgarray.Bytes(d.keys), pgarray.Bytes(d.payloads), d.headers.distinct[0])
+		} else {
+			batch.Queue(s.insertDelivery, pgarray.Text(d.endpoints), pgarray.UUID(d.ops), pgarray.Text(d.pipelines), pgarray.Text(d.causations),
+				pgarray.Bytes(d.keys), pgarray.Bytes(d.payloads), d.headers.index, pgarray.JSONB(d.headers.distinct))
+		}
 		w |= WakeDeliverers
 	}
 	return w, h
 }
 
-// uniformInsert reports whether the rows of an outbox insert share their pipeline, topic
-// and headers, so that the insert may send each once (Store.insertUniform).
+// uniformInsert reports whether the rows of an insert share their pipeline, destination
+// (an outbox row's topic, a delivery's endpoint) and headers, so that the insert may send
+// each once (Store.insertUniform, Store.insertDeliveryUniform).
 func uniformInsert(pipelines, topics []string, headers *headerSet) bool {
 	if len(headers.distinct) != 1 {
 		return false
@@ -395,14 +407,14 @@ func (h *headerSet) find(j string) int64 {
 
 type deliveryColumns struct {
 	endpoints, pipelines, causations []string
-	ops                              []uuid.UUID
+	ops                              []pgtype.UUID
 	keys, payloads                   [][]byte
 	headers                          headerSet
 }
 
 func (d *deliveryColumns) add(e Event, op uuid.UUID, payload []byte, headers map[string]string) {
 	d.endpoints = append(d.endpoints, e.Endpoint)
-	d.ops = append(d.ops, op)
+	d.ops = append(d.ops, pgtype.UUID{Bytes: op, Valid: true})
 	d.pipelines = append(d.pipelines, e.Pipeline)
 	d.causations = append(d.causations, e.CausationID)
 	d.keys = append(d.keys, e.Key)

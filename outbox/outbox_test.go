@@ -59,29 +59,31 @@ func TestEnqueueCommitsWithTheTransaction(t *testing.T) {
 // The outbox insert sends each distinct headers value once; every row must still get its
 // own event's headers. Runs of one value, a value coming back after others, an empty map
 // and more distinct values than one, which the map of seen values serves.
-// An insert whose rows share their pipeline, topic and headers sends them once; one whose
-// rows differ in any of the three sends them per row. Either way each row holds its own
-// event, in the events' order.
+// An insert whose rows share their pipeline, destination (an outbox row's topic, a
+// delivery's endpoint) and headers sends them once; one whose rows differ in any of them
+// sends them per row. Either way each row, in the outbox and in http_deliveries, holds its
+// own event, in the events' order.
 func TestEnqueueSharedOrMixedColumns(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
 	store := outbox.New(&outbox.Config{Schema: db.Schema})
 	ctx := context.Background()
 	json := map[string]string{"content-type": "application/json"}
-	event := func(batch, i int, pipeline, topic string, h map[string]string) outbox.Event {
+	event := func(batch, i int, pipeline, topic, endpoint string, h map[string]string) outbox.Event {
 		id := fmt.Sprintf("b%d-m%d", batch, i)
-		e := outbox.Event{Topic: topic, Payload: []byte("payload " + id), Pipeline: pipeline, CausationID: id, Headers: h}
+		e := outbox.Event{Topic: topic, Endpoint: endpoint, Payload: []byte("payload " + id), Pipeline: pipeline, CausationID: id, Headers: h}
 		if i%2 == 1 {
 			e.Key = []byte("key " + id)
 		}
 		return e
 	}
 	batches := [][]outbox.Event{
-		{event(0, 0, "p", "t", json), event(0, 1, "p", "t", json), event(0, 2, "p", "t", json)}, // shared
-		{event(1, 0, "p", "t", json), event(1, 1, "p", "u", json), event(1, 2, "p", "t", json)}, // topics differ
-		{event(2, 0, "p", "t", json), event(2, 1, "q", "t", json), event(2, 2, "p", "t", json)}, // pipelines differ
-		{event(3, 0, "p", "t", json), event(3, 1, "p", "t", nil), event(3, 2, "p", "t", json)},  // headers differ
-		{event(4, 0, "p", "t", nil)}, // one event, no headers
+		{event(0, 0, "p", "t", "e", json), event(0, 1, "p", "t", "e", json), event(0, 2, "p", "t", "e", json)}, // shared
+		{event(1, 0, "p", "t", "e", json), event(1, 1, "p", "u", "e", json), event(1, 2, "p", "t", "e", json)}, // topics differ
+		{event(2, 0, "p", "t", "e", json), event(2, 1, "p", "t", "f", json), event(2, 2, "p", "t", "e", json)}, // endpoints differ
+		{event(3, 0, "p", "t", "e", json), event(3, 1, "q", "t", "e", json), event(3, 2, "p", "t", "e", json)}, // pipelines differ
+		{event(4, 0, "p", "t", "e", json), event(4, 1, "p", "t", "e", nil), event(4, 2, "p", "t", "e", json)},  // headers differ
+		{event(5, 0, "p", "t", "e", nil)}, // one event, no headers
 	}
 	var want []outbox.Event
 	for _, events := range batches {
@@ -97,17 +99,30 @@ func TestEnqueueSharedOrMixedColumns(t *testing.T) {
 			want = append(want, e)
 		}
 	}
-	rows, err := db.Pool.Query(ctx, db.Q("SELECT operation_id, pipeline, causation_id, topic, key, payload, headers FROM {schema}.outbox ORDER BY id"))
-	require.NoError(t, err)
-	defer rows.Close()
-	var got []outbox.Event
-	for rows.Next() {
-		var e outbox.Event
-		require.NoError(t, rows.Scan(&e.OperationID, &e.Pipeline, &e.CausationID, &e.Topic, &e.Key, &e.Payload, &e.Headers))
-		got = append(got, e)
+	read := func(table, dest string) []outbox.Event {
+		rows, err := db.Pool.Query(ctx, db.Q("SELECT operation_id, pipeline, causation_id, "+dest+", key, payload, headers FROM {schema}."+table+" ORDER BY id"))
+		require.NoError(t, err)
+		defer rows.Close()
+		var got []outbox.Event
+		for rows.Next() {
+			e := outbox.Event{Topic: "t", Endpoint: "e"}
+			d := &e.Topic
+			if dest == "endpoint" {
+				d = &e.Endpoint
+			}
+			require.NoError(t, rows.Scan(&e.OperationID, &e.Pipeline, &e.CausationID, d, &e.Key, &e.Payload, &e.Headers))
+			got = append(got, e)
+		}
+		require.NoError(t, rows.Err())
+		return got
 	}
-	require.NoError(t, rows.Err())
-	require.Equal(t, want, got)
+	// Each table holds its own destination; the other one is the events' usual value.
+	outboxWant, deliveriesWant := slices.Clone(want), slices.Clone(want)
+	for i := range want {
+		outboxWant[i].Endpoint, deliveriesWant[i].Topic = "e", "t"
+	}
+	require.Equal(t, outboxWant, read("outbox", "topic"))
+	require.Equal(t, deliveriesWant, read("http_deliveries", "endpoint"))
 }
 
 func TestEnqueueStoresEachEventsHeaders(t *testing.T) {
