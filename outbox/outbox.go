@@ -363,12 +363,12 @@ func (s *Store) queue(batch *pgx.Batch, events []Event, hand bool) (Wake, *Hande
 // uniformInsert reports whether the rows of an insert share their pipeline, destination
 // (an outbox row's topic, a delivery's endpoint) and headers, so that the insert may send
 // each once (Store.insertUniform, Store.insertDeliveryUniform).
-func uniformInsert(pipelines, topics []string, headers *headerSet) bool {
+func uniformInsert(pipelines, dests []string, headers *headerSet) bool {
 	if len(headers.distinct) != 1 {
 		return false
 	}
 	for i := 1; i < len(pipelines); i++ {
-		if pipelines[i] != pipelines[0] || topics[i] != topics[0] {
+		if pipelines[i] != pipelines[0] || dests[i] != dests[0] {
 			return false
 		}
 	}
