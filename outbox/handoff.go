@@ -48,6 +48,8 @@ type Handoff struct {
 	rows    []handedRow
 	// overflow: rows were turned away since the relay last took some; it reads the table.
 	overflow bool
+	// overflows counts the times rows were first turned away (tests, the bench).
+	overflows int64
 }
 
 // handedRow is one committed outbox row: its id and its event as the relay would read it
@@ -105,6 +107,9 @@ func (h *Handoff) hand(hs []*Handed) bool {
 		return false
 	}
 	if len(h.rows)+n > h.max {
+		if !h.overflow {
+			h.overflows++
+		}
 		h.overflow = true
 		h.mu.Unlock()
 		return false
@@ -355,6 +360,7 @@ func (r *Relay) publishHanded(ctx context.Context, rows []handedRow) (*round, er
 	r.remember(taken)
 	r.counted(rd, len(taken), perDest)
 	r.handedRuns.Add(1)
+	r.handedRows.Add(int64(len(taken)))
 	return rd, nil
 }
 
@@ -372,6 +378,19 @@ func (r *Relay) remember(ids []int64) {
 // HandedRounds returns how many rounds published rows handed over by this process
 // (Handoff) rather than read from the table (tests, the bench).
 func (r *Relay) HandedRounds() int64 { return r.handedRuns.Load() }
+
+// HandedRows returns how many rows the rounds that HandedRounds counts published; the
+// others of Published were read from the table (tests, the bench).
+func (r *Relay) HandedRows() int64 { return r.handedRows.Load() }
+
+// Overflows returns how many times the Handoff turned rows away because its relay was too
+// far behind, each time sending the relay to the table until it caught up (tests, the
+// bench).
+func (h *Handoff) Overflows() int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.overflows
+}
 
 // HandoffGapProbes returns how many ids between handed rows the relay looked for in the
 // table, in its checks for older rows (tests, the bench).

@@ -33,12 +33,15 @@ func TestHandoffBounds(t *testing.T) {
 
 	require.True(t, h.hand([]*Handed{handedOf(8, 9, 10, 11, 12, 13, 14, 15, 16)}), "ten rows wait")
 	require.False(t, h.hand([]*Handed{handedOf(17)}), "an eleventh is turned away")
+	require.False(t, h.hand([]*Handed{handedOf(18)}), "and the next")
+	require.EqualValues(t, 1, h.Overflows(), "one overflow until the relay takes again")
 	rows, overflow = h.take(100, 1<<20)
 	require.True(t, overflow)
 	require.Empty(t, rows)
 	require.Empty(t, h.waiting(), "what waited is forgotten: the relay reads the table")
 
 	require.True(t, h.hand([]*Handed{handedOf(20, 21, 22)}))
+	require.EqualValues(t, 1, h.Overflows())
 	rows, _ = h.take(100, 2*eventSize(&Event{Topic: "t", Payload: make([]byte, 100)}))
 	require.Equal(t, []int64{20, 21}, idsOf(rows), "a round's bytes are bounded")
 	rows, _ = h.take(100, 1)

@@ -216,6 +216,7 @@ func TestHandoffCheckSkipsRowsItPublished(t *testing.T) {
 	records := kafkatest.ReadAll(t, b.topic, 4, 20*time.Second)
 	require.Equal(t, []string{"published meanwhile", "long 1", "long 2", "in flight"}, payloads(records))
 	require.EqualValues(t, 3, relay.HandedRounds(), "every row was handed over")
+	require.EqualValues(t, 4, relay.HandedRows())
 }
 
 // TestHandoffDropsRowsPublishedFromTheTable: rows published by a round that read the table

@@ -199,6 +199,7 @@ type Relay struct {
 	selectDue  bool
 	lastSelect time.Time
 	handedRuns atomic.Int64 // rounds that published handed rows (tests, the bench)
+	handedRows atomic.Int64 // rows those rounds published
 	fallbacks  atomic.Int64 // handed rounds that found an older row and read the table instead
 	gapProbes  atomic.Int64 // ids between handed rows looked for by the check for older rows
 	// recent are ids of rows this relay deleted (or moved) lately, sorted (remember). Only

@@ -149,7 +149,7 @@ func serveChild(ctx context.Context, kind, raw string, stdout io.Writer) error {
 			return err
 		}
 		after = func() {
-			fmt.Fprintf(os.Stderr, "%s child: relay published %d records in %d rounds (%d of them handed over, %d handovers put back, %d ids between handed rows looked for)\n", kind, rel.Published(), rel.Rounds(), rel.HandedRounds(), rel.HandoffFallbacks(), rel.HandoffGapProbes())
+			fmt.Fprintf(os.Stderr, "%s child: relay published %d records in %d rounds (%d of them handed over, with %d records; the handoff turned rows away %d times; %d handovers put back, %d ids between handed rows looked for)\n", kind, rel.Published(), rel.Rounds(), rel.HandedRounds(), rel.HandedRows(), handoffOverflows(handoff), rel.HandoffFallbacks(), rel.HandoffGapProbes())
 		}
 		if kind != "relay" {
 			parts = append(parts, rel.Run)
@@ -405,4 +405,12 @@ func txSummary(door string) string {
 	}
 	return fmt.Sprintf("%s: %d transactions, %.1f messages and %.1f ms each on average", door, n,
 		size.GetHistogram().GetSampleSum()/float64(n), 1000*dur.GetHistogram().GetSampleSum()/float64(n))
+}
+
+// handoffOverflows is h.Overflows(), 0 without a Handoff (-no-handoff).
+func handoffOverflows(h *outbox.Handoff) int64 {
+	if h == nil {
+		return 0
+	}
+	return h.Overflows()
 }
