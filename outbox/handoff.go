@@ -359,8 +359,8 @@ func (r *Relay) publishHanded(ctx context.Context, rows []handedRow) (*round, er
 	}
 	r.remember(taken)
 	r.counted(rd, len(taken), perDest)
+	r.handedRows.Add(int64(len(taken))) // first: a test that sees the round sees its rows
 	r.handedRuns.Add(1)
-	r.handedRows.Add(int64(len(taken)))
 	return rd, nil
 }
 
