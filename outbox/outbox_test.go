@@ -56,9 +56,6 @@ func TestEnqueueCommitsWithTheTransaction(t *testing.T) {
 	require.False(t, errors.Is(err, context.Canceled))
 }
 
-// The outbox insert sends each distinct headers value once; every row must still get its
-// own event's headers. Runs of one value, a value coming back after others, an empty map
-// and more distinct values than one, which the map of seen values serves.
 // An insert whose rows share their pipeline, destination (an outbox row's topic, a
 // delivery's endpoint) and headers sends them once; one whose rows differ in any of them
 // sends them per row. Either way each row, in the outbox and in http_deliveries, holds its
@@ -125,6 +122,9 @@ func TestEnqueueSharedOrMixedColumns(t *testing.T) {
 	require.Equal(t, deliveriesWant, read("http_deliveries", "endpoint"))
 }
 
+// The outbox insert sends each distinct headers value once; every row must still get its
+// own event's headers. Runs of one value, a value coming back after others, an empty map
+// and more distinct values than one, which the map of seen values serves.
 func TestEnqueueStoresEachEventsHeaders(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
