@@ -363,6 +363,16 @@ func (e *env) outboxMax(ctx context.Context) (int64, error) {
 // and a published row still be waiting (at least once: the relay was stopped between a
 // publish and its mark). It returns the child's peak RSS.
 func (e *env) checkOnce(ctx context.Context, c *child, before int64, outTopic string, partitions, unique int, relay bool) (float64, error) {
+	var published func(map[string]bool) error
+	if relay {
+		published = func(ids map[string]bool) error { return e.readCausations(ctx, outTopic, partitions, ids) }
+	}
+	return e.checkOnceWith(ctx, c, before, unique, published)
+}
+
+// checkOnceWith is checkOnce with the published events' causation ids added by published
+// (nil: no relay ran).
+func (e *env) checkOnceWith(ctx context.Context, c *child, before int64, unique int, published func(map[string]bool) error) (float64, error) {
 	rss, effects, err := e.stopAndCount(ctx, c)
 	if err != nil {
 		return rss, err
@@ -371,8 +381,8 @@ func (e *env) checkOnce(ctx context.Context, c *child, before int64, outTopic st
 	if err != nil {
 		return rss, err
 	}
-	if relay {
-		if err := e.readCausations(ctx, outTopic, partitions, events); err != nil {
+	if published != nil {
+		if err := published(events); err != nil {
 			return rss, err
 		}
 	}

@@ -42,9 +42,11 @@ type stream struct {
 	topic      string
 	group      string
 	partitions int
-	stopping   atomic.Bool
-	done       chan error
-	produced   atomic.Int64
+	// trim, when set, deletes the records below the group's commits as the run goes on.
+	trim     *trimmer
+	stopping atomic.Bool
+	done     chan error
+	produced atomic.Int64
 
 	mu     sync.Mutex
 	counts []int64
@@ -56,8 +58,8 @@ type stream struct {
 	maxWaiting int64
 }
 
-func (e *env) startStream(ctx context.Context, topic, group string, partitions int) *stream {
-	s := &stream{e: e, topic: topic, group: group, partitions: partitions, done: make(chan error, 1),
+func (e *env) startStream(ctx context.Context, topic, group string, partitions int, trim *trimmer) *stream {
+	s := &stream{e: e, topic: topic, group: group, partitions: partitions, trim: trim, done: make(chan error, 1),
 		counts: make([]int64, partitions), minLead: -1}
 	go func() { s.done <- s.run(ctx) }()
 	return s
@@ -65,10 +67,16 @@ func (e *env) startStream(ctx context.Context, topic, group string, partitions i
 
 func (s *stream) run(ctx context.Context) error {
 	for i := 0; !s.stopping.Load(); i++ {
+		var offs []int64
 		for {
-			c, err := s.e.committed(ctx, s.group, s.topic, s.partitions)
+			var err error
+			offs, err = s.e.committedOffsets(ctx, s.group, s.topic, s.partitions)
 			if err != nil {
 				return err
+			}
+			var c int64
+			for _, o := range offs {
+				c += o
 			}
 			var waiting int64
 			if err := s.e.pool.QueryRow(ctx, "SELECT count(*) FROM "+s.e.q()+".outbox WHERE published_at IS NULL").Scan(&waiting); err != nil {
@@ -92,6 +100,13 @@ func (s *stream) run(ctx context.Context) error {
 			case <-ctx.Done():
 				return ctx.Err()
 			case <-time.After(100 * time.Millisecond):
+			}
+		}
+		if s.trim != nil {
+			// Below its commits the group reads nothing again, not even after a
+			// rebalance.
+			if err := s.trim.trim(ctx, s.topic, offs); err != nil {
+				return err
 			}
 		}
 		recs, unique := recentRepeats(fmt.Sprintf("evt-%s-prune-%d", s.e.runID, i), pruneChunk, s.partitions)
@@ -138,6 +153,17 @@ func (s *stream) stop() ([]int64, int, int64, int64, error) {
 
 // committed is the sum of group's committed offsets on topic (0 before its first commit).
 func (e *env) committed(ctx context.Context, group, topic string, partitions int) (int64, error) {
+	offs, err := e.committedOffsets(ctx, group, topic, partitions)
+	var sum int64
+	for _, o := range offs {
+		sum += o
+	}
+	return sum, err
+}
+
+// committedOffsets are group's committed offsets on each partition of topic (0 before its
+// first commit).
+func (e *env) committedOffsets(ctx context.Context, group, topic string, partitions int) ([]int64, error) {
 	cl := &kafka.Client{Addr: kafka.TCP(e.brokers...), Timeout: 10 * time.Second}
 	parts := make([]int, partitions)
 	for i := range parts {
@@ -145,15 +171,15 @@ func (e *env) committed(ctx context.Context, group, topic string, partitions int
 	}
 	resp, err := cl.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{topic: parts}})
 	if err != nil {
-		return 0, fmt.Errorf("fetching the offsets of group %s: %w", group, err)
+		return nil, fmt.Errorf("fetching the offsets of group %s: %w", group, err)
 	}
-	var sum int64
+	offs := make([]int64, partitions)
 	for _, p := range resp.Topics[topic] {
-		if p.Error == nil && p.CommittedOffset > 0 {
-			sum += p.CommittedOffset
+		if p.Error == nil && p.CommittedOffset > 0 && p.Partition < partitions {
+			offs[p.Partition] = p.CommittedOffset
 		}
 	}
-	return sum, nil
+	return offs, nil
 }
 
 // autovacuum does what PostgreSQL's autovacuum would do to idemd's pruned tables (and
@@ -415,8 +441,17 @@ func benchPrune(ctx context.Context, e *env, res *Results) error {
 	if err != nil {
 		return err
 	}
+	// The broker keeps no more records than the run still needs: the input's below the
+	// group's commits and the events the check has read are deleted as the run goes on.
+	trim, err := newTrimmer(e.brokers)
+	if err != nil {
+		return err
+	}
+	defer trim.close()
+	col := e.startCollector(ctx, outTopic, parts, trim)
+	defer col.stop()
 	group := "bench-" + e.runID + "-prune"
-	st := e.startStream(ctx, topic, group, parts)
+	st := e.startStream(ctx, topic, group, parts, trim)
 	stopStream := func() ([]int64, int, int64, int64, error) { return st.stop() }
 	defer func() {
 		if !st.stopping.Load() {
@@ -599,7 +634,7 @@ func benchPrune(ctx context.Context, e *env, res *Results) error {
 		c.kill()
 		return err
 	}
-	off.PeakRSSMiB, err = e.checkOnce(ctx, c, 0, outTopic, parts, unique, true)
+	off.PeakRSSMiB, err = e.checkOnceWith(ctx, c, 0, unique, func(ids map[string]bool) error { return col.finish(ctx, ids) })
 	if err != nil {
 		return err
 	}
@@ -617,8 +652,9 @@ func benchPrune(ctx context.Context, e *env, res *Results) error {
 		lead = "the consumer caught up with the producer at times (its rate is then the producer's, held back by the relay's backlog)"
 	}
 	lead += fmt.Sprintf(", with at most %d outbox rows waiting for the relay (the producer counts them in its lead of %d)", maxWaiting, pruneLead)
-	steady.Note = fmt.Sprintf("%d records (%d distinct ids) produced in chunks of %d while the run went on, each effect once and each event in the outbox or on its topic; %s; pruner every %s (the daemon's default is 1 min for 7 days of retention); the autovacuum emulation every %s: %s, %.0f µs of its backends' CPU per message over the whole run (not in the CPU column, which counts from two periods in to the end)",
-		total, unique, pruneChunk, lead, e.o.pruneInterval, e.o.pruneNaptime, avNote, float64(avCPU.Microseconds())/float64(max(total, 1)))
+	steady.Note = fmt.Sprintf("%d records (%d distinct ids) produced in chunks of %d while the run went on, each effect once and each event in the outbox or on its topic; %s; pruner every %s (the daemon's default is 1 min for 7 days of retention); the autovacuum emulation every %s: %s, %.0f µs of its backends' CPU per message over the whole run (not in the CPU column, which counts from two periods in to the end); the broker's records deleted as the run went on, so that it holds a long run: %d of the input below the group's commits, %d events after the check had read them (the reading in the bench's CPU)",
+		total, unique, pruneChunk, lead, e.o.pruneInterval, e.o.pruneNaptime, avNote, float64(avCPU.Microseconds())/float64(max(total, 1)),
+		trim.deleted(topic), trim.deleted(outTopic))
 	res.Notes = append(res.Notes, "prune: sizes in MiB of processed_messages and the outbox, each with its indexes and total (pg_total_relation_size), sampled every half retention period; live rows by count(*), dead rows pg_stat_user_tables.n_dead_tup; vacuums: how many VACUUMs the autovacuum emulation ran on each table so far; the goal compares the largest sizes of the run's second half with those of its first half from three periods in (half 2 and 1), see BENCHMARKS.md")
 	return nil
 }
