@@ -358,6 +358,7 @@ const brokers = `subscriptions:
     sqs: {queue: payments.fifo}
     message_id: [{attribute: tenant}, {json: /id}]
     dead_letter: {max_attempts: 3}
+    publish: {topic: payments.applied, key: {attribute: tenant}}
   - name: aws-default-id
     sqs: {queue: "https://sqs.eu-west-1.amazonaws.com/123456789012/refunds"}
 `
@@ -377,8 +378,9 @@ func TestBrokerSubscriptions(t *testing.T) {
 	require.Equal(t, "sqs", aws.Door())
 	require.Equal(t, "payments.fifo", aws.SQS.Queue)
 	require.Equal(t, []pipeline.Field{{Attribute: "tenant"}, {JSON: "/id"}}, aws.MessageID.Parts)
+	require.Equal(t, &pipeline.Field{Attribute: "tenant"}, aws.Publish[0].Key, "a broker's event keyed by an attribute")
 	require.Nil(t, def.MessageID, "the broker's message id")
-	require.Equal(t, []string{"orders.applied"}, f.Topics(), "brokers' sources are not Kafka topics")
+	require.Equal(t, []string{"orders.applied", "payments.applied"}, f.Topics(), "brokers' sources are not Kafka topics, their targets are")
 }
 
 // TestBrokerSubscriptionErrors: one source per subscription, attributes on broker doors and
@@ -396,7 +398,8 @@ func TestBrokerSubscriptionErrors(t *testing.T) {
 		{"header id on sqs", "message_id: [{attribute: tenant}", "message_id: [{header: tenant}", 10, `subscriptions[1] "aws-payments"`, "message_id[0].header", "attributes, not headers"},
 		{"header id on pubsub", "message_id: {attribute: operation-id}", "message_id: {header: operation-id}", 4, `subscriptions[0] "gcp-orders"`, "message_id.header", "use attribute"},
 		{"header order on pubsub", "entity: {attribute: order}", "entity: {header: order}", 5, `subscriptions[0] "gcp-orders"`, "order.entity.header", "attributes, not headers"},
-		{"header key on pubsub", "key: {key: true}", "key: {header: k}", 7, `subscriptions[0] "gcp-orders"`, "publish.key", "attributes, not headers"},
+		{"header key on pubsub", "key: {key: true}", "key: {header: k}", 7, `subscriptions[0] "gcp-orders"`, "publish.key.header", "attributes, not headers"},
+		{"header key on sqs", "key: {attribute: tenant}", "key: {header: tenant}", 12, `subscriptions[1] "aws-payments"`, "publish.key.header", "use attribute"},
 		{"group on pubsub", "    pubsub: {subscription: orders-idemd, project: shop}\n", "    pubsub: {subscription: orders-idemd, project: shop}\n    group: g\n", 4, `subscriptions[0] "gcp-orders"`, "group", "only Kafka subscriptions"},
 		{"no subscription", "pubsub: {subscription: orders-idemd, project: shop}", "pubsub: {project: shop}", 3, `subscriptions[0] "gcp-orders"`, "pubsub.subscription", "required"},
 		{"full name and project", "subscription: orders-idemd, project: shop", "subscription: projects/a/subscriptions/b, project: shop", 3, `subscriptions[0] "gcp-orders"`, "pubsub.project", "full name"},

@@ -17,14 +17,15 @@ import (
 var typedSchemes = []string{"stripe", "standard-webhooks", "github", "shopify", "slack"}
 
 // targets checks a pipeline's publish targets. scheme is a source's verification scheme, ""
-// for a subscription (whose event type is the record's event-type header). A single target
-// (publish: {topic: …}) is named "publish", a list's targets "publish[i]", as the file
-// writes them.
-func (p *parser) targets(w *where, ts pipeline.Targets, effectSQL, scheme string) {
+// for a subscription (whose event type is the record's event-type header); broker says the
+// subscription is a Pub/Sub or SQS one, whose keys read attributes, not headers. A single
+// target (publish: {topic: …}) is named "publish", a list's targets "publish[i]", as the
+// file writes them.
+func (p *parser) targets(w *where, ts pipeline.Targets, effectSQL, scheme string, broker bool) {
 	names := map[string]string{}
 	for i := range ts {
 		field := targetField(w, len(ts), i)
-		p.target(w, field, &ts[i], effectSQL, scheme)
+		p.target(w, field, &ts[i], effectSQL, scheme, broker)
 		name := ts.Name(i)
 		if other, ok := names[name]; ok {
 			p.errf(w, field+".name", "name %q is also the name of %s (unnamed targets are named by their position): names derive operation ids and must be unique", name, other)
@@ -42,7 +43,7 @@ func targetField(w *where, n, i int) string {
 	return "publish"
 }
 
-func (p *parser) target(w *where, field string, t *pipeline.Publish, effectSQL, scheme string) {
+func (p *parser) target(w *where, field string, t *pipeline.Publish, effectSQL, scheme string, broker bool) {
 	sub := scheme == ""
 	if t.Name != "" && !pipeline.ValidName(t.Name) {
 		p.errf(w, field+".name", "%q is not a valid name: letters, digits, '.', '_' and '-', at most 100", t.Name)
@@ -50,7 +51,10 @@ func (p *parser) target(w *where, field string, t *pipeline.Publish, effectSQL, 
 	if err := t.ValidateDestination(); err != nil {
 		p.subErr(w, field, err)
 	}
-	if t.Key != nil {
+	switch {
+	case t.Key != nil && broker:
+		p.brokerField(w, field+".key", t.Key)
+	case t.Key != nil:
 		p.field(w, field+".key", t.Key, sub)
 	}
 	switch t.Body {

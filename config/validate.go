@@ -74,7 +74,7 @@ func (p *parser) source(w *where, s *receiver.Source, names, paths map[string]st
 	case s.Effect.Status < 200 || s.Effect.Status > 299:
 		p.errf(w, "effect.status", "%d is not a 2xx status", s.Effect.Status)
 	}
-	p.targets(w, s.Publish, s.Effect.SQL, s.Verify.Scheme)
+	p.targets(w, s.Publish, s.Effect.SQL, s.Verify.Scheme, false)
 	p.api(w, s)
 	if s.BodyLimit < 0 {
 		p.errf(w, "max_body_bytes", "must be positive")
@@ -272,21 +272,11 @@ func (p *parser) subscription(w *where, s *consumer.Config, names map[string]str
 			p.brokerField(w, "order.entity", &s.Order.Entity)
 			p.brokerField(w, "order.version", &s.Order.Version)
 		}
-		list := w.set("publish[0]") || len(s.Publish) > 1
-		for i, t := range s.Publish {
-			if t.Key != nil && t.Key.UsesHeader() {
-				field := "publish"
-				if list {
-					field = fmt.Sprintf("publish[%d]", i)
-				}
-				p.errf(w, field+".key", "Pub/Sub and SQS messages have attributes, not headers: key by json or key (the ordering key or group id)")
-			}
-		}
 	}
 	if w.set("effect") {
 		p.effect(w, s.Effect.SQL)
 	}
-	p.targets(w, s.Publish, s.Effect.SQL, "")
+	p.targets(w, s.Publish, s.Effect.SQL, "", door != consumer.DoorKafka)
 	if s.DeadLetter.MaxAttempts < 0 || (w.set("dead_letter.max_attempts") && s.DeadLetter.MaxAttempts == 0) {
 		p.errf(w, "dead_letter.max_attempts", "must be at least 1")
 	}

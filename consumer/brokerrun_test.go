@@ -502,7 +502,9 @@ func TestBrokerConfig(t *testing.T) {
 		{"attribute on kafka", consumer.Config{Topics: []string{"t"}, MessageID: &pipeline.Field{Attribute: "operation-id"}}, "kafka", "MessageID: attribute: only Pub/Sub and SQS"},
 		{"header in a composite on pubsub", consumer.Config{PubSub: &consumer.PubSub{Subscription: "s"}, MessageID: &pipeline.Field{Parts: []pipeline.Field{{JSON: "/a"}, {Header: "h"}}}}, "pubsub", "[1]: header"},
 		{"order by attribute", consumer.Config{SQS: &consumer.SQS{Queue: "q"}, Order: &pipeline.Order{Entity: pipeline.Field{Attribute: "e"}, Version: pipeline.Field{JSON: "/v"}}}, "sqs", ""},
-		{"publish key by header on sqs", consumer.Config{SQS: &consumer.SQS{Queue: "q"}, Publish: pipeline.Targets{{Topic: "o", Key: &pipeline.Field{Header: "k"}}}}, "sqs", "Publish[0].Key"},
+		{"publish key by header on sqs", consumer.Config{SQS: &consumer.SQS{Queue: "q"}, Publish: pipeline.Targets{{Topic: "o", Key: &pipeline.Field{Header: "k"}}}}, "sqs", "Publish[0]: key: header: Pub/Sub and SQS messages have attributes"},
+		{"publish key by attribute on pubsub", consumer.Config{PubSub: &consumer.PubSub{Subscription: "s"}, Publish: pipeline.Targets{{Topic: "o", Key: &pipeline.Field{Attribute: "k"}}}}, "pubsub", ""},
+		{"publish key by attribute on kafka", consumer.Config{Topics: []string{"t"}, Publish: pipeline.Targets{{Topic: "o", Key: &pipeline.Field{Attribute: "k"}}}}, "kafka", "Publish[0]: key: attribute: only Pub/Sub and SQS"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := tc.cfg

@@ -338,15 +338,18 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Consumer, error) {
 			return nil, fmt.Errorf("consumer %s: MessageID: %w", c.Name, err)
 		}
 	}
-	if err := c.Publish.Validate(true); err != nil {
-		return nil, fmt.Errorf("consumer %s: Publish%w", c.Name, err)
+	var perr error
+	if broker {
+		perr = c.Publish.ValidateBroker()
+	} else {
+		perr = c.Publish.Validate(true)
+	}
+	if perr != nil {
+		return nil, fmt.Errorf("consumer %s: Publish%w", c.Name, perr)
 	}
 	for i, t := range c.Publish {
 		if t.Body == pipeline.BodyEffect {
 			return nil, fmt.Errorf("consumer %s: Publish[%d].Body: subscriptions publish the consumed payload; body effect is for sources", c.Name, i)
-		}
-		if broker && t.Key != nil && t.Key.UsesHeader() {
-			return nil, fmt.Errorf("consumer %s: Publish[%d].Key: Pub/Sub and SQS messages have attributes, not headers", c.Name, i)
 		}
 	}
 	if c.Order != nil {

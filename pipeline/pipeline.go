@@ -200,6 +200,18 @@ type HTTP struct {
 
 // Validate checks p for a door; keyAllowed says whether the door has a record key.
 func (p *Publish) Validate(keyAllowed bool) error {
+	door := fieldHTTP
+	if keyAllowed {
+		door = fieldKafka
+	}
+	return p.validate(door)
+}
+
+// ValidateBroker is Validate for a Pub/Sub or SQS subscription: its key reads json, an
+// attribute or the message's ordering key or group id (Field.ValidateBroker).
+func (p *Publish) ValidateBroker() error { return p.validate(fieldBroker) }
+
+func (p *Publish) validate(door fieldDoor) error {
 	if err := p.ValidateDestination(); err != nil {
 		return err
 	}
@@ -207,7 +219,7 @@ func (p *Publish) Validate(keyAllowed bool) error {
 		return fmt.Errorf("name: %q is not a valid name: letters, digits, '.', '_' and '-', at most 100", p.Name)
 	}
 	if p.Key != nil {
-		if err := p.Key.Validate(keyAllowed); err != nil {
+		if err := p.Key.validate(door); err != nil {
 			return fmt.Errorf("key: %w", err)
 		}
 	}
@@ -217,7 +229,7 @@ func (p *Publish) Validate(keyAllowed bool) error {
 		return fmt.Errorf("body: unknown body %q (known: payload, effect)", p.Body)
 	}
 	if p.Filter != nil {
-		if err := p.Filter.Validate(keyAllowed); err != nil {
+		if err := p.Filter.Validate(door != fieldHTTP); err != nil {
 			return fmt.Errorf("filter: %w", err)
 		}
 	}

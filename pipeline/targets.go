@@ -60,9 +60,16 @@ func (ts Targets) OperationID(scope, id string, i int) uuid.UUID {
 // Validate checks every target, and that their names (given or by position) are unique.
 // keyAllowed says whether the door has a record key.
 func (ts Targets) Validate(keyAllowed bool) error {
+	return ts.validate(func(p *Publish) error { return p.Validate(keyAllowed) })
+}
+
+// ValidateBroker is Validate for a Pub/Sub or SQS subscription (Publish.ValidateBroker).
+func (ts Targets) ValidateBroker() error { return ts.validate((*Publish).ValidateBroker) }
+
+func (ts Targets) validate(check func(*Publish) error) error {
 	seen := map[string]int{}
 	for i := range ts {
-		if err := ts[i].Validate(keyAllowed); err != nil {
+		if err := check(&ts[i]); err != nil {
 			return fmt.Errorf("[%d]: %w", i, err)
 		}
 		name := ts.Name(i)

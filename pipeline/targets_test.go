@@ -12,14 +12,17 @@ import (
 
 // msg is a pipeline.Message of fixed fields.
 type msg struct {
-	fields    map[string]string // "json:/p" or "header:H" -> value
+	fields    map[string]string // "json:/p", "header:H" or "attribute:A" -> value
 	eventType string
 }
 
 func (m msg) Field(f *pipeline.Field) (string, bool) {
 	k := "json:" + f.JSON
-	if f.Header != "" {
+	switch {
+	case f.Header != "":
 		k = "header:" + f.Header
+	case f.Attribute != "":
+		k = "attribute:" + f.Attribute
 	}
 	v, ok := m.fields[k]
 	return v, ok
@@ -166,6 +169,29 @@ func TestTargetsValidateBrokers(t *testing.T) {
 	} {
 		require.NoError(t, ok.Validate(false), "%+v", ok)
 	}
+}
+
+// TestTargetsKeyPerDoor: a Pub/Sub or SQS subscription keys its events by an attribute,
+// json or the ordering key, never a header; Kafka's by a header, json or the record key,
+// never an attribute (SPEC 2.5b: the same keys as Kafka subscriptions, attributes for
+// headers).
+func TestTargetsKeyPerDoor(t *testing.T) {
+	t.Parallel()
+	keyed := func(f pipeline.Field) pipeline.Targets {
+		return pipeline.Targets{{Topic: "out", Key: &f}}
+	}
+	for _, f := range []pipeline.Field{{Attribute: "tenant"}, {JSON: "/id"}, {Key: true}, {Parts: []pipeline.Field{{Attribute: "tenant"}, {JSON: "/id"}}}} {
+		require.NoError(t, keyed(f).ValidateBroker(), "%+v", f)
+	}
+	require.ErrorContains(t, keyed(pipeline.Field{Header: "tenant"}).ValidateBroker(), "[0]: key: header: Pub/Sub and SQS messages have attributes, not headers")
+	require.ErrorContains(t, keyed(pipeline.Field{Parts: []pipeline.Field{{Header: "tenant"}}}).ValidateBroker(), "attributes, not headers")
+	require.NoError(t, keyed(pipeline.Field{Header: "tenant"}).Validate(true))
+	require.ErrorContains(t, keyed(pipeline.Field{Attribute: "tenant"}).Validate(true), "[0]: key: attribute: only Pub/Sub and SQS subscriptions")
+
+	// The key is read from the attribute.
+	got := keyed(pipeline.Field{Attribute: "tenant"}).Route("p", "p", "m1", outbox.Event{Payload: []byte(`{}`)}, msg{fields: map[string]string{"attribute:tenant": "acme"}})
+	require.Len(t, got, 1)
+	require.Equal(t, []byte("acme"), got[0].Event.Key)
 }
 
 func TestOrderRead(t *testing.T) {

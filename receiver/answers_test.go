@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -180,6 +181,16 @@ func TestKeyLookup(t *testing.T) {
 	require.Equal(t, 404, b.pay(t, tokenA, "GET", "/k-never", "", "").status)
 	require.Equal(t, 401, do(t, nil, "GET", b.srv.URL+"/v1/payments/k1", nil, nil).status)
 	require.Equal(t, 1, b.effects(t), "lookups never run an effect")
+
+	// A key is any printable ASCII: its item URL escapes it, '/' as %2F included.
+	for _, key := range []string{"a/b", "a b?c#d%e", "/lead"} {
+		created := b.pay(t, tokenA, "POST", "", key, `{"amount": 3}`)
+		require.Equal(t, 201, created.status, "%s", created.body)
+		got := b.pay(t, tokenA, "GET", "/"+url.PathEscape(key), "", "")
+		require.Equal(t, 201, got.status, "key %q: %s", key, got.body)
+		require.Equal(t, created.body, got.body)
+	}
+	require.Equal(t, 404, b.pay(t, tokenA, "GET", "/a/b", "", "").status, "an unescaped '/' is another path")
 
 	// While the request runs, its key is in flight.
 	done := make(chan resp)

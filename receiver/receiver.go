@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -207,21 +208,38 @@ func (r *Receiver) route(w http.ResponseWriter, req *http.Request) (*source, act
 		}
 		return src, actApply, "", true
 	}
-	if i := strings.LastIndexByte(p, '/'); i > 0 {
-		if src := r.byPath[p[:i]]; src != nil && src.api && p[i+1:] != "" {
-			act, ok := src.itemAction(req.Method)
-			if !ok {
-				allow := src.itemMethods()
-				w.Header().Set("Allow", allow)
-				r.reject(w, src, probMethod, "use "+allow, "method")
-				return src, 0, "", false
-			}
-			return src, act, p[i+1:], true
+	if src, key := r.item(req.URL); src != nil {
+		act, ok := src.itemAction(req.Method)
+		if !ok {
+			allow := src.itemMethods()
+			w.Header().Set("Allow", allow)
+			r.reject(w, src, probMethod, "use "+allow, "method")
+			return src, 0, "", false
 		}
+		return src, act, key, true
 	}
 	metrics.Rejected.WithLabelValues("unknown", "not_found").Inc()
 	writeProblem(w, probNotFound, "", "", 0)
 	return nil, 0, "", false
+}
+
+// item splits an item URL, {path}/{key}, of an API source: the key is the last segment of
+// the path as sent, unescaped, so that a key holding a '/' (sent as %2F) is found too.
+func (r *Receiver) item(u *url.URL) (*source, string) {
+	ep := u.EscapedPath()
+	i := strings.LastIndexByte(ep, '/')
+	if i <= 0 {
+		return nil, ""
+	}
+	p, err := url.PathUnescape(ep[:i])
+	if err != nil {
+		return nil, ""
+	}
+	key, err := url.PathUnescape(ep[i+1:])
+	if src := r.byPath[p]; src != nil && src.api && err == nil && key != "" {
+		return src, key
+	}
+	return nil, ""
 }
 
 func (r *Receiver) reject(w http.ResponseWriter, src *source, p problem, detail, reason string) {
