@@ -43,6 +43,21 @@ type DeadLetter struct {
 	Replays []Entry `json:"replays"`
 }
 
+// ListedLetter is a letter as `idemd dlq list -json` prints it, one per line: the API's
+// letter (GET /api/v1/dead-letters/{id}) without its replays, secrets stripped and URLs
+// redacted as there.
+type ListedLetter struct {
+	DeadLetterBrief
+	Scope   string              `json:"scope"`
+	Payload *body               `json:"payload"`
+	Headers map[string][]string `json:"headers"`
+}
+
+// ListLetter returns l as `idemd dlq list` shows it.
+func ListLetter(l *deadletter.Letter) *ListedLetter {
+	return &ListedLetter{DeadLetterBrief: briefOf(l), Scope: l.Scope, Payload: encodeBody(l.Payload), Headers: stripHeaders(l.Headers)}
+}
+
 func briefOf(l *deadletter.Letter) DeadLetterBrief {
 	b := DeadLetterBrief{
 		ID: l.ID, Pipeline: l.Pipeline, Origin: string(l.Origin.Door), OutboxID: l.Origin.OutboxID, DeliveryID: l.Origin.DeliveryID,

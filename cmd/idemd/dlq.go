@@ -127,7 +127,7 @@ func (c *cli) dlqList(args []string) int {
 	after := fs.Int64("after", 0, "only letters with a larger id (the next page)")
 	limit := fs.Int("limit", 100, "at most this many letters")
 	all := fs.Bool("all", false, "include letters already replayed")
-	asJSON := fs.Bool("json", false, "one JSON object per line, payload and headers included")
+	asJSON := fs.Bool("json", false, "one JSON object per line, payload and headers included (secrets stripped, as in the admin API)")
 	if code, ok := c.parse(fs, args); !ok {
 		return code
 	}
@@ -162,22 +162,19 @@ func (c *cli) dlqList(args []string) int {
 	if *asJSON {
 		// Sender-controlled text: encoding/json leaves C1 controls and bidi overrides raw.
 		enc := json.NewEncoder(printable.JSONWriter(c.stdout))
-		for _, l := range letters {
-			_ = enc.Encode(map[string]any{
-				"id": l.ID, "pipeline": l.Pipeline, "origin": l.Origin.Door, "scope": l.Scope, "message_id": l.MessageID,
-				"reason": l.Reason, "attempts": l.Attempts, "created_at": l.CreatedAt, "replayed_at": l.ReplayedAt,
-				"metadata": l.Metadata, "headers": l.Headers, "payload": string(l.Payload),
-			})
+		for i := range letters {
+			_ = enc.Encode(admin.ListLetter(letters[i]))
 		}
 	} else {
 		tw := tabwriter.NewWriter(c.stdout, 2, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "ID\tPIPELINE\tORIGIN\tMESSAGE_ID\tATTEMPTS\tCREATED_AT\tREPLAYED\tREASON")
-		for _, l := range letters {
+		for i := range letters {
+			l := admin.ListLetter(letters[i]) // the reason's URLs redacted
 			replayed := "-"
 			if l.ReplayedAt != nil {
 				replayed = l.ReplayedAt.UTC().Format(time.RFC3339)
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", l.ID, printable.Escape(l.Pipeline), l.Origin.Door, printable.Escape(l.MessageID), l.Attempts,
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", l.ID, printable.Escape(l.Pipeline), l.Origin, printable.Escape(l.MessageID), l.Attempts,
 				l.CreatedAt.UTC().Format(time.RFC3339), replayed, truncate(printable.Escape(l.Reason), 80))
 		}
 		_ = tw.Flush()

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -177,16 +178,71 @@ func TestDLQListEscapesSenderText(t *testing.T) {
 	require.Equal(t, exitOK, code)
 	raw(out)
 	var got struct {
-		MessageID string              `json:"message_id"`
-		Reason    string              `json:"reason"`
-		Payload   string              `json:"payload"`
-		Headers   map[string][]string `json:"headers"`
+		MessageID string `json:"message_id"`
+		Reason    string `json:"reason"`
+		Payload   struct {
+			Data     string `json:"data"`
+			Encoding string `json:"encoding"`
+		} `json:"payload"`
+		Headers map[string][]string `json:"headers"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &got), out)
 	require.Equal(t, hostileID, got.MessageID, "the JSON still decodes to the stored text")
 	require.Equal(t, hostileReason, got.Reason)
+	require.Equal(t, "{\"x\":\"\u0085\u2028\"}", got.Payload.Data)
+	require.Equal(t, "utf-8", got.Payload.Encoding)
+	require.Equal(t, []string{"\u009b2J"}, got.Headers["X-Evil"])
 
 	code, out, _ = runIdemd(t, vars, "dlq", "replay", fmt.Sprint(id))
 	require.Equal(t, exitFailure, code)
 	raw(out)
+}
+
+// TestDLQListShowsWhatTheAPIShows: `idemd dlq list -json` prints each letter as the admin
+// API does: secret headers redacted, a payload that is not UTF-8 in base64 (not mangled),
+// URLs in the reason cut to scheme and host.
+func TestDLQListShowsWhatTheAPIShows(t *testing.T) {
+	t.Parallel()
+	schema, pool := migratedSchema(t)
+	ctx := context.Background()
+	binary := []byte("bin\xff\xfe")
+	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := deadletter.New(schema).WriteTx(ctx, tx, &deadletter.Letter{
+			Pipeline: "ledger", Origin: deadletter.Origin{Door: deadletter.DoorKafka}, Scope: "ledger", MessageID: "op-bin-1",
+			Reason:  "POST https://hooks.example/services/T0/B0/s3cr3t: 400",
+			Payload: binary, Headers: map[string][]string{"Authorization": {"Bearer leak-me"}, "Stripe-Signature": {"t=1,v1=ab"}, "X-Plain": {"shown"}},
+		})
+		return err
+	}))
+	file := filepath.Join(t.TempDir(), "idemd.yaml")
+	require.NoError(t, os.WriteFile(file, []byte("sources:\n  - name: stripe\n    verify: {scheme: stripe, secrets_env: [DLQ_STRIPE_SECRET]}\n"), 0o600))
+	vars := map[string]string{
+		"IDEMD_DATABASE_URL": pgtest.URL(), "IDEMD_DB_SCHEMA": schema, "IDEMD_PIPELINES_FILE": file,
+		"DLQ_STRIPE_SECRET": "whsec_dlq_escape_test_secret",
+	}
+	for _, args := range [][]string{{"dlq", "list", "-json"}, {"dlq", "list"}} {
+		code, out, _ := runIdemd(t, vars, args...)
+		require.Equal(t, exitOK, code)
+		require.NotContains(t, out, "leak-me", "%v", args)
+		require.NotContains(t, out, "v1=ab", "%v", args)
+		require.NotContains(t, out, "s3cr3t", "%v", args)
+	}
+	_, out, _ := runIdemd(t, vars, "dlq", "list", "-json")
+	var got struct {
+		Reason  string `json:"reason"`
+		Payload struct {
+			Data     string `json:"data"`
+			Encoding string `json:"encoding"`
+		} `json:"payload"`
+		Headers map[string][]string `json:"headers"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &got), out)
+	require.Equal(t, "base64", got.Payload.Encoding)
+	decoded, err := base64.StdEncoding.DecodeString(got.Payload.Data)
+	require.NoError(t, err)
+	require.Equal(t, binary, decoded, "the payload's bytes, whole")
+	require.Equal(t, []string{"[redacted]"}, got.Headers["Authorization"])
+	require.Equal(t, []string{"[redacted]"}, got.Headers["Stripe-Signature"])
+	require.Equal(t, []string{"shown"}, got.Headers["X-Plain"])
+	require.Equal(t, "POST https://hooks.example/[redacted] 400", got.Reason)
 }
