@@ -191,7 +191,47 @@ func (s *Server) register() {
 }
 
 // ServeHTTP serves the admin routes.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h, pattern := s.mux.Handler(r); pattern == "" {
+		s.unrouted(w, r, h)
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+// unrouted answers a request that no route takes, 404, or 405 with Allow, as the mux
+// decides (h is its answer), as a problem like the API's other errors (on the console's
+// paths, its error page) rather than the mux's plain text.
+func (s *Server) unrouted(w http.ResponseWriter, r *http.Request, h http.Handler) {
+	rec := &statusRecorder{header: http.Header{}}
+	h.ServeHTTP(rec, r)
+	if rec.status == http.StatusMethodNotAllowed {
+		allow := rec.header.Get("Allow")
+		w.Header().Set("Allow", allow)
+		s.problem(w, r, http.StatusMethodNotAllowed, "method-not-allowed", "Method not allowed", "use "+allow)
+		return
+	}
+	s.notFound(w, r, "no such path (the routes: /openapi/admin.yaml)")
+}
+
+// statusRecorder keeps the status and headers a handler writes, and drops its body.
+type statusRecorder struct {
+	header http.Header
+	status int
+}
+
+func (r *statusRecorder) Header() http.Header { return r.header }
+
+func (r *statusRecorder) WriteHeader(status int) {
+	if r.status == 0 {
+		r.status = status
+	}
+}
+
+func (r *statusRecorder) Write(b []byte) (int, error) {
+	r.WriteHeader(http.StatusOK)
+	return len(b), nil
+}
 
 // HTTPServer returns an http.Server for s with the admin server's limits: read, write and
 // idle timeouts (a bulk replay and a CPU profile extend their own write deadline) and a

@@ -175,11 +175,20 @@ func encodeCursor(v any) string {
 }
 
 // nextID is the next cursor of a page of n items paged by id, whose last id is last.
-func nextID(n, limit int, last int64) string {
-	if n < limit {
+func nextID(more bool, last int64) string {
+	if !more {
 		return ""
 	}
 	return encodeCursor(idCursor{ID: last})
+}
+
+// page1 trims a list asked for limit+1 items to its page of limit, and says whether there
+// was more: a next page exists, so a list's last page has no next, even when it is full.
+func page1[T any](items []T, limit int) ([]T, bool) {
+	if len(items) > limit {
+		return items[:limit], true
+	}
+	return items, false
 }
 
 // body is a payload as JSON: text when it is UTF-8, base64 otherwise.

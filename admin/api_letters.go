@@ -115,10 +115,13 @@ func letterFilter(p *params) LetterFilter {
 }
 
 func (s *Server) listLetters(r *http.Request, q deadletter.Query) ([]DeadLetterBrief, string, error) {
+	limit := q.Limit
+	q.Limit++
 	ls, err := s.letters.Find(r.Context(), s.pool, q)
 	if err != nil {
 		return nil, "", err
 	}
+	ls, more := page1(ls, limit)
 	out := make([]DeadLetterBrief, len(ls))
 	for i, l := range ls {
 		out[i] = briefOf(l)
@@ -127,7 +130,7 @@ func (s *Server) listLetters(r *http.Request, q deadletter.Query) ([]DeadLetterB
 	if len(ls) > 0 {
 		last = ls[len(ls)-1].ID
 	}
-	return out, nextID(len(ls), q.Limit, last), nil
+	return out, nextID(more, last), nil
 }
 
 // lettersQuery reads GET /api/v1/dead-letters's parameters.

@@ -82,16 +82,19 @@ func messageFilter(p *params) processed.RecordFilter {
 
 // listMessages runs f and returns the page and its next cursor.
 func (s *Server) listMessages(r *http.Request, f processed.RecordFilter) ([]Message, string, error) {
+	limit := f.Limit
+	f.Limit++
 	recs, err := s.processed.ListRecords(r.Context(), s.pool, f)
 	if err != nil {
 		return nil, "", err
 	}
+	recs, more := page1(recs, limit)
 	out := make([]Message, len(recs))
 	for i, rec := range recs {
 		out[i] = messageOf(rec)
 	}
 	next := ""
-	if len(recs) == f.Limit {
+	if more {
 		last := recs[len(recs)-1]
 		next = encodeCursor(messageCursor{ReceivedAt: last.ReceivedAt, Scope: last.Scope, MessageID: last.MessageID})
 	}
@@ -174,8 +177,11 @@ func (s *Server) story(ctx context.Context, rec *processed.Record) (*Story, erro
 	if err != nil {
 		return nil, err
 	}
+	// A delivery's dead letter has the delivery's operation id for message id.
+	ops := make([]string, 0, len(ds))
 	for _, d := range ds {
 		st.Deliveries = append(st.Deliveries, deliveryOf(d))
+		ops = append(ops, d.OperationID.String())
 	}
 	cs, err := s.processed.ListConflicts(ctx, s.pool, processed.ConflictFilter{Pipeline: pipeline, Tenant: tenant, MessageID: rec.MessageID, Limit: ListLimitMax})
 	if err != nil {
@@ -186,15 +192,23 @@ func (s *Server) story(ctx context.Context, rec *processed.Record) (*Story, erro
 			st.Conflicts = append(st.Conflicts, conflictOf(c))
 		}
 	}
-	ls, err := s.letters.Find(ctx, s.pool, deadletter.Query{Pipeline: pipeline, MessageID: rec.MessageID, Limit: ListLimitMax})
+	ls, err := s.letters.Find(ctx, s.pool, deadletter.Query{Pipeline: pipeline, MessageID: rec.MessageID, MessageIDs: ops, Limit: ListLimitMax})
 	if err != nil {
 		return nil, err
 	}
+	var own *deadletter.Letter // the effect's letter: the oldest of the message's door (Find: newest first)
 	for _, l := range ls {
+		delivered := l.Origin.Door == deadletter.DoorDelivery
+		if delivered != (l.MessageID != rec.MessageID) {
+			continue // another door's letter of an id that happens to equal an operation id
+		}
 		st.DeadLetters = append(st.DeadLetters, briefOf(l))
+		if !delivered && l.Origin.Door != deadletter.DoorRelay {
+			own = l
+		}
 	}
-	if len(ls) > 0 && rec.State == processed.StateDead {
-		st.Effect.Attempts, st.Effect.Reason = ls[len(ls)-1].Attempts, ls[len(ls)-1].Reason
+	if own != nil && rec.State == processed.StateDead {
+		st.Effect.Attempts, st.Effect.Reason = own.Attempts, own.Reason
 	}
 	return st, nil
 }
@@ -280,16 +294,19 @@ func conflictFilter(p *params) processed.ConflictFilter {
 }
 
 func (s *Server) listConflicts(r *http.Request, f processed.ConflictFilter) ([]Conflict, string, error) {
+	limit := f.Limit
+	f.Limit++
 	cs, err := s.processed.ListConflicts(r.Context(), s.pool, f)
 	if err != nil {
 		return nil, "", err
 	}
+	cs, more := page1(cs, limit)
 	out := make([]Conflict, len(cs))
 	for i, c := range cs {
 		out[i] = conflictOf(c)
 	}
 	next := ""
-	if len(cs) == f.Limit {
+	if more {
 		last := cs[len(cs)-1]
 		next = encodeCursor(conflictCursor{FirstSeenAt: last.FirstSeenAt, Scope: last.Scope, MessageID: last.MessageID, Incoming: last.IncomingFingerprint})
 	}

@@ -52,16 +52,19 @@ func outboxFilter(p *params) outbox.RowFilter {
 }
 
 func (s *Server) listOutbox(r *http.Request, f outbox.RowFilter) ([]OutboxRow, string, error) {
+	limit := f.Limit
+	f.Limit++
 	rows, err := s.outbox.Rows(r.Context(), s.pool, f)
 	if err != nil {
 		return nil, "", err
 	}
+	rows, more := page1(rows, limit)
 	out := make([]OutboxRow, len(rows))
 	var last int64
 	for i, row := range rows {
 		out[i], last = outboxRowOf(row), row.ID
 	}
-	return out, nextID(len(rows), f.Limit, last), nil
+	return out, nextID(more, last), nil
 }
 
 func (s *Server) apiOutbox(w http.ResponseWriter, r *http.Request) {
@@ -144,16 +147,19 @@ func deliveryFilter(p *params) delivery.DeliveryFilter {
 }
 
 func (s *Server) listDeliveries(r *http.Request, f delivery.DeliveryFilter) ([]Delivery, string, error) {
+	limit := f.Limit
+	f.Limit++
 	ds, err := s.delivery.Deliveries(r.Context(), s.pool, f)
 	if err != nil {
 		return nil, "", err
 	}
+	ds, more := page1(ds, limit)
 	out := make([]Delivery, len(ds))
 	var last int64
 	for i, d := range ds {
 		out[i], last = deliveryOf(d), d.ID
 	}
-	return out, nextID(len(ds), f.Limit, last), nil
+	return out, nextID(more, last), nil
 }
 
 func (s *Server) apiDeliveries(w http.ResponseWriter, r *http.Request) {

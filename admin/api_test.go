@@ -1,6 +1,7 @@
 package admin_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -9,9 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemd/idemd/admin"
+	"github.com/idemd/idemd/deadletter"
 )
 
 // page walks a list with limit and returns every item, checking that no item repeats.
@@ -30,6 +34,9 @@ func (b *bundle) walk(t *testing.T, path string, limit int, key string) []map[st
 		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
 		items := r.data(t)
 		require.LessOrEqual(t, len(items), limit)
+		if pages > 0 {
+			require.NotEmpty(t, items, "a next cursor leads to a page with items")
+		}
 		for _, it := range items {
 			k := fmt.Sprint(it[key], "/", it["pipeline"], "/", it["tenant"])
 			require.False(t, seen[k], "item %s repeated across pages", k)
@@ -133,8 +140,31 @@ func TestMessageStoryAndConflicts(t *testing.T) {
 	require.JSONEq(t, `{"id":"evt-1","amount":2}`, c["payload"].(map[string]any)["data"].(string))
 	require.NotEqual(t, c["stored_fingerprint"], c["incoming_fingerprint"])
 
+	// A delivery of the message's event dead-lettered: its letter (whose message id is the
+	// delivery's operation id) is in the story too; the effect's reason stays the message's.
+	op := "00000000-0000-0000-0000-0000000000d1"
+	b.db.Exec(t, b.db.Q(`INSERT INTO {schema}.http_endpoints (name, url) VALUES ('erp', 'https://erp.example')`))
+	b.db.Exec(t, b.db.Q(`INSERT INTO {schema}.http_deliveries (endpoint, operation_id, pipeline, causation_id, payload, state, attempts, last_status, finished_at)
+		VALUES ('erp', '`+op+`', 'hooks', 'evt-1', '{}', 'dead', 3, 400, now())`))
+	require.NoError(t, pgx.BeginFunc(context.Background(), b.db.Pool, func(tx pgx.Tx) error {
+		_, err := deadletter.New(b.db.Schema).WriteTx(context.Background(), tx, &deadletter.Letter{
+			Pipeline: "hooks", Origin: deadletter.Origin{Door: deadletter.DoorDelivery, DeliveryID: 1, OperationID: uuid.MustParse(op)},
+			Scope: "http:erp", MessageID: op, Payload: []byte(`{}`), Reason: "erp answered 400", Attempts: 3,
+		})
+		return err
+	}))
+	m = b.get(t, "/api/v1/messages/hooks/evt-1").json(t)
+	letters := m["dead_letters"].([]any)
+	require.Len(t, letters, 2, "the message's letter and its delivery's")
+	origins := []string{letters[0].(map[string]any)["origin"].(string), letters[1].(map[string]any)["origin"].(string)}
+	require.ElementsMatch(t, []string{"http", "delivery"}, origins)
+	require.Contains(t, m["effect"].(map[string]any)["reason"], "null value")
+
 	list := b.get(t, "/api/v1/conflicts?pipeline=hooks").data(t)
 	require.Len(t, list, 1)
+	full := b.get(t, "/api/v1/conflicts?pipeline=hooks&limit=1")
+	require.Len(t, full.data(t), 1)
+	require.Empty(t, full.next(t), "a full last page has no next")
 	require.EqualValues(t, 1, list[0]["count"])
 	require.Equal(t, false, list[0]["payload_truncated"])
 	require.NotEmpty(t, list[0]["expires_at"])
@@ -183,6 +213,18 @@ func TestDeadLetterFiltersReplayAndAudit(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, b.call(t, "POST", "/api/v1/dead-letters/999999/replay", testToken, nil).status)
 	require.Equal(t, 1, b.db.Count(t, "{schema}.effects"))
 	require.Len(t, b.get(t, "/api/v1/dead-letters?replayed=true").data(t), 1)
+
+	// The replayed message's record says processed now, and it leaves the dead-lettered
+	// list; its story keeps the letter, replayed.
+	firstID := all[len(all)-1]["message_id"].(string)
+	story := b.get(t, "/api/v1/messages/hooks/"+firstID).json(t)
+	require.Equal(t, "processed", story["status"])
+	require.Equal(t, "applied", story["effect"].(map[string]any)["outcome"])
+	require.NotEmpty(t, story["dead_letters"].([]any)[0].(map[string]any)["replayed_at"])
+	for _, m := range b.get(t, "/api/v1/messages?pipeline=hooks&outcome=dead_lettered").data(t) {
+		require.NotEqual(t, firstID, m["message_id"])
+	}
+	require.Len(t, b.get(t, "/api/v1/messages?pipeline=hooks&outcome=dead_lettered").data(t), 4)
 
 	replays := b.get(t, fmt.Sprintf("/api/v1/dead-letters/%d", first)).json(t)["replays"].([]any)
 	require.Len(t, replays, 3)

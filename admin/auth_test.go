@@ -87,6 +87,32 @@ func TestAuthorization(t *testing.T) {
 	})
 }
 
+// TestUnroutedAnswersAreProblems: an unknown path answers 404 and a known path with another
+// method 405 with Allow, as application/problem+json like every other error of the API, not
+// the mux's plain text.
+func TestUnroutedAnswersAreProblems(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{tokens: testToken})
+	for _, c := range []struct {
+		method, path, allow string
+		status              int
+		problem             string
+	}{
+		{"GET", "/api/v1/nope", "", http.StatusNotFound, "not-found"},
+		{"GET", "/nope", "", http.StatusNotFound, "not-found"},
+		{"POST", "/api/v1/messages", "GET, HEAD", http.StatusMethodNotAllowed, "method-not-allowed"},
+		{"GET", "/api/v1/endpoints/x/disable", "POST", http.StatusMethodNotAllowed, "method-not-allowed"},
+		{"DELETE", "/healthz", "GET, HEAD", http.StatusMethodNotAllowed, "method-not-allowed"},
+	} {
+		r := b.call(t, c.method, c.path, testToken, nil)
+		require.Equal(t, c.status, r.status, "%s %s", c.method, c.path)
+		require.Equal(t, "application/problem+json", r.header.Get("Content-Type"), "%s %s", c.method, c.path)
+		require.Equal(t, c.problem, r.problemType(t), "%s %s", c.method, c.path)
+		require.Equal(t, c.allow, r.header.Get("Allow"), "%s %s", c.method, c.path)
+	}
+	require.Equal(t, http.StatusOK, b.call(t, "GET", "/api/v1/messages", testToken, nil).status, "routed requests as before")
+}
+
 // The console's sign-in sets an HttpOnly, SameSite=Strict session cookie; writes made with
 // it need the page's CSRF token; the audit names the token.
 func TestSessionCookieAndCSRF(t *testing.T) {

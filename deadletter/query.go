@@ -26,6 +26,9 @@ type Query struct {
 	// Reason keeps letters whose reason contains it (case-insensitive).
 	Reason    string
 	MessageID string
+	// MessageIDs keeps the letters of any of these message ids (with MessageID, of any of
+	// them or it).
+	MessageIDs []string
 	// Since and Until bound created_at: Since <= created_at < Until.
 	Since, Until time.Time
 	// Replayed, when set, keeps letters replayed (true) or not yet replayed (false).
@@ -49,7 +52,12 @@ func (q *Query) where() *sqlwhere.Where {
 	if q.Reason != "" {
 		w.Add("reason ILIKE ?", "%"+sqlwhere.Like(q.Reason)+"%")
 	}
-	if q.MessageID != "" {
+	switch {
+	case len(q.MessageIDs) > 0 && q.MessageID != "":
+		w.Add("message_id = ANY(?)", append([]string{q.MessageID}, q.MessageIDs...))
+	case len(q.MessageIDs) > 0:
+		w.Add("message_id = ANY(?)", q.MessageIDs)
+	case q.MessageID != "":
 		w.Add("message_id = ?", q.MessageID)
 	}
 	if !q.Since.IsZero() {

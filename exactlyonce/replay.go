@@ -36,6 +36,12 @@ func (u *Unit) ReplayTx(ctx context.Context, tx pgx.Tx, m *Message, claim bool) 
 	if err := u.apply(ctx, tx, m, q); err != nil {
 		return err
 	}
+	if !claim {
+		// Its record said dead-lettered; the effect is applied now.
+		if err := u.cfg.Processed.ReplayedTx(ctx, tx, m.Scope, m.ID); err != nil {
+			return err
+		}
+	}
 	// The replay's transaction is its caller's: the relay is notified at its commit.
 	return u.outbox.NotifyTx(ctx, tx, q.wake)
 }

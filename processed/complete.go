@@ -87,3 +87,13 @@ func (s *Store) CompleteBatchTx(ctx context.Context, tx pgx.Tx, done []Completio
 	}
 	return nil
 }
+
+// ReplayedTx marks (scope, id) done in tx, the transaction in which a replay of its dead
+// letter applied its effect: the record said dead (the effect failed for good), and now
+// the effect is applied. A record in another state is left as it is.
+func (s *Store) ReplayedTx(ctx context.Context, tx pgx.Tx, scope, id string) error {
+	if _, err := tx.Exec(ctx, s.sql.replayed, scope, id); err != nil {
+		return fmt.Errorf("error marking the replayed message done: %w", err)
+	}
+	return nil
+}

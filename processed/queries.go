@@ -2,7 +2,7 @@ package processed
 
 // queries are built once per Store, with the schema already quoted in.
 type queries struct {
-	claimNew, claimNewShared, claim, lookup, conflict, complete, acquire, release, forget, prune, pruneConflicts, pruneConflictsExpired string
+	claimNew, claimNewShared, claim, lookup, conflict, complete, replayed, acquire, release, forget, prune, pruneConflicts, pruneConflictsExpired string
 }
 
 func newQueries(schema string) queries {
@@ -89,6 +89,8 @@ FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::bytea
      AS c(scope, message_id, status, response_status, response_headers, response_body, token)
 WHERE p.scope = c.scope AND p.message_id = c.message_id
   AND (c.token IS NULL OR p.lease_token = c.token)`,
+
+		replayed: `UPDATE ` + t + ` SET status = 'done', completed_at = now() WHERE scope = $1 AND message_id = $2 AND status = 'dead'`,
 
 		acquire: `
 SELECT pg_current_xact_id()::text FROM ` + t + `
