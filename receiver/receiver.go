@@ -1,7 +1,7 @@
 // Package receiver is idemd's HTTP door: verified webhooks and API requests with the
 // Idempotency-Key contract, applied exactly once. Guarantee: a request's effect, its outbox
 // event and its processed record (or its dead letter) commit in one PostgreSQL transaction,
-// through the unit of work (internal/exactlyonce), and the response is written only after
+// through the unit of work (package exactlyonce), and the response is written only after
 // that commit; a retried request never repeats the effect, it gets the recorded answer.
 //
 // Concurrent webhook requests share transactions (group commit): a small batcher hands what
@@ -15,6 +15,7 @@ package receiver
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -30,6 +31,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemd/idemd/exactlyonce"
+	"github.com/idemd/idemd/internal/jsonpointer"
 	"github.com/idemd/idemd/internal/metrics"
 	"github.com/idemd/idemd/internal/tracing"
 	"github.com/idemd/idemd/migrations"
@@ -306,6 +308,19 @@ func (r *Receiver) serve(w http.ResponseWriter, req *http.Request, src *source, 
 
 func (r *Receiver) serveWebhook(w http.ResponseWriter, c *call, log *logrus.Entry) {
 	src := c.src
+	if src.scheme == SchemeSlack && c.eventType == "" {
+		if challenge, ok := slackChallenge(c.body); ok {
+			// Slack's Events API sends this, signed, when the endpoint is set up, and
+			// enables the endpoint only once it is echoed. It is no event: nothing is
+			// recorded or applied.
+			log.Info("answered Slack's url_verification challenge")
+			b, _ := json.Marshal(struct {
+				Challenge string `json:"challenge"`
+			}{challenge})
+			writeJSON(w, http.StatusOK, b, false)
+			return
+		}
+	}
 	id := lookup(src.msgID, http.Header(c.req.Header), c.body)
 	if !processed.ValidID(id) {
 		r.reject(w, src, probMissingID, "the message id is missing, empty, longer than 255 bytes or not text", "bad_message_id")
@@ -509,3 +524,20 @@ func (s *statusWriter) code() int { return cmp.Or(s.status, http.StatusOK) }
 
 // Unwrap lets http.ResponseController reach the connection.
 func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// slackChallenge returns the challenge of a Slack url_verification request:
+// {"type":"url_verification","challenge":"…"}.
+func slackChallenge(body *parsedBody) (string, bool) {
+	t, ok := body.pointer("/type")
+	if !ok {
+		return "", false
+	}
+	if s, _ := jsonpointer.ScalarText(t); s != "url_verification" {
+		return "", false
+	}
+	v, ok := body.pointer("/challenge")
+	if !ok {
+		return "", false
+	}
+	return jsonpointer.ScalarText(v)
+}

@@ -343,3 +343,42 @@ func TestSignedBodyUnderFreshIDs(t *testing.T) {
 	}
 	require.Equal(t, 1, b.effects(t), "one signed body, one effect")
 }
+
+// TestSlackURLVerification: Slack's Events API enables an endpoint only once it echoes the
+// challenge of a signed url_verification request. idemd answers it (200, the challenge)
+// without recording or applying anything; unsigned, it is refused like any request; an
+// event is applied as before.
+func TestSlackURLVerification(t *testing.T) {
+	t.Parallel()
+	const secret = "slack-signing-secret-0123"
+	b := setup(t, 4, func(db *pgtest.DB) Config {
+		return Config{Sources: []Source{{
+			Name:   "slack",
+			Verify: Verify{Scheme: SchemeSlack, Secrets: []string{secret}},
+			Effect: Effect{SQL: db.Q(`INSERT INTO {schema}.effects (message_id) VALUES (@message_id)`)},
+		}}}
+	})
+	post := func(body string, sign bool) resp {
+		ts := strconv.FormatInt(time.Now().Unix(), 10)
+		h := http.Header{"X-Slack-Request-Timestamp": {ts}, "Content-Type": {"application/json"}}
+		if sign {
+			h.Set("X-Slack-Signature", "v0="+hex.EncodeToString(hmacSHA256([]byte(secret), []byte("v0:"+ts+":"), []byte(body))))
+		}
+		return do(t, nil, "POST", b.srv.URL+"/webhooks/slack", []byte(body), h)
+	}
+	challenge := `{"token":"Jhj5dZrVaK7ZwHHjRyZWjbDl","challenge":"3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P","type":"url_verification"}`
+	r := post(challenge, true)
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	require.Equal(t, "application/json", r.header.Get("Content-Type"))
+	require.JSONEq(t, `{"challenge":"3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P"}`, string(r.body))
+	require.Equal(t, 0, b.db.Count(t, "{schema}.processed_messages"), "nothing recorded")
+
+	unsigned := post(challenge, false)
+	require.Equal(t, http.StatusUnauthorized, unsigned.status)
+	require.NotContains(t, string(unsigned.body), "3eZbrw1a")
+
+	event := post(`{"type":"event_callback","event_id":"Ev1","event":{"type":"message"}}`, true)
+	require.Equal(t, http.StatusOK, event.status, "%s", event.body)
+	require.Equal(t, "processed", event.json(t)["status"])
+	require.Equal(t, 1, b.effects(t))
+}
