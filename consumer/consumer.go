@@ -4,7 +4,7 @@
 // (pipeline, message id).
 //
 // Guarantee: messages are handled in batches, one PostgreSQL transaction per batch
-// (internal/exactlyonce): the claims of the batch's ids, the effect of each new one (SQL, a
+// (package exactlyonce): the claims of the batch's ids, the effect of each new one (SQL, a
 // Go Handler, an outbox event), and the dead letters commit together or not at all. A batch
 // is acknowledged to its broker only after its transaction committed — Kafka: the offset is
 // committed; Pub/Sub: Ack; SQS: DeleteMessageBatch — so a crash, a rebalance or a transient
