@@ -38,14 +38,17 @@ import (
 //
 // While no relay of the process leads, the Store asks for no ids and the writer wakes the
 // relay with a NOTIFY, as without a Handoff. A Handoff holds at most four rounds of rows
-// (4 × RelayConfig.BatchSize); beyond that the writer wakes the relay with a NOTIFY as well
-// and the relay reads the table until it caught up.
+// (4 × RelayConfig.BatchSize rows, and 4 MB of events whatever their size); beyond that the
+// writer wakes the relay with a NOTIFY as well and the relay reads the table until it
+// caught up.
 type Handoff struct {
-	mu      sync.Mutex
-	leading bool
-	wake    func()
-	max     int // rows
-	rows    []handedRow
+	mu       sync.Mutex
+	leading  bool
+	wake     func()
+	max      int // rows
+	maxBytes int // eventSize summed over rows
+	bytes    int
+	rows     []handedRow
 	// overflow: rows were turned away since the relay last took some; it reads the table.
 	overflow bool
 	// overflows counts the times rows were first turned away (tests, the bench).
@@ -94,19 +97,22 @@ func (h *Handoff) leadingNow() bool {
 // queues nothing, when no relay of the process leads, when an entry lacks its ids (its
 // statement's result was not read), or when the relay is too far behind.
 func (h *Handoff) hand(hs []*Handed) bool {
-	n := 0
+	n, bytes := 0, 0
 	for _, x := range hs {
 		if len(x.ids) != len(x.events) {
 			return false
 		}
 		n += len(x.ids)
+		for i := range x.events {
+			bytes += eventSize(&x.events[i])
+		}
 	}
 	h.mu.Lock()
 	if !h.leading {
 		h.mu.Unlock()
 		return false
 	}
-	if len(h.rows)+n > h.max {
+	if len(h.rows)+n > h.max || (h.bytes+bytes > h.maxBytes && len(h.rows) > 0) {
 		if !h.overflow {
 			h.overflows++
 		}
@@ -119,6 +125,7 @@ func (h *Handoff) hand(hs []*Handed) bool {
 			h.rows = append(h.rows, handedRow{id: id, e: x.events[i]})
 		}
 	}
+	h.bytes += bytes
 	wake := h.wake
 	h.mu.Unlock()
 	wake()
@@ -127,11 +134,11 @@ func (h *Handoff) hand(hs []*Handed) bool {
 
 // attach makes the relay that calls it, which has just taken the leadership, the receiver
 // of handed rows; wake wakes it.
-func (h *Handoff) attach(wake func(), maxRows int) {
+func (h *Handoff) attach(wake func(), maxRows, maxBytes int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.leading, h.wake, h.max = true, wake, maxRows
-	h.rows, h.overflow = nil, false
+	h.leading, h.wake, h.max, h.maxBytes = true, wake, maxRows, maxBytes
+	h.rows, h.bytes, h.overflow = nil, 0, false
 }
 
 // detach is called when the relay stops leading: the rows waiting are forgotten (they are
@@ -140,7 +147,7 @@ func (h *Handoff) detach() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.leading, h.wake = false, nil
-	h.rows, h.overflow = nil, false
+	h.rows, h.bytes, h.overflow = nil, 0, false
 }
 
 // take returns up to maxRows handed rows within maxBytes (at least one row), in id order.
@@ -150,14 +157,16 @@ func (h *Handoff) take(maxRows, maxBytes int) (rows []handedRow, overflow bool) 
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.overflow {
-		h.rows, h.overflow = nil, false
+		h.rows, h.bytes, h.overflow = nil, 0, false
 		return nil, true
 	}
 	n, bytes := 0, 0
 	for n < len(h.rows) && n < maxRows {
-		if bytes += eventSize(&h.rows[n].e); bytes > maxBytes && n > 0 {
+		size := eventSize(&h.rows[n].e)
+		if bytes+size > maxBytes && n > 0 {
 			break
 		}
+		bytes += size
 		n++
 	}
 	if n == 0 {
@@ -165,6 +174,7 @@ func (h *Handoff) take(maxRows, maxBytes int) (rows []handedRow, overflow bool) 
 	}
 	rows = slices.Clone(h.rows[:n])
 	h.rows = slices.Delete(h.rows, 0, n)
+	h.bytes -= bytes
 	slices.SortFunc(rows, func(a, b handedRow) int { return cmp.Compare(a.id, b.id) })
 	return rows, false
 }
@@ -175,6 +185,9 @@ func (h *Handoff) putBack(rows []handedRow) {
 	defer h.mu.Unlock()
 	if h.leading && !h.overflow {
 		h.rows = slices.Insert(h.rows, 0, rows...)
+		for i := range rows {
+			h.bytes += eventSize(&rows[i].e)
+		}
 	}
 }
 

@@ -22,7 +22,7 @@ func TestHandoffBounds(t *testing.T) {
 	require.False(t, h.hand([]*Handed{handedOf(1)}), "no relay leads")
 
 	wakes := 0
-	h.attach(func() { wakes++ }, 10)
+	h.attach(func() { wakes++ }, 10, 1<<30)
 	require.False(t, h.hand([]*Handed{{ids: []int64{1}}}), "ids and events must match (a result not read)")
 	require.True(t, h.hand([]*Handed{handedOf(5, 6, 7), handedOf(2, 3)}))
 	require.Equal(t, 1, wakes)
@@ -50,6 +50,32 @@ func TestHandoffBounds(t *testing.T) {
 	h.detach()
 	require.False(t, h.hand([]*Handed{handedOf(30)}), "the relay stepped down")
 	require.False(t, h.leadingNow())
+}
+
+// TestHandoffBoundsBytes: a Handoff also holds at most its bytes of events (4 MB for a
+// relay), whatever its rows bound says, and counts what it takes, puts back and forgets.
+func TestHandoffBoundsBytes(t *testing.T) {
+	size := eventSize(&Event{Topic: "t", Payload: make([]byte, 100)})
+	h := NewHandoff()
+	h.attach(func() {}, 1000, 3*size)
+	require.True(t, h.hand([]*Handed{handedOf(1, 2)}))
+	require.True(t, h.hand([]*Handed{handedOf(3)}), "three events' bytes fit")
+	require.False(t, h.hand([]*Handed{handedOf(4)}), "a fourth's do not, though the rows bound would take it")
+	rows, overflow := h.take(100, 1<<20)
+	require.True(t, overflow)
+	require.Empty(t, rows)
+
+	require.True(t, h.hand([]*Handed{handedOf(5, 6, 7)}), "forgotten rows count no more")
+	rows, _ = h.take(2, 1<<20)
+	require.Equal(t, []int64{5, 6}, idsOf(rows))
+	require.True(t, h.hand([]*Handed{handedOf(8, 9)}), "taken rows count no more")
+	h.putBack(rows)
+	require.Equal(t, 5*size, h.bytes, "put back rows count again (7, 8, 9 and 5, 6)")
+	require.False(t, h.hand([]*Handed{handedOf(10)}))
+
+	h.attach(func() {}, 1000, size)
+	require.True(t, h.hand([]*Handed{handedOf(11, 12, 13)}), "one transaction's events larger than the bound are taken when nothing waits")
+	require.False(t, h.hand([]*Handed{handedOf(14)}))
 }
 
 func idsOf(rows []handedRow) []int64 {

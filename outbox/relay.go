@@ -30,7 +30,11 @@ import (
 
 // Defaults of RelayConfig.
 const (
-	RelayBatchSizeDefault     = 1000
+	// RelayBatchSizeDefault: a round is bounded by relayRoundBytes (1 MB) as well, about
+	// 3,000 events of 300 bytes. At 1000 a relay under full load that once fell behind its
+	// consumer read every row back from the table, a round per 1,000, and stayed behind
+	// (BENCHMARKS.md, phase 22).
+	RelayBatchSizeDefault     = 4000
 	RelayPollIntervalDefault  = time.Second
 	RelayBatchTimeoutDefault  = 2 * time.Millisecond
 	RelayStandbyPollDefault   = time.Second
@@ -68,7 +72,8 @@ type RelayConfig struct {
 	// Defaults to none, with the same consequence as PubSub's. Run closes it when it
 	// returns.
 	SQS Publisher
-	// BatchSize is how many rows one round publishes at most. Defaults to 1000.
+	// BatchSize is how many rows one round publishes at most (and 1 MB of events at most,
+	// whatever BatchSize says). Defaults to 4000.
 	BatchSize int
 	// BatchTimeout is how long the Kafka writer waits to fill a batch. Defaults to 2 ms
 	// (kafka-go's own default of 1 s would add a second to every publish).
@@ -574,7 +579,7 @@ func (r *Relay) lead(ctx context.Context) error {
 	r.signals.Leading.Signal(struct{}{})
 	r.selectDue = true
 	if h := r.cfg.Handoff; h != nil {
-		h.attach(r.wake, relayHandoffRounds*r.cfg.BatchSize)
+		h.attach(r.wake, relayHandoffRounds*r.cfg.BatchSize, relayHandoffRounds*relayRoundBytes)
 		defer h.detach()
 	}
 	defer r.dropAhead()

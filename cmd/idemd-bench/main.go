@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/idemd/idemd/internal/gctune"
+	"github.com/idemd/idemd/outbox"
 )
 
 // options are the command-line flags of a bench run.
@@ -98,7 +99,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.receiverConns, "receiver-conns", 8, "PostgreSQL connections of the receiver (its concurrent transactions)")
 	fs.IntVar(&o.receiverTurns, "receiver-turns", 4, "turns each of the group-committed and the naive receiver is loaded for, in turns with the other, within -duration")
 	fs.IntVar(&o.relayEvents, "relay-events", 50000, "outbox rows pre-filled for the relay throughput run")
-	fs.IntVar(&o.relayBatch, "relay-batch", 1000, "relay BatchSize")
+	fs.IntVar(&o.relayBatch, "relay-batch", outbox.RelayBatchSizeDefault, "relay BatchSize (the daemon's default; 1000 before phase 22)")
 	fs.IntVar(&o.relayRate, "relay-rate", 1000, "events/s enqueued, one per transaction, for the commit-to-Kafka latency run")
 	fs.DurationVar(&o.relayDuration, "relay-duration", 10*time.Second, "length of the relay latency run")
 	fs.StringVar(&o.peersBin, "peers-bin", "", "the peer consumers' program (build: go build -C bench/peers -o idemd-peers .); without it the peers section is skipped")
