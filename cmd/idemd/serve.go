@@ -279,7 +279,7 @@ func (c *cli) check(args []string) int {
 		}
 	}
 	for _, w := range warnings {
-		fmt.Fprintf(c.stderr, "idemd check: warning: %s\n", w)
+		fmt.Fprintf(c.stderr, "warning: %s\n", w) // SPEC 2.3b: a line that starts "warning:"
 	}
 	if len(problems) > 0 {
 		return c.fail("check", exitUsage, errors.New(strings.Join(problems, "\n")))
