@@ -291,7 +291,9 @@ func TestReceiverCrashLoop(t *testing.T) {
 // not yet marked are published again, with the same operation id; none is lost.
 func TestRelayKilledBetweenPublishAndMark(t *testing.T) {
 	t.Parallel()
-	n, kills := size(20000, 100000), size(3, 10)
+	// The last kill comes at 85 % of the rows at most, and a round publishes up to 4,000
+	// (the relay's BatchSize): at least one round must be left after it to be killed in.
+	n, kills := size(40000, 100000), size(3, 10)
 	broker := newBroker(t)
 	brokers := broker.ListenAddrs()
 	var armed atomic.Pointer[proc]
