@@ -155,12 +155,7 @@ func TestDLQListEscapesSenderText(t *testing.T) {
 		})
 		return err
 	}))
-	file := filepath.Join(t.TempDir(), "idemd.yaml")
-	require.NoError(t, os.WriteFile(file, []byte("sources:\n  - name: stripe\n    verify: {scheme: stripe, secrets_env: [DLQ_STRIPE_SECRET]}\n"), 0o600))
-	vars := map[string]string{
-		"IDEMD_DATABASE_URL": pgtest.URL(), "IDEMD_DB_SCHEMA": schema, "IDEMD_PIPELINES_FILE": file,
-		"DLQ_STRIPE_SECRET": "whsec_dlq_escape_test_secret",
-	}
+	vars := letterVars(t, schema)
 	raw := func(out string) {
 		t.Helper()
 		for _, r := range out {
@@ -214,12 +209,7 @@ func TestDLQListShowsWhatTheAPIShows(t *testing.T) {
 		})
 		return err
 	}))
-	file := filepath.Join(t.TempDir(), "idemd.yaml")
-	require.NoError(t, os.WriteFile(file, []byte("sources:\n  - name: stripe\n    verify: {scheme: stripe, secrets_env: [DLQ_STRIPE_SECRET]}\n"), 0o600))
-	vars := map[string]string{
-		"IDEMD_DATABASE_URL": pgtest.URL(), "IDEMD_DB_SCHEMA": schema, "IDEMD_PIPELINES_FILE": file,
-		"DLQ_STRIPE_SECRET": "whsec_dlq_escape_test_secret",
-	}
+	vars := letterVars(t, schema)
 	for _, args := range [][]string{{"dlq", "list", "-json"}, {"dlq", "list"}} {
 		code, out, _ := runIdemd(t, vars, args...)
 		require.Equal(t, exitOK, code)
@@ -245,4 +235,16 @@ func TestDLQListShowsWhatTheAPIShows(t *testing.T) {
 	require.Equal(t, []string{"[redacted]"}, got.Headers["Stripe-Signature"])
 	require.Equal(t, []string{"shown"}, got.Headers["X-Plain"])
 	require.Equal(t, "POST https://hooks.example/[redacted] 400", got.Reason)
+}
+
+// letterVars is the environment of a dlq command on schema's letters, with a pipelines
+// file of one source.
+func letterVars(t *testing.T, schema string) map[string]string {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "idemd.yaml")
+	require.NoError(t, os.WriteFile(file, []byte("sources:\n  - name: stripe\n    verify: {scheme: stripe, secrets_env: [DLQ_STRIPE_SECRET]}\n"), 0o600))
+	return map[string]string{
+		"IDEMD_DATABASE_URL": pgtest.URL(), "IDEMD_DB_SCHEMA": schema, "IDEMD_PIPELINES_FILE": file,
+		"DLQ_STRIPE_SECRET": "whsec_dlq_escape_test_secret",
+	}
 }
