@@ -172,15 +172,7 @@ func TestDLQListEscapesSenderText(t *testing.T) {
 	code, out, _ = runIdemd(t, vars, "dlq", "list", "-json")
 	require.Equal(t, exitOK, code)
 	raw(out)
-	var got struct {
-		MessageID string `json:"message_id"`
-		Reason    string `json:"reason"`
-		Payload   struct {
-			Data     string `json:"data"`
-			Encoding string `json:"encoding"`
-		} `json:"payload"`
-		Headers map[string][]string `json:"headers"`
-	}
+	var got listedLetter
 	require.NoError(t, json.Unmarshal([]byte(out), &got), out)
 	require.Equal(t, hostileID, got.MessageID, "the JSON still decodes to the stored text")
 	require.Equal(t, hostileReason, got.Reason)
@@ -218,14 +210,7 @@ func TestDLQListShowsWhatTheAPIShows(t *testing.T) {
 		require.NotContains(t, out, "s3cr3t", "%v", args)
 	}
 	_, out, _ := runIdemd(t, vars, "dlq", "list", "-json")
-	var got struct {
-		Reason  string `json:"reason"`
-		Payload struct {
-			Data     string `json:"data"`
-			Encoding string `json:"encoding"`
-		} `json:"payload"`
-		Headers map[string][]string `json:"headers"`
-	}
+	var got listedLetter
 	require.NoError(t, json.Unmarshal([]byte(out), &got), out)
 	require.Equal(t, "base64", got.Payload.Encoding)
 	decoded, err := base64.StdEncoding.DecodeString(got.Payload.Data)
@@ -235,6 +220,17 @@ func TestDLQListShowsWhatTheAPIShows(t *testing.T) {
 	require.Equal(t, []string{"[redacted]"}, got.Headers["Stripe-Signature"])
 	require.Equal(t, []string{"shown"}, got.Headers["X-Plain"])
 	require.Equal(t, "POST https://hooks.example/[redacted] 400", got.Reason)
+}
+
+// listedLetter is what the tests read of a line of `idemd dlq list -json`.
+type listedLetter struct {
+	MessageID string `json:"message_id"`
+	Reason    string `json:"reason"`
+	Payload   struct {
+		Data     string `json:"data"`
+		Encoding string `json:"encoding"`
+	} `json:"payload"`
+	Headers map[string][]string `json:"headers"`
 }
 
 // letterVars is the environment of a dlq command on schema's letters, with a pipelines
