@@ -179,14 +179,12 @@ func TestBrowserSearchMessageByID(t *testing.T) {
 	// cancel (a real keyboard's is cancelled): clear it.
 	_, err = chromedp.Run(ctx, chromedp.Evaluate[chromedp.Void](`document.activeElement.value = ""`))
 	require.NoError(t, err)
-	require.NoError(t, chromedp.Do(ctx,
-		chromedp.KeyEvent("evt-search-1"),
-		chromedp.KeyEvent("\r"),
-		chromedp.WaitVisible(chromedp.CSS(`a[href="/ui/messages/hooks/evt-search-1"]`)),
-	))
-	loc, err := chromedp.Run(ctx, chromedp.Location())
-	require.NoError(t, err)
-	require.Contains(t, loc, "id=evt-search-1", "the search is a deep link")
+	require.NoError(t, chromedp.Do(ctx, chromedp.KeyEvent("evt-search-1"), chromedp.KeyEvent("\r")))
+	// The unfiltered list already shows the message's link, so wait for the search's own
+	// page: its address (a deep link) and a list without the other message.
+	waitJS(t, ctx, `location.search.includes("id=evt-search-1") && document.readyState === "complete" &&
+		!!document.querySelector('a[href="/ui/messages/hooks/evt-search-1"]') &&
+		!document.querySelector('a[href="/ui/messages/hooks/evt-other"]')`)
 	rows := text(t, ctx, "tbody")
 	require.Contains(t, rows, "evt-search-1")
 	require.Contains(t, rows, "processed")
