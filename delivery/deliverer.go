@@ -551,7 +551,9 @@ func collectClaimed(rows pgx.Rows, token uuid.UUID, lease time.Duration) ([]*row
 // request is bounded by the endpoint's Timeout, and an answer that came must be recorded.
 func (d *Deliverer) attempt(ctx context.Context, ep *endpoint, r *row) {
 	ctx = context.WithoutCancel(ctx)
-	log := d.log.WithFields(logrus.Fields{"endpoint": ep.Name, "operation_id": r.op.String(), "attempt": r.attempts})
+	log := d.log.WithFields(logrus.Fields{
+		"endpoint": ep.Name, "pipeline": r.pipeline, "message_id": r.causation, "operation_id": r.op.String(), "attempt": r.attempts,
+	})
 	start := time.Now()
 	sctx, span := d.startAttempt(ctx, ep, r)
 	status, retryAfter, detail, err := d.post(sctx, ep, r)

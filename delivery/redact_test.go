@@ -79,6 +79,16 @@ func TestCapabilityURLsNeverStored(t *testing.T) {
 	require.Contains(t, stored.String(), "http://"+closedAddr, "the redacted URL names the host and port")
 	require.Contains(t, stored.String(), "connection refused")
 	require.Contains(t, logs.String(), `endpoint=refused`)
+	// A delivery's lines name the message it delivers, as the consumer's and receiver's do.
+	var dead *logrus.Entry
+	for _, e := range hook.AllEntries() {
+		if e.Message == "delivery dead-lettered" {
+			dead = e
+		}
+	}
+	require.NotNil(t, dead, "the dead letter is logged")
+	require.Equal(t, "p", dead.Data["pipeline"])
+	require.Equal(t, "m1", dead.Data["message_id"])
 	require.NotContains(t, all, pathSecret)
 	require.NotContains(t, all, querySecret)
 	require.NotContains(t, all, "/services/")

@@ -42,6 +42,13 @@ func (r *Receiver) serveAPI(w http.ResponseWriter, req *http.Request, c *call, u
 	} else if !ValidKey(key) {
 		r.reject(w, src, probBadKey, ErrInvalidKey.Error(), "bad_key")
 		return
+	} else if h := req.Header.Values("Idempotency-Key"); len(h) > 0 {
+		// A PUT names its key in the URL. A header beside it must name the same key: two
+		// different keys are two keys (400), and taking either would hide the caller's bug.
+		if k, err := ParseIdempotencyKey(h); err != nil || k != key {
+			r.reject(w, src, probBadKey, "the Idempotency-Key header names another key than the URL: send one key, in the URL or the header", "bad_key")
+			return
+		}
 	}
 	c.req.Key, c.req.MessageID = key, key
 	log = log.WithField("message_id", key)
