@@ -42,6 +42,14 @@ const (
 	RelayBackoffMaxDefault    = 10 * time.Second
 	RelayStatsIntervalDefault = 5 * time.Second
 	RelayFloorIntervalDefault = 200 * time.Millisecond
+	// KafkaWriterBatchSize is the relay's kafka.Writer BatchSize: how many records of one
+	// partition go in one produce request. It is not the round's size (RelayConfig.BatchSize):
+	// kafka-go gives every partition's batch of every WriteMessages call the capacity of a
+	// whole BatchSize (152 bytes a record, zeroed), however few records the batch holds. At
+	// 4000 that was 608 KB a partition a round, a fifth of the bytes the consumer's process
+	// allocated (BENCHMARKS.md, phase 23). A partition's records beyond it go in the next
+	// produce request, at once.
+	KafkaWriterBatchSize      = 1000
 	RelayMaxFailingForDefault = 10 * time.Minute
 )
 
@@ -293,7 +301,7 @@ func NewRelay(pool *pgxpool.Pool, cfg *RelayConfig) (*Relay, error) {
 			Balancer:     &kafka.Murmur2Balancer{},
 			RequiredAcks: kafka.RequireAll,
 			BatchTimeout: c.BatchTimeout,
-			BatchSize:    c.BatchSize,
+			BatchSize:    KafkaWriterBatchSize,
 			BatchBytes:   64 << 20,
 			// The relay retries failed topics itself, forever, with its own backoff.
 			MaxAttempts:  1,

@@ -521,3 +521,34 @@ func TestRelayReadAheadNeverSkipsALateCommit(t *testing.T) {
 	require.True(t, seen["late"])
 	require.Len(t, seen, 26)
 }
+
+// TestRelayRoundLargerThanAProduceRequest: a round holds more rows (RelayConfig.BatchSize)
+// than one produce request holds records of a partition (KafkaWriterBatchSize). A round of
+// one key, so of one partition, goes in several produce requests, all of it, in order.
+func TestRelayRoundLargerThanAProduceRequest(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t, 2, pgtest.Options{})
+	n := 2*outbox.KafkaWriterBatchSize + 500
+	events := make([]outbox.Event, n)
+	for i := range events {
+		id := fmt.Sprintf("e-%05d", i)
+		events[i] = outbox.Event{Topic: b.topic, Key: []byte("k"), Payload: []byte(id), Pipeline: "p", CausationID: id}
+	}
+	b.enqueue(t, events...)
+	relay, _ := b.startRelay(t, outbox.RelayConfig{BatchSize: n})
+	b.drain(t, relay, 60*time.Second)
+	require.EqualValues(t, 1, relay.Rounds(), "the rows went in one round")
+	require.GreaterOrEqual(t, relay.Stats().Writes, int64(3), "the round went in several produce requests")
+	records := kafkatest.ReadAll(t, b.topic, n, 60*time.Second)
+	var got []string
+	for _, m := range records {
+		if !slices.Contains(got, string(m.Value)) {
+			got = append(got, string(m.Value))
+		}
+	}
+	want := make([]string, n)
+	for i := range want {
+		want[i] = fmt.Sprintf("e-%05d", i)
+	}
+	require.Equal(t, want, got)
+}

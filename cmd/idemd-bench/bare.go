@@ -65,7 +65,7 @@ func serveBare(c childConfig, pool *pgxpool.Pool) (func(context.Context) error, 
 		w: &kafka.Writer{
 			Addr: kafka.TCP(c.Brokers...), Topic: c.OutboxTopic,
 			Balancer: &kafka.Murmur2Balancer{}, RequiredAcks: kafka.RequireAll,
-			BatchTimeout: outbox.RelayBatchTimeoutDefault, BatchSize: c.RelayBatch, BatchBytes: 64 << 20,
+			BatchTimeout: outbox.RelayBatchTimeoutDefault, BatchSize: outbox.KafkaWriterBatchSize, BatchBytes: 64 << 20,
 		},
 		// The limit's statement, telling which ids were new: their events are published.
 		sql:   limitSQL(quote(c.Schema), limitConfig{method: methodUnnest}) + "\nRETURNING causation_id, id",
