@@ -42,14 +42,6 @@ const (
 	RelayBackoffMaxDefault    = 10 * time.Second
 	RelayStatsIntervalDefault = 5 * time.Second
 	RelayFloorIntervalDefault = 200 * time.Millisecond
-	// KafkaWriterBatchSize is the relay's kafka.Writer BatchSize: how many records of one
-	// partition go in one produce request. It is not the round's size (RelayConfig.BatchSize):
-	// kafka-go gives every partition's batch of every WriteMessages call the capacity of a
-	// whole BatchSize (152 bytes a record, zeroed), however few records the batch holds. At
-	// 4000 that was 608 KB a partition a round, a fifth of the bytes the consumer's process
-	// allocated (BENCHMARKS.md, phase 23). A partition's records beyond it go in the next
-	// produce request, at once.
-	KafkaWriterBatchSize      = 1000
 	RelayMaxFailingForDefault = 10 * time.Minute
 )
 
@@ -295,19 +287,21 @@ func NewRelay(pool *pgxpool.Pool, cfg *RelayConfig) (*Relay, error) {
 	if w == nil && len(c.Brokers) > 0 {
 		// DefaultTransport's settings, in a transport of the relay's own.
 		transport = &kafka.Transport{Dial: (&net.Dialer{Timeout: 3 * time.Second}).DialContext}
-		w = &kafka.Writer{
-			Addr:         kafka.TCP(c.Brokers...),
-			Transport:    transport,
-			Balancer:     &kafka.Murmur2Balancer{},
-			RequiredAcks: kafka.RequireAll,
-			BatchTimeout: c.BatchTimeout,
-			BatchSize:    KafkaWriterBatchSize,
-			BatchBytes:   64 << 20,
-			// The relay retries failed topics itself, forever, with its own backoff.
-			MaxAttempts:  1,
-			WriteTimeout: 10 * time.Second,
-			ReadTimeout:  10 * time.Second,
-		}
+		w = newTieredWriter(c.BatchSize, func(batchSize int) *kafka.Writer {
+			return &kafka.Writer{
+				Addr:         kafka.TCP(c.Brokers...),
+				Transport:    transport,
+				Balancer:     &kafka.Murmur2Balancer{},
+				RequiredAcks: kafka.RequireAll,
+				BatchTimeout: c.BatchTimeout,
+				BatchSize:    batchSize,
+				BatchBytes:   64 << 20,
+				// The relay retries failed topics itself, forever, with its own backoff.
+				MaxAttempts:  1,
+				WriteTimeout: 10 * time.Second,
+				ReadTimeout:  10 * time.Second,
+			}
+		})
 	}
 	table := pgx.Identifier{c.Schema}.Sanitize() + ".outbox"
 	lastIDSQL, lowestSQL := floorSQL(table)

@@ -4,9 +4,13 @@ import "github.com/segmentio/kafka-go"
 
 // Stats returns the statistics of the relay's Kafka writer since the previous call
 // (kafka-go zeroes its counters at each call, so give the relay to one collector only:
-// metrics.WatchKafkaWriter). A Writer that is not kafka-go's (RelayConfig.Writer) has none.
+// metrics.WatchKafkaWriter). A Writer that is not kafka-go's (RelayConfig.Writer) has none;
+// the relay's own Writers add up their counters (tieredWriter).
 func (r *Relay) Stats() kafka.WriterStats {
-	if w, ok := r.writer.(*kafka.Writer); ok {
+	switch w := r.writer.(type) {
+	case *kafka.Writer:
+		return w.Stats()
+	case *tieredWriter:
 		return w.Stats()
 	}
 	return kafka.WriterStats{}

@@ -38,8 +38,8 @@ const relayWarmTimeout = 10 * time.Second
 // only makes it fail, after relayWarmTimeout at most, and the failure is logged at info
 // level. It does nothing when RelayConfig.Writer is not a *kafka.Writer.
 func (r *Relay) warmWriter(ctx context.Context) (stop func()) {
-	w, ok := r.writer.(*kafka.Writer)
-	if !ok || w.Addr == nil {
+	w := r.kafkaWriter()
+	if w == nil || w.Addr == nil {
 		return func() {}
 	}
 	ctx, cancel := context.WithTimeout(ctx, relayWarmTimeout)

@@ -25,6 +25,8 @@ import (
 //  3. answer only after that commit. A retry gets the stored response, byte for byte.
 func (r *Receiver) serveAPI(w http.ResponseWriter, req *http.Request, c *call, urlKey string, log *logrus.Entry) {
 	src := c.src
+	// A PUT's key is its URL's. An Idempotency-Key header beside it is not used: the URL
+	// names the resource, and the idempotent clients send a header on every request.
 	key := urlKey
 	if key == "" {
 		k, err := ParseIdempotencyKey(req.Header.Values("Idempotency-Key"))
@@ -42,13 +44,6 @@ func (r *Receiver) serveAPI(w http.ResponseWriter, req *http.Request, c *call, u
 	} else if !ValidKey(key) {
 		r.reject(w, src, probBadKey, ErrInvalidKey.Error(), "bad_key")
 		return
-	} else if h := req.Header.Values("Idempotency-Key"); len(h) > 0 {
-		// A PUT names its key in the URL. A header beside it must name the same key: two
-		// different keys are two keys (400), and taking either would hide the caller's bug.
-		if k, err := ParseIdempotencyKey(h); err != nil || k != key {
-			r.reject(w, src, probBadKey, "the Idempotency-Key header names another key than the URL: send one key, in the URL or the header", "bad_key")
-			return
-		}
 	}
 	c.req.Key, c.req.MessageID = key, key
 	log = log.WithField("message_id", key)

@@ -65,7 +65,10 @@ func serveBare(c childConfig, pool *pgxpool.Pool) (func(context.Context) error, 
 		w: &kafka.Writer{
 			Addr: kafka.TCP(c.Brokers...), Topic: c.OutboxTopic,
 			Balancer: &kafka.Murmur2Balancer{}, RequiredAcks: kafka.RequireAll,
-			BatchTimeout: outbox.RelayBatchTimeoutDefault, BatchSize: outbox.KafkaWriterBatchSize, BatchBytes: 64 << 20,
+			BatchTimeout: outbox.RelayBatchTimeoutDefault, BatchBytes: 64 << 20,
+			// A write holds a batch's new ids' events at most: each partition's go in one
+			// produce request, with a buffer no larger than that (as the relay's Writers).
+			BatchSize: c.Batch,
 		},
 		// The limit's statement, telling which ids were new: their events are published.
 		sql:   limitSQL(quote(c.Schema), limitConfig{method: methodUnnest}) + "\nRETURNING causation_id, id",
