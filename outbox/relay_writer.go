@@ -7,8 +7,9 @@ import (
 )
 
 // kafkaWriterTiers are the BatchSizes of the relay's Kafka writers below its largest, which
-// holds a whole round (RelayConfig.BatchSize).
-var kafkaWriterTiers = []int{64, 1000}
+// holds a whole round (RelayConfig.BatchSize): each twice the one before, so that a round
+// gets a buffer of less than twice its records a partition.
+var kafkaWriterTiers = []int{64, 128, 256, 512, 1024, 2048}
 
 // tieredWriter is the relay's Kafka writer when the relay builds it (from Brokers):
 // kafka-go Writers that differ only in BatchSize, on one Transport, so one set of
