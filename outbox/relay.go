@@ -60,8 +60,11 @@ type RelayConfig struct {
 	// set: a relay without Kafka holds the rows bound for Kafka topics as failing (with an
 	// error that says so), as it holds the rows of a broker it has no Publisher for.
 	Brokers []string
-	// Writer overrides the Kafka writer built from Brokers. Defaults to a kafka-go Writer
-	// with RequiredAcks all, the Java-compatible murmur2 balancer and BatchTimeout.
+	// Writer overrides the Kafka writer built from Brokers. Defaults to kafka-go Writers
+	// with RequiredAcks all, the Java-compatible murmur2 balancer and BatchTimeout, of
+	// several BatchSizes, each round written by one that holds it whole (tieredWriter). A
+	// Writer of the caller's own should hold a round whole too (a BatchSize of BatchSize),
+	// so that a partition's records of a round go in one produce request.
 	Writer Writer
 	// PubSub publishes the events bound for Pub/Sub topics (PubSubDestination): a
 	// PubSubPublisher. Defaults to none: those events wait, their destination held as

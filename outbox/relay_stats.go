@@ -7,10 +7,7 @@ import "github.com/segmentio/kafka-go"
 // metrics.WatchKafkaWriter). A Writer that is not kafka-go's (RelayConfig.Writer) has none;
 // the relay's own Writers add up their counters (tieredWriter).
 func (r *Relay) Stats() kafka.WriterStats {
-	switch w := r.writer.(type) {
-	case *kafka.Writer:
-		return w.Stats()
-	case *tieredWriter:
+	if w, ok := r.writer.(interface{ Stats() kafka.WriterStats }); ok {
 		return w.Stats()
 	}
 	return kafka.WriterStats{}
