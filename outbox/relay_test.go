@@ -548,7 +548,9 @@ func TestRelayRoundOfOnePartitionIsOneProduceRequest(t *testing.T) {
 		require.NoError(t, relay.Drain(ctx))
 		cancel()
 		require.Equal(t, rounds+1, relay.Rounds(), "%d rows went in one round", n)
-		require.EqualValues(t, 1, relay.Stats().Writes, "a round of %d rows of one partition is one produce request", n)
+		stats := relay.Stats() // the Writers' counters, added up
+		require.EqualValues(t, 1, stats.Writes, "a round of %d rows of one partition is one produce request", n)
+		require.EqualValues(t, n, stats.Messages)
 	}
 	records := kafkatest.ReadAll(t, b.topic, len(want), 60*time.Second)
 	var got []string
