@@ -21,10 +21,11 @@ import (
 // fail on every retry and stall the outbox; and a round the writer had to split into
 // several batches per partition could land a later batch while an earlier one failed,
 // reordering a key. One round below this bound makes one batch per partition that the
-// default broker accepts (the relay's Writer for a round holds it whole: tieredWriter). Pub/Sub and SQS batch within their own limits, but the bound
-// also keeps what a round holds in memory small, and below the Pub/Sub client's buffer
-// (BufferedByteLimit, 100 MB), beyond which it refuses publishes until the round ends. A
-// row larger than the bound still makes a round of its own.
+// default broker accepts (the relay's Writer for a round holds it whole: tieredWriter).
+// Pub/Sub and SQS batch within their own limits, but the bound also keeps what a round
+// holds in memory small, and below the Pub/Sub client's buffer (BufferedByteLimit, 100 MB),
+// beyond which it refuses publishes until the round ends. A row larger than the bound still
+// makes a round of its own.
 const relayRoundBytes = 1_000_000
 
 // eventSize over-estimates the encoded size of e's record (or message) with the three
