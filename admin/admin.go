@@ -139,9 +139,10 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Server, error) {
 type access int
 
 const (
-	open  access = iota // probes and scrapers
-	read                // a token, or InsecureReads
-	write               // a token (and the CSRF token with the session cookie)
+	open    access = iota // probes and scrapers
+	read                  // a token, or InsecureReads
+	write                 // a token (and the CSRF token with the session cookie)
+	private               // a token, even with InsecureReads: pprof
 )
 
 // route is one registered pattern. Every route but the console's and pprof's is in the
@@ -180,12 +181,14 @@ func (s *Server) register() {
 	s.handle("POST", "/api/v1/endpoints/{name}/enable", write, s.apiEnable)
 	s.handle("GET", "/api/v1/consumers", read, s.apiConsumers)
 
-	// pprof needs the token like the API: profiles tell an attacker a lot.
-	s.handle("GET", "/debug/pprof/", read, pprof.Index)
-	s.handle("GET", "/debug/pprof/cmdline", read, pprof.Cmdline)
-	s.handle("GET", "/debug/pprof/profile", read, longWrite(profileWriteTimeout, pprof.Profile))
-	s.handle("GET", "/debug/pprof/symbol", read, pprof.Symbol)
-	s.handle("GET", "/debug/pprof/trace", read, longWrite(profileWriteTimeout, pprof.Trace))
+	// pprof needs the token always, InsecureReads or not: profiles and goroutine dumps tell
+	// an attacker a lot (code paths, the command line), and a CPU profile or trace costs
+	// the daemon CPU for as long as the caller asks.
+	s.handle("GET", "/debug/pprof/", private, pprof.Index)
+	s.handle("GET", "/debug/pprof/cmdline", private, pprof.Cmdline)
+	s.handle("GET", "/debug/pprof/profile", private, longWrite(profileWriteTimeout, pprof.Profile))
+	s.handle("GET", "/debug/pprof/symbol", private, pprof.Symbol)
+	s.handle("GET", "/debug/pprof/trace", private, longWrite(profileWriteTimeout, pprof.Trace))
 
 	s.console.register()
 }

@@ -29,9 +29,10 @@ type problemBody struct {
 	Retryable bool   `json:"retryable"`
 }
 
-// problem answers an RFC 9457 problem (HTML for the console's pages).
+// problem answers an RFC 9457 problem; a console page asked for by a browser (Accept:
+// text/html) gets it as an HTML page.
 func (s *Server) problem(w http.ResponseWriter, r *http.Request, status int, name, title, detail string) {
-	if isConsolePath(r.URL.Path) {
+	if isConsolePath(r.URL.Path) && acceptsHTML(r) {
 		s.console.errorPage(w, r, status, title, detail)
 		return
 	}

@@ -250,8 +250,11 @@ func (s *Server) guard(a access, path string, h http.HandlerFunc) http.Handler {
 	})
 }
 
+// unauthorized answers a request without valid credentials: a console page asked for by a
+// browser gets the sign-in form (status 401); everything else, a console path fetched by a
+// script included, the 401 problem+json of SPEC 2.7b.
 func (s *Server) unauthorized(w http.ResponseWriter, r *http.Request, ui bool, err error) {
-	if ui {
+	if ui && acceptsHTML(r) {
 		s.console.login(w, r, http.StatusUnauthorized, "")
 		return
 	}
@@ -264,4 +267,18 @@ func (s *Server) unauthorized(w http.ResponseWriter, r *http.Request, ui bool, e
 	}
 	w.Header().Set("WWW-Authenticate", `Bearer realm="idemd-admin"`)
 	s.problem(w, r, http.StatusUnauthorized, "unauthorized", "Authentication required", detail)
+}
+
+// acceptsHTML says whether the request's Accept header names text/html, as a browser's
+// navigations and form posts do (curl and HTTP clients send */* or nothing).
+func acceptsHTML(r *http.Request) bool {
+	for _, v := range r.Header.Values("Accept") {
+		for part := range strings.SplitSeq(v, ",") {
+			media, _, _ := strings.Cut(part, ";")
+			if strings.EqualFold(strings.TrimSpace(media), "text/html") {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -76,15 +76,52 @@ func TestAuthorization(t *testing.T) {
 		t.Parallel()
 		b := setup(t, options{insecureReads: true})
 		for _, p := range reads {
+			if strings.HasPrefix(p, "/debug/pprof/") {
+				continue
+			}
 			require.Equal(t, http.StatusOK, b.call(t, "GET", p, "", nil).status, p)
 		}
 		for _, p := range writes {
 			r := b.call(t, "POST", p, "", map[string]any{"dry_run": true})
 			require.Equal(t, http.StatusUnauthorized, r.status, "a write stays refused: %s", p)
 		}
+		// pprof is not a read of records: it stays behind the token.
+		for _, p := range []string{"/debug/pprof/", "/debug/pprof/cmdline", "/debug/pprof/symbol", "/debug/pprof/profile?seconds=1", "/debug/pprof/trace?seconds=1"} {
+			r := b.call(t, "GET", p, "", nil)
+			require.Equal(t, http.StatusUnauthorized, r.status, "pprof stays closed: %s", p)
+			require.Equal(t, "unauthorized", r.problemType(t), p)
+		}
 		// A wrong token is not an anonymous reader.
 		require.Equal(t, http.StatusUnauthorized, b.call(t, "GET", "/api/v1/messages", "wrong-token-0123456789", nil).status)
 	})
+}
+
+// A console page without credentials: a browser (Accept: text/html) gets the sign-in form,
+// anything else the 401 problem+json that SPEC 2.7b gives every refused request.
+func TestConsoleUnauthorizedByAccept(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{tokens: testToken})
+	for _, p := range []string{"/", "/ui/messages", "/ui/dead-letters?pipeline=x"} {
+		r := b.call(t, "GET", p, "", nil)
+		require.Equal(t, http.StatusUnauthorized, r.status, p)
+		require.Equal(t, "application/problem+json", r.header.Get("Content-Type"), p)
+		require.Equal(t, "unauthorized", r.problemType(t), p)
+		require.Contains(t, r.header.Get("WWW-Authenticate"), "Bearer", p)
+
+		for _, accept := range []string{"text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8", "TEXT/HTML"} {
+			req, err := http.NewRequest("GET", b.srv.URL+p, nil)
+			require.NoError(t, err)
+			req.Header.Set("Accept", accept)
+			res, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			body, err := io.ReadAll(res.Body)
+			res.Body.Close()
+			require.NoError(t, err)
+			require.Equal(t, http.StatusUnauthorized, res.StatusCode, p)
+			require.Contains(t, res.Header.Get("Content-Type"), "text/html", p)
+			require.Contains(t, string(body), `name="token"`, "the sign-in form: %s", p)
+		}
+	}
 }
 
 // TestUnroutedAnswersAreProblems: an unknown path answers 404 and a known path with another

@@ -28,7 +28,7 @@ type Env struct {
 	HTTPAddr            string        `env:"HTTP_ADDR" envDefault:":8080" cmds:"serve,dev,check" help:"address of the receiver (HTTP sources)"`
 	AdminAddr           string        `env:"ADMIN_ADDR" envDefault:"127.0.0.1:9090" cmds:"serve,dev,check" help:"address of the admin server: /metrics, /healthz, /readyz (open), the admin API, console and pprof (token); Kubernetes: :9090"`
 	AdminToken          string        `env:"ADMIN_TOKEN" cmds:"serve,dev,check" help:"admin token, or name:token pairs, for the admin API, console and pprof (default: none, they answer 401; dev: one made for the run)"`
-	AdminInsecureReads  bool          `env:"ADMIN_INSECURE_READS" envDefault:"false" cmds:"serve,dev,check" help:"let admin reads through without a token; writes stay refused"`
+	AdminInsecureReads  bool          `env:"ADMIN_INSECURE_READS" envDefault:"false" cmds:"serve,dev,check" help:"let admin reads through without a token; writes and /debug/pprof stay refused"`
 	LogLevel            string        `env:"LOG_LEVEL" envDefault:"info" cmds:"serve,dev,check,dlq,inspect" help:"trace, debug, info, warning or error"`
 	LogFormat           string        `env:"LOG_FORMAT" envDefault:"json" cmds:"serve,dev,check,dlq,inspect" help:"json or text (dev: text)"`
 	ShutdownTimeout     time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"30s" cmds:"serve,dev,check" help:"bound of the drain after SIGTERM"`

@@ -84,7 +84,7 @@ func (c *cli) runDaemon(cmd string, e *Env, f *config.File, onReady func(httpAdd
 		WithField("database", databaseLabel(e.DatabaseURL)).WithField("schema", e.DBSchema).Info("starting idemd")
 	switch {
 	case len(e.adminTokens) == 0 && e.AdminInsecureReads:
-		log.WithField("component", "admin").Warn("IDEMD_ADMIN_TOKEN is not set and IDEMD_ADMIN_INSECURE_READS is true: anyone reaching IDEMD_ADMIN_ADDR reads the admin API and console; writes answer 401")
+		log.WithField("component", "admin").Warn("IDEMD_ADMIN_TOKEN is not set and IDEMD_ADMIN_INSECURE_READS is true: anyone reaching IDEMD_ADMIN_ADDR reads the admin API and console; writes and /debug/pprof answer 401")
 	case len(e.adminTokens) == 0:
 		log.WithField("component", "admin").Warn("IDEMD_ADMIN_TOKEN is not set: the admin API, console and pprof answer 401")
 	}
