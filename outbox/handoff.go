@@ -250,6 +250,32 @@ func gapsBetween(ids []int64, limit int, skip ...[]int64) (gaps []int64, ok bool
 	return gaps, true
 }
 
+// holesBelow returns the ids from floor up to first (excluded) that are not in recent
+// (sorted), or ok false when there are more than limit of them. recent are ids of rows
+// the relay deleted for good, and ids are never used twice: an unpublished row below first
+// and at or above the floor can only have one of the ids returned.
+func holesBelow(floor, first int64, limit int, recent []int64) (holes []int64, ok bool) {
+	if floor >= first {
+		return nil, true
+	}
+	if limit < 0 || first-floor > int64(limit)+int64(len(recent)) {
+		return nil, false
+	}
+	i, _ := slices.BinarySearch(recent, floor)
+	for id := floor; id < first; id++ {
+		for i < len(recent) && recent[i] < id {
+			i++
+		}
+		if i < len(recent) && recent[i] == id {
+			continue
+		}
+		if holes = append(holes, id); len(holes) > limit {
+			return nil, false
+		}
+	}
+	return holes, true
+}
+
 // relayHandoffRounds is how many rounds of rows (BatchSize each) a Handoff holds for its
 // relay at most.
 const relayHandoffRounds = 4
@@ -315,12 +341,25 @@ func (r *Relay) publishHanded(ctx context.Context, rows []handedRow) (*round, er
 	// Nor are the rows this relay deleted (or moved) lately: ids are never used twice, so
 	// none of theirs is an unpublished row. Most ids between a transaction's rows are those
 	// of other transactions, written at the same time and published by the rounds before.
-	if gaps, ok := gapsBetween(ids, relayHandoffRounds*r.cfg.BatchSize, waiting, r.recent); ok {
-		// Below the first id, and the ids between them: an index probe each, rather than a
-		// walk over the entries of the rows just deleted (each a visit to the heap).
+	limit := relayHandoffRounds * r.cfg.BatchSize
+	if gaps, ok := gapsBetween(ids, limit, waiting, r.recent); ok {
+		// The ids between them: an index probe each, rather than a walk over the entries of
+		// the rows just deleted (each a visit to the heap until a scan has marked them dead).
 		r.gapProbes.Add(int64(len(gaps)))
-		b.Queue(r.olderGapsSQL, ids[0], pgarray.Int8(gaps), r.floor).QueryRow(func(row pgx.Row) error { return row.Scan(&older) })
+		if below, ok := holesBelow(r.floor, ids[0], limit-len(gaps), r.recent); ok {
+			// Below the first id too: the floor's range less the ids this relay deleted is
+			// the holes, of rows in flight or of other processes. With none, nothing is
+			// left to look for.
+			r.belowProbes.Add(int64(len(below)))
+			if probes := append(below, gaps...); len(probes) > 0 {
+				b.Queue(r.olderIDsSQL, pgarray.Int8(probes)).QueryRow(func(row pgx.Row) error { return row.Scan(&older) })
+			}
+		} else {
+			r.belowWalks.Add(1)
+			b.Queue(r.olderGapsSQL, ids[0], pgarray.Int8(gaps), r.floor).QueryRow(func(row pgx.Row) error { return row.Scan(&older) })
+		}
 	} else {
+		r.belowWalks.Add(1)
 		b.Queue(r.olderSQL, ids[len(ids)-1], pgarray.Int8(waiting), r.floor).QueryRow(func(row pgx.Row) error { return row.Scan(&older) })
 	}
 	if err := tx.SendBatch(ctx, &b).Close(); err != nil {
@@ -408,6 +447,15 @@ func (h *Handoff) Overflows() int64 {
 // HandoffGapProbes returns how many ids between handed rows the relay looked for in the
 // table, in its checks for older rows (tests, the bench).
 func (r *Relay) HandoffGapProbes() int64 { return r.gapProbes.Load() }
+
+// HandoffBelowProbes returns how many ids below handed rows the relay looked for one by
+// one in its checks for older rows, and HandoffBelowWalks how many checks walked the
+// primary key up from the floor instead (too many ids there that the relay had not
+// deleted itself: tests, the bench).
+func (r *Relay) HandoffBelowProbes() int64 { return r.belowProbes.Load() }
+
+// HandoffBelowWalks: see HandoffBelowProbes.
+func (r *Relay) HandoffBelowWalks() int64 { return r.belowWalks.Load() }
 
 // HandoffFallbacks returns how many times handed rows were put back because an older row
 // was left in the table (tests, the bench).

@@ -108,6 +108,32 @@ func TestGapsBetween(t *testing.T) {
 	require.Equal(t, []int64{96, 97, 98, 99}, gaps)
 }
 
+// TestHolesBelow: the ids from the floor up to the first handed one that the relay did not
+// delete itself, and the bound beyond which the check walks the range instead.
+func TestHolesBelow(t *testing.T) {
+	holes, ok := holesBelow(10, 10, 5, nil)
+	require.True(t, ok, "no range")
+	require.Empty(t, holes)
+	holes, ok = holesBelow(11, 10, 5, nil)
+	require.True(t, ok, "a floor above the first id")
+	require.Empty(t, holes)
+	holes, ok = holesBelow(10, 20, 5, idsFrom(10, 19))
+	require.True(t, ok)
+	require.Empty(t, holes, "all deleted by the relay")
+	holes, ok = holesBelow(10, 20, 5, []int64{2, 3, 10, 11, 13, 14, 15, 16, 19, 25})
+	require.True(t, ok)
+	require.Equal(t, []int64{12, 17, 18}, holes)
+	holes, ok = holesBelow(10, 20, 3, []int64{10, 11, 13, 14, 15, 16, 19})
+	require.True(t, ok, "exactly the limit")
+	require.Equal(t, []int64{12, 17, 18}, holes)
+	_, ok = holesBelow(10, 20, 2, []int64{10, 11, 13, 14, 15, 16, 19})
+	require.False(t, ok, "one more than the limit")
+	_, ok = holesBelow(0, 1_000_000, 100, idsFrom(500, 600))
+	require.False(t, ok, "a floor far below: not even walked")
+	_, ok = holesBelow(10, 20, -1, nil)
+	require.False(t, ok, "no room left by the gaps")
+}
+
 // TestRelayRemembersRecentIDs: the relay keeps the largest ids it deleted lately, sorted,
 // at most relayHandoffRounds × BatchSize of them (8 here).
 func TestRelayRemembersRecentIDs(t *testing.T) {

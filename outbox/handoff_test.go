@@ -153,6 +153,40 @@ func TestHandoffKeepsOrderBehindARowNotHandedOver(t *testing.T) {
 	require.EqualValues(t, 1, relay.HandoffFallbacks(), "the handed row was put back once")
 }
 
+// TestHandoffCheckProbesTheHolesBelow: rows published and deleted by the relay, then a row
+// of key k committed without the Handoff, then rows of k handed over. Below the handed
+// rows, the check looks only for the ids the relay did not delete itself, one by one
+// (holesBelow), rather than walking the primary key up from the floor; it still finds the
+// row not handed over, and the three rows of k are published in order.
+func TestHandoffCheckProbesTheHolesBelow(t *testing.T) {
+	t.Parallel()
+	b := setupHandoff(t, 1, pgtest.Options{})
+	relay, _ := b.startRelay(t, outbox.RelayConfig{PollInterval: time.Minute})
+	ev := func(key, p string) outbox.Event {
+		return outbox.Event{Topic: b.topic, Key: []byte(key), Payload: []byte(p), Pipeline: "p", CausationID: p}
+	}
+	for i := range 30 {
+		require.True(t, b.write(t, ev("before", fmt.Sprint("before ", i))))
+	}
+	require.Eventually(t, func() bool { return relay.Published() == 30 }, 20*time.Second, 10*time.Millisecond)
+	require.Zero(t, relay.HandoffBelowWalks(), "every check so far probed the holes")
+	probed := relay.HandoffBelowProbes()
+
+	b.commitQuiet(t, ev("k", "k elsewhere"))
+	require.True(t, b.write(t, ev("k", "k handed 1"), ev("k", "k handed 2")))
+	want := []string{"k elsewhere", "k handed 1", "k handed 2"}
+	var got []string
+	for _, m := range kafkatest.ReadAll(t, b.topic, 33, 20*time.Second) {
+		if string(m.Key) == "k" {
+			got = append(got, string(m.Value))
+		}
+	}
+	require.Equal(t, want, got)
+	require.EqualValues(t, 1, relay.HandoffFallbacks(), "the probe found the row not handed over")
+	require.Zero(t, relay.HandoffBelowWalks())
+	require.Greater(t, relay.HandoffBelowProbes(), probed, "the row not handed over was a hole, looked for by its id")
+}
+
 // TestHandoffKeepsOrderAroundARowNotHandedOver: rows of key k written one after another,
 // the first and the third handed over together, the second not. The check finds the one
 // between them, and the three are published in order.

@@ -181,10 +181,12 @@ type Relay struct {
 	deleteSQL string
 	// take deletes (or marks) handed rows in the transaction that publishes them, returning
 	// those still unpublished; olderSQL then asks whether an unpublished row is left below
-	// them, and olderGapsSQL the same below the first and between them.
+	// them, olderGapsSQL the same below the first and between them, and olderIDsSQL
+	// whether one has one of the ids given (the holes below the first and between them).
 	take         byIDs
 	olderSQL     string
 	olderGapsSQL string
+	olderIDsSQL  string
 	// passedOverSQL asks whether a row a read ahead passed over has one of its keys.
 	passedOverSQL string
 	letters       *deadletter.Store
@@ -215,6 +217,10 @@ type Relay struct {
 	handedRows atomic.Int64 // rows those rounds published
 	fallbacks  atomic.Int64 // handed rounds that found an older row and read the table instead
 	gapProbes  atomic.Int64 // ids between handed rows looked for by the check for older rows
+	// belowProbes are ids below handed rows looked for one by one by the check (holesBelow),
+	// belowWalks the checks that walked the primary key from the floor instead.
+	belowProbes atomic.Int64
+	belowWalks  atomic.Int64
 	// recent are ids of rows this relay deleted (or moved) lately, sorted (remember). Only
 	// the leading goroutine uses them.
 	recent []int64
@@ -344,8 +350,9 @@ FROM ` + table + ` WHERE published_at IS NULL AND id > $2 ORDER BY id LIMIT $1`,
     AND (o.topic, o.key) IN (SELECT * FROM unnest($2::text[], $4::bytea[])))`,
 		olderGapsSQL: `SELECT EXISTS (SELECT FROM ` + table + ` WHERE published_at IS NULL AND id >= $3 AND id < $1)
     OR EXISTS (SELECT FROM ` + table + ` WHERE id = ANY($2) AND published_at IS NULL)`,
-		letters: deadletter.New(c.Schema),
-		tracer:  tracing.NewTracer(c.TracerProvider, relayTracerScope),
+		olderIDsSQL: `SELECT EXISTS (SELECT FROM ` + table + ` WHERE id = ANY($1) AND published_at IS NULL)`,
+		letters:     deadletter.New(c.Schema),
+		tracer:      tracing.NewTracer(c.TracerProvider, relayTracerScope),
 		// From the floor, by the primary key: a sequential scan reads every dead row.
 		statsSQL: `SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0) FROM ` + table + ` WHERE published_at IS NULL AND id >= $1`,
 	}, nil

@@ -105,6 +105,9 @@ func (r *Relay) openFence(ctx context.Context) error {
 		// The identity went back (TRUNCATE … RESTART IDENTITY): start from the bottom.
 		r.log.WithField("floor", r.floor).WithField("last_id", f.last).Warn("the outbox's ids went back: the relay's floor starts again from the bottom")
 		r.setFloor(0)
+		// Nor are the ids the relay deleted lately known to be free of unpublished rows:
+		// they are given again.
+		r.recent = r.recent[:0]
 	}
 	r.fence = f
 	return nil

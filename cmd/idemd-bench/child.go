@@ -149,7 +149,7 @@ func serveChild(ctx context.Context, kind, raw string, stdout io.Writer) error {
 			return err
 		}
 		after = func() {
-			fmt.Fprintf(os.Stderr, "%s child: relay published %d records in %d rounds (%d of them handed over, with %d records; the handoff turned rows away %d times; %d handovers put back, %d ids between handed rows looked for)\n", kind, rel.Published(), rel.Rounds(), rel.HandedRounds(), rel.HandedRows(), handoffOverflows(handoff), rel.HandoffFallbacks(), rel.HandoffGapProbes())
+			fmt.Fprintf(os.Stderr, "%s child: relay published %d records in %d rounds (%d of them handed over, with %d records; the handoff turned rows away %d times; %d handovers put back, %d ids between handed rows looked for; below them %d ids looked for, %d walks from the floor)\n", kind, rel.Published(), rel.Rounds(), rel.HandedRounds(), rel.HandedRows(), handoffOverflows(handoff), rel.HandoffFallbacks(), rel.HandoffGapProbes(), rel.HandoffBelowProbes(), rel.HandoffBelowWalks())
 		}
 		if kind != "relay" {
 			parts = append(parts, rel.Run)
