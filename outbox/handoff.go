@@ -258,22 +258,8 @@ func holesBelow(floor, first int64, limit int, recent []int64) (holes []int64, o
 	if floor >= first {
 		return nil, true
 	}
-	if limit < 0 || first-floor > int64(limit)+int64(len(recent)) {
-		return nil, false
-	}
-	i, _ := slices.BinarySearch(recent, floor)
-	for id := floor; id < first; id++ {
-		for i < len(recent) && recent[i] < id {
-			i++
-		}
-		if i < len(recent) && recent[i] == id {
-			continue
-		}
-		if holes = append(holes, id); len(holes) > limit {
-			return nil, false
-		}
-	}
-	return holes, true
+	// The ids strictly between floor-1 and first, as gapsBetween counts them.
+	return gapsBetween([]int64{floor - 1, first}, limit, recent)
 }
 
 // relayHandoffRounds is how many rounds of rows (BatchSize each) a Handoff holds for its
