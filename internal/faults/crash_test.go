@@ -71,6 +71,25 @@ func thresholds(k, total int, lo, hi float64) []int {
 	return out
 }
 
+// producedRecords counts the records of a produce request, over every record batch of
+// every partition.
+func producedRecords(req *kmsg.ProduceRequest) int {
+	n := 0
+	for _, topic := range req.Topics {
+		for _, part := range topic.Partitions {
+			for raw := part.Records; len(raw) >= 12; {
+				var b kmsg.RecordBatch
+				if b.ReadFrom(raw) != nil {
+					break
+				}
+				n += int(b.NumRecords)
+				raw = raw[min(len(raw), 12+int(b.Length)):]
+			}
+		}
+	}
+	return n
+}
+
 // subscriptionFile is a pipelines file with one subscription from in to out, whose effect
 // records which process applied it.
 func subscriptionFile(t *testing.T, schema, in, out, group string) string {
@@ -289,17 +308,29 @@ func TestReceiverCrashLoop(t *testing.T) {
 // idemd killed with SIGKILL by the broker as a produce request arrives (the records are
 // stored, the process never sees the acknowledgement), restarted each time. Records published but
 // not yet marked are published again, with the same operation id; none is lost.
+//
+// The broker chooses the moment: it counts the records it is sent, and kill i comes with the
+// first produce request that takes the count past its threshold. A relay that marks its rows
+// faster than the test can poll the table still meets every kill with rows in flight.
 func TestRelayKilledBetweenPublishAndMark(t *testing.T) {
 	t.Parallel()
-	// The last kill comes at 85 % of the rows at most, and a round publishes up to 4,000
-	// (the relay's BatchSize): at least one round must be left after it to be killed in.
 	n, kills := size(40000, 100000), size(3, 10)
 	broker := newBroker(t)
 	brokers := broker.ListenAddrs()
-	var armed atomic.Pointer[proc]
-	broker.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
-		if p := armed.Swap(nil); p != nil {
-			_ = p.Signal(syscall.SIGKILL)
+	var (
+		armed    atomic.Pointer[proc]
+		sent     atomic.Int64 // records in the produce requests so far, copies included
+		killAt   atomic.Int64 // the count that arms the next kill; 0 when none is armed
+		killedAt atomic.Int64 // the count when the last kill was signalled
+	)
+	broker.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		seen := sent.Add(int64(producedRecords(req.(*kmsg.ProduceRequest))))
+		if at := killAt.Load(); at > 0 && seen >= at {
+			if p := armed.Swap(nil); p != nil {
+				killAt.Store(0)
+				killedAt.Store(seen)
+				_ = p.Signal(syscall.SIGKILL)
+			}
 		}
 		return nil, nil, false
 	})
@@ -336,21 +367,19 @@ func TestRelayKilledBetweenPublishAndMark(t *testing.T) {
 	// not waiting any more was published.
 	published := func() int { return n - d.count(t, "outbox WHERE published_at IS NULL") }
 	p = nd.start()
-	last := 0
 	for i, at := range thresholds(kills, n, 0.05, 0.85) {
-		at = max(at, last+1)
-		until(t, w, nil, 3*time.Minute, fmt.Sprintf("%d rows marked before kill %d", at, i+1), func() bool { return published() >= at })
-		// The broker kills the relay when its next produce request arrives, then stores the
-		// records: they are published, and their rows can never be marked by this process.
+		// The broker kills the relay with the produce request that takes its count past at,
+		// then stores the records: they are published, and their rows can never be marked by
+		// this process. Every row is sent at least once, so the count passes at < n.
 		armed.Store(p)
+		killAt.Store(int64(at))
 		select {
 		case <-p.Done():
-		case <-time.After(time.Minute):
-			t.Fatalf("no produce request after kill %d was armed", i+1)
+		case <-time.After(3 * time.Minute):
+			t.Fatalf("kill %d: the broker was sent %d records, not the %d that arm it", i+1, sent.Load(), at)
 		}
 		p.Kill(t)
-		last = published()
-		t.Logf("kill %d with %d of %d rows marked", i+1, last, n)
+		t.Logf("kill %d at %d records sent, with %d of %d rows marked", i+1, killedAt.Load(), published(), n)
 		p = nd.start()
 	}
 	until(t, w, nil, 3*time.Minute, "every outbox row published", func() bool { return published() == n })
