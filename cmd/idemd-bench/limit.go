@@ -338,6 +338,12 @@ func (e *env) limitBatch(ctx context.Context, pool *pgxpool.Pool, sql string, in
 		}
 		part = uniq
 	}
+	if c.method != methodClaim {
+		// A batch's rows go in key order, as idemd's claim inserts them: the limit should
+		// not be the only one of the two that walks the primary key at random (phase 25).
+		part = slices.Clone(part)
+		slices.SortStableFunc(part, func(a, b int) int { return strings.Compare(in.recs[a].id, in.recs[b].id) })
+	}
 	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		switch c.method {
 		case methodPipelined:
