@@ -341,7 +341,9 @@ func (e *env) limitBatch(ctx context.Context, pool *pgxpool.Pool, sql string, in
 	if c.method != methodClaim {
 		// A batch's rows go in key order, as idemd's claim inserts them: the limit should
 		// not be the only one of the two that walks the primary key at random (phase 25).
-		part = slices.Clone(part)
+		if c.method == methodPipelined {
+			part = slices.Clone(part) // the caller's; the others' is uniq, built above
+		}
 		slices.SortStableFunc(part, func(a, b int) int { return strings.Compare(in.recs[a].id, in.recs[b].id) })
 	}
 	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
