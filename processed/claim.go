@@ -282,6 +282,7 @@ func (s *Store) claimBatch(ctx context.Context, tx pgx.Tx, begin *Begin, claims 
 		batch = begin.Batch
 	}
 	prelude := batch.Len()
+	batch.Queue(s.sql.epochLock, s.epochKey)
 	r.claim(batch, s.sql.claimNew, s.sql.claimNewShared, cc)
 	if xid != nil {
 		batch.Queue(`SELECT pg_current_xact_id()::text`).QueryRow(func(row pgx.Row) error { return row.Scan(xid) })

@@ -67,6 +67,8 @@ type Store struct {
 	retention time.Duration
 	lease     time.Duration
 	sql       queries
+	// epochKey is the epochs' advisory lock (epochs.go).
+	epochKey int64
 }
 
 // New returns a Store for cfg; cfg may be nil.
@@ -86,6 +88,7 @@ func New(cfg *Config) (*Store, error) {
 		return nil, fmt.Errorf("processed: Lease must not be negative, got %s", cfg.Lease)
 	}
 	s.sql = newQueries(pgx.Identifier{s.schema}.Sanitize())
+	s.epochKey = epochLockKey(s.schema)
 	return s, nil
 }
 

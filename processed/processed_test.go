@@ -389,8 +389,19 @@ func TestClaimOfKnownIDTakesNoLock(t *testing.T) {
 
 // TestConcurrentTakeOverOfExpiredID: many claimers of an id whose retention has passed;
 // exactly one takes it over, the others see it (duplicate) or are told it is in flight.
+// The expired record is in the current epoch (taken over in place) or in an older one
+// (moved to the current epoch).
 func TestConcurrentTakeOverOfExpiredID(t *testing.T) {
 	t.Parallel()
+	for _, older := range []bool{false, true} {
+		t.Run(fmt.Sprintf("older_epoch=%v", older), func(t *testing.T) {
+			t.Parallel()
+			testConcurrentTakeOver(t, older)
+		})
+	}
+}
+
+func testConcurrentTakeOver(t *testing.T, older bool) {
 	const claimers = 24
 	b := setup(t, pgtest.Options{MaxConns: claimers + 2}, processed.Config{})
 	ctx := context.Background()
@@ -398,6 +409,10 @@ func TestConcurrentTakeOverOfExpiredID(t *testing.T) {
 		_, err := b.store.ClaimBatchTx(ctx, tx, []processed.Claim{{Scope: "s", MessageID: "k", Fingerprint: fp, Retention: time.Millisecond}})
 		return err
 	}))
+	if older {
+		_, err := b.store.OpenEpoch(ctx, b.db.Pool, 0)
+		require.NoError(t, err)
+	}
 	require.Eventually(t, func() bool {
 		return b.db.Count(t, "{schema}.processed_messages WHERE expires_at <= now()") == 1
 	}, 5*time.Second, 5*time.Millisecond)
@@ -434,6 +449,10 @@ func TestConcurrentTakeOverOfExpiredID(t *testing.T) {
 	require.Equal(t, 1, outcomes[processed.Claimed], "outcomes: %v", outcomes)
 	require.Equal(t, claimers-1, outcomes[processed.Duplicate]+outcomes[processed.InFlight], "outcomes: %v", outcomes)
 	require.Equal(t, 1, b.db.Count(t, "{schema}.processed_messages WHERE message_id = 'k' AND expires_at > now()"))
+	require.Equal(t, 1, b.db.Count(t, "{schema}.processed_messages WHERE message_id = 'k'"), "one row per id, in whichever epoch")
+	if older {
+		require.Equal(t, 1, b.db.Count(t, "{schema}.processed_messages WHERE message_id = 'k' AND epoch = 1"), "moved to the current epoch")
+	}
 }
 
 // The tables the pruner and the relay delete from are vacuumed after 2 % of their rows are
@@ -442,7 +461,7 @@ func TestConcurrentTakeOverOfExpiredID(t *testing.T) {
 func TestDeletedFromTablesVacuumSooner(t *testing.T) {
 	t.Parallel()
 	b := setup(t, pgtest.Options{}, processed.Config{})
-	for _, table := range []string{"processed_messages", "outbox"} {
+	for _, table := range []string{"processed_messages_e0", "outbox"} {
 		require.Equal(t, 1, b.db.Count(t, "pg_class WHERE oid = $1::regclass AND 'autovacuum_vacuum_scale_factor=0.02' = ANY (reloptions)",
 			b.db.Schema+"."+table), table)
 	}

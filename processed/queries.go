@@ -2,61 +2,93 @@ package processed
 
 // queries are built once per Store, with the schema already quoted in.
 type queries struct {
-	claimNew, claimNewShared, claim, lookup, conflict, complete, replayed, acquire, release, forget, prune, pruneConflicts, pruneConflictsExpired string
+	epochLock, claimNew, claimNewShared, claim, lookup, conflict, complete, replayed, acquire, release, forget, pruneConflicts, pruneConflictsExpired string
 }
 
 func newQueries(schema string) queries {
 	t := schema + ".processed_messages"
+	epochs := schema + ".processed_epochs"
+	// e, the current epoch: the partition a claim inserts into (migration 0009). The
+	// claim's transaction holds the epochs' lock in shared mode (epochLock) from before this
+	// statement's snapshot, so no epoch opens meanwhile, and every transaction that claimed
+	// in an older epoch has ended: what it wrote there is visible.
+	current := `(SELECT max(epoch) AS epoch FROM ` + epochs + `) e`
+	// The claim's id in an older epoch: known, so the claim does not insert it.
+	older := `SELECT 1 FROM ` + t + ` o WHERE o.scope = c.scope AND o.message_id = c.message_id AND o.epoch < e.epoch`
+	olderShared := `SELECT 1 FROM ` + t + ` o WHERE o.scope = $1::text AND o.message_id = c.message_id AND o.epoch < e.epoch`
+	// A stored row is claimable when its retention has passed, or when it is a reservation
+	// whose lease has ended and the payload is the same.
+	claimable := func(p, c string) string {
+		return p + `.expires_at <= now() OR (` + p + `.status = 'in_flight' AND ` + p + `.lease_until <= now() AND ` + p + `.fingerprint = ` + c + `.fingerprint)`
+	}
 	return queries{
+		// Taken before a claim, so that its statement's snapshot comes after it
+		// (epochs.go).
+		epochLock: `SELECT pg_advisory_xact_lock_shared($1)`,
+
 		// A new id. ON CONFLICT waits for a concurrent uncommitted claim of the same key to
-		// finish: the id is claimed if that one rolled back.
+		// finish: the id is claimed if that one rolled back. An id of an older epoch is
+		// left to the lookup.
 		claimNew: `
 INSERT INTO ` + t + ` AS p (scope, message_id, fingerprint, status, received_at, completed_at,
-                         expires_at, lease_until, lease_token)
+                         expires_at, lease_until, lease_token, epoch)
 SELECT c.scope, c.message_id, c.fingerprint, c.status, now(),
        CASE WHEN c.status = 'done' THEN now() END,
        now() + c.retain_us * interval '1 microsecond',
        CASE WHEN c.token IS NOT NULL THEN now() + c.lease_us * interval '1 microsecond' END,
-       c.token
-FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::bigint[], $6::bigint[], $7::uuid[])
+       c.token, e.epoch
+FROM ` + current + `,
+     unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::bigint[], $6::bigint[], $7::uuid[])
      AS c(scope, message_id, fingerprint, status, retain_us, lease_us, token)
+WHERE NOT EXISTS (` + older + `)
 ORDER BY c.scope, c.message_id
-ON CONFLICT (scope, message_id) DO NOTHING
+ON CONFLICT (scope, message_id, epoch) DO NOTHING
 RETURNING p.scope, p.message_id`,
 
 		// claimNew for claims that share their scope ($1) and retention ($4) and reserve
 		// nothing, as a subscription's batch does: those go once, not once per row
 		// (BENCHMARKS.md, phase 20). The same rows as claimNew writes for them.
 		claimNewShared: `
-INSERT INTO ` + t + ` AS p (scope, message_id, fingerprint, status, received_at, completed_at, expires_at)
-SELECT $1::text, c.message_id, c.fingerprint, 'done', now(), now(), now() + $4::bigint * interval '1 microsecond'
-FROM unnest($2::text[], $3::bytea[]) AS c(message_id, fingerprint)
+INSERT INTO ` + t + ` AS p (scope, message_id, fingerprint, status, received_at, completed_at, expires_at, epoch)
+SELECT $1::text, c.message_id, c.fingerprint, 'done', now(), now(), now() + $4::bigint * interval '1 microsecond', e.epoch
+FROM ` + current + `, unnest($2::text[], $3::bytea[]) AS c(message_id, fingerprint)
+WHERE NOT EXISTS (` + olderShared + `)
 ORDER BY c.message_id
-ON CONFLICT (scope, message_id) DO NOTHING
+ON CONFLICT (scope, message_id, epoch) DO NOTHING
 RETURNING p.scope, p.message_id`,
 
-		// A known id is claimable when its retention has passed, or when it is a
-		// reservation whose lease has ended (and the payload is the same); the condition
-		// is checked again here, under the row's lock, against its latest version.
+		// A known id that is claimable, checked again here under the row's lock against its
+		// latest version. A row of the current epoch is updated in place; one of an older
+		// epoch is moved to the current one (deleted there, inserted here), so that dropping
+		// its old partition does not lose it. An older row that is not claimable (any more:
+		// another claimer took it first) stays, and its id is not inserted.
 		claim: `
+WITH e AS (SELECT max(epoch) AS epoch FROM ` + epochs + `),
+c AS (SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::bigint[], $6::bigint[], $7::uuid[])
+      AS c(scope, message_id, fingerprint, status, retain_us, lease_us, token)),
+moved AS (
+    DELETE FROM ` + t + ` o USING c, e
+    WHERE o.scope = c.scope AND o.message_id = c.message_id AND o.epoch < e.epoch
+      AND (` + claimable("o", "c") + `)
+    RETURNING o.scope, o.message_id)
 INSERT INTO ` + t + ` AS p (scope, message_id, fingerprint, status, received_at, completed_at,
-                         expires_at, lease_until, lease_token)
+                         expires_at, lease_until, lease_token, epoch)
 SELECT c.scope, c.message_id, c.fingerprint, c.status, now(),
        CASE WHEN c.status = 'done' THEN now() END,
        now() + c.retain_us * interval '1 microsecond',
        CASE WHEN c.token IS NOT NULL THEN now() + c.lease_us * interval '1 microsecond' END,
-       c.token
-FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::bigint[], $6::bigint[], $7::uuid[])
-     AS c(scope, message_id, fingerprint, status, retain_us, lease_us, token)
+       c.token, e.epoch
+FROM c, e
+WHERE EXISTS (SELECT 1 FROM moved m WHERE m.scope = c.scope AND m.message_id = c.message_id)
+   OR NOT EXISTS (` + older + `)
 ORDER BY c.scope, c.message_id
-ON CONFLICT (scope, message_id) DO UPDATE SET
+ON CONFLICT (scope, message_id, epoch) DO UPDATE SET
     fingerprint = EXCLUDED.fingerprint, status = EXCLUDED.status,
     response_status = NULL, response_headers = NULL, response_body = NULL,
     received_at = EXCLUDED.received_at, completed_at = EXCLUDED.completed_at,
     expires_at = EXCLUDED.expires_at, lease_until = EXCLUDED.lease_until,
     lease_token = EXCLUDED.lease_token
-WHERE p.expires_at <= now()
-   OR (p.status = 'in_flight' AND p.lease_until <= now() AND p.fingerprint = EXCLUDED.fingerprint)
+WHERE ` + claimable("p", "EXCLUDED") + `
 RETURNING p.scope, p.message_id`,
 
 		// The stored rows of ids that claimNew did not claim, and whether each may be
@@ -64,7 +96,7 @@ RETURNING p.scope, p.message_id`,
 		lookup: `
 SELECT p.scope, p.message_id, p.fingerprint, p.status, p.response_status, p.response_headers,
        p.response_body, p.received_at, p.completed_at, p.expires_at, p.lease_until,
-       p.expires_at <= now() OR (p.status = 'in_flight' AND p.lease_until <= now() AND p.fingerprint = c.fingerprint)
+       ` + claimable("p", "c") + `
 FROM unnest($1::text[], $2::text[], $3::bytea[]) AS c(scope, message_id, fingerprint)
 JOIN ` + t + ` p ON p.scope = c.scope AND p.message_id = c.message_id`,
 
@@ -102,14 +134,6 @@ WHERE p.scope = c.scope AND p.message_id = c.message_id`,
 
 		release: `DELETE FROM ` + t + ` WHERE scope = $1 AND message_id = $2 AND status = 'in_flight' AND lease_token = $3`,
 
-		// ctid batches: each statement deletes at most $1 rows and holds its locks briefly.
-		prune: `
-DELETE FROM ` + t + ` WHERE ctid = ANY (ARRAY(
-    SELECT ctid FROM ` + t + `
-    WHERE expires_at <= now() AND (status <> 'in_flight' OR lease_until IS NULL OR lease_until <= now())
-    ORDER BY expires_at LIMIT $1
-    FOR UPDATE SKIP LOCKED))`,
-
 		// Conflicts recorded before migration 0004 have no expires_at: they go after the
 		// store's retention since they were last seen.
 		pruneConflicts: `
@@ -126,4 +150,16 @@ DELETE FROM ` + schema + `.conflicts WHERE ctid = ANY (ARRAY(
     ORDER BY expires_at LIMIT $1
     FOR UPDATE SKIP LOCKED))`,
 	}
+}
+
+// pruneSQL deletes at most $1 expired records of the partition part (quoted), in a batch by
+// ctid, which names a row only within one partition: each statement deletes at most $1
+// rows and holds its locks briefly.
+func pruneSQL(part string) string {
+	return `
+DELETE FROM ` + part + ` WHERE ctid = ANY (ARRAY(
+    SELECT ctid FROM ` + part + `
+    WHERE expires_at <= now() AND (status <> 'in_flight' OR lease_until IS NULL OR lease_until <= now())
+    ORDER BY expires_at LIMIT $1
+    FOR UPDATE SKIP LOCKED))`
 }

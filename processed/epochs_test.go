@@ -1,0 +1,194 @@
+package processed_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemd/idemd/internal/pgtest"
+	"github.com/idemd/idemd/processed"
+)
+
+func (b *bundle) claim(t *testing.T, c processed.Claim) processed.Result {
+	t.Helper()
+	var res []processed.Result
+	require.NoError(t, b.inTx(t, func(tx pgx.Tx) error {
+		var err error
+		res, err = b.store.ClaimBatchTx(context.Background(), tx, []processed.Claim{c})
+		return err
+	}))
+	return res[0]
+}
+
+func (b *bundle) openEpoch(t *testing.T) int32 {
+	t.Helper()
+	epoch, err := b.store.OpenEpoch(context.Background(), b.db.Pool, 0)
+	require.NoError(t, err)
+	require.NotZero(t, epoch)
+	return epoch
+}
+
+// An id stays known across epochs: a claim in a later epoch finds it in an older one, as a
+// duplicate or a conflict, and new ids go to the current epoch.
+func TestEpochsKeepEveryIDKnown(t *testing.T) {
+	t.Parallel()
+	b := setup(t, pgtest.Options{}, processed.Config{})
+	ctx := context.Background()
+	require.Equal(t, processed.Claimed, b.claim(t, processed.Claim{Scope: "s", MessageID: "a", Fingerprint: fp}).Outcome)
+	require.Equal(t, processed.Claimed, b.claim(t, processed.Claim{Scope: "s", MessageID: "b", Fingerprint: fp}).Outcome)
+
+	// Not due: the current epoch opened less than an hour ago.
+	none, err := b.store.OpenEpoch(ctx, b.db.Pool, time.Hour)
+	require.NoError(t, err)
+	require.Zero(t, none)
+	require.Equal(t, int32(1), b.openEpoch(t))
+	require.Equal(t, processed.Duplicate, b.claim(t, processed.Claim{Scope: "s", MessageID: "a", Fingerprint: fp}).Outcome)
+	require.Equal(t, processed.Conflict, b.claim(t, processed.Claim{Scope: "s", MessageID: "b", Fingerprint: []byte("other")}).Outcome)
+	require.Equal(t, processed.Claimed, b.claim(t, processed.Claim{Scope: "s", MessageID: "c", Fingerprint: fp}).Outcome)
+	// The shared-columns form (a subscription's batch) checks the older epochs as well.
+	var res []processed.Result
+	require.NoError(t, b.inTx(t, func(tx pgx.Tx) error {
+		res, err = b.store.ClaimBatchTx(ctx, tx, []processed.Claim{
+			{Scope: "s", MessageID: "a", Fingerprint: fp}, {Scope: "s", MessageID: "d", Fingerprint: fp},
+		})
+		return err
+	}))
+	require.Equal(t, []processed.Outcome{processed.Duplicate, processed.Claimed}, []processed.Outcome{res[0].Outcome, res[1].Outcome})
+
+	require.Equal(t, int32(2), b.openEpoch(t))
+	require.Equal(t, processed.Duplicate, b.claim(t, processed.Claim{Scope: "s", MessageID: "c", Fingerprint: fp}).Outcome)
+	require.Equal(t, processed.Duplicate, b.claim(t, processed.Claim{Scope: "s", MessageID: "a", Fingerprint: fp}).Outcome)
+	require.Equal(t, "0:a 0:b 1:c 1:d", b.db.Text(t, b.db.Q(`SELECT string_agg(epoch || ':' || message_id, ' ' ORDER BY message_id) FROM {schema}.processed_messages`)))
+	// A partition opened by the pruner is vacuumed as soon as the first (migration 0006).
+	require.Equal(t, 1, b.db.Count(t, "pg_class WHERE oid = $1::regclass AND 'autovacuum_vacuum_scale_factor=0.02' = ANY (reloptions)",
+		b.db.Schema+".processed_messages_e2"))
+}
+
+// TestEpochSwitchDuringClaimsOfOneID: claimers of the same ids, each holding its claim
+// uncommitted a moment, while epochs open as fast as they can. Without the epochs' lock a
+// claim in a new epoch would not see an uncommitted claim of the same id in the epoch
+// before, and both would insert: two effects. With it, each id is claimed once.
+func TestEpochSwitchDuringClaimsOfOneID(t *testing.T) {
+	t.Parallel()
+	const (
+		claimers = 6
+		ids      = 40
+	)
+	b := setup(t, pgtest.Options{MaxConns: claimers + 4}, processed.Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	var opened atomic.Int32
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			epoch, err := b.store.OpenEpoch(ctx, b.db.Pool, 0)
+			if err != nil && ctx.Err() == nil {
+				t.Errorf("opening an epoch: %v", err)
+				return
+			}
+			if epoch > 0 {
+				opened.Add(1)
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+
+	var claimed [ids]atomic.Int32
+	for id := range ids {
+		var wg sync.WaitGroup
+		for range claimers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				time.Sleep(time.Duration(rand.IntN(8)) * time.Millisecond)
+				err := b.inTx(t, func(tx pgx.Tx) error {
+					res, err := b.store.ClaimBatchTx(ctx, tx, []processed.Claim{{Scope: "s", MessageID: fmt.Sprint(id), Fingerprint: fp}})
+					if err != nil {
+						return err
+					}
+					if res[0].Outcome == processed.Claimed {
+						claimed[id].Add(1)
+					}
+					_, err = tx.Exec(ctx, "SELECT pg_sleep(0.004)")
+					return err
+				})
+				if err != nil {
+					t.Errorf("claim of %d: %v", id, err)
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	cancel()
+	<-done
+	for id := range ids {
+		require.Equal(t, int32(1), claimed[id].Load(), "id %d claimed %d times", id, claimed[id].Load())
+	}
+	require.Equal(t, ids, b.db.Count(t, "{schema}.processed_messages"))
+	require.Greater(t, opened.Load(), int32(ids/4), "epochs opened during the claims")
+	t.Logf("%d epochs opened during %d ids × %d claimers", opened.Load(), ids, claimers)
+}
+
+// An epoch is dropped once every record in it has expired and no reservation in it holds a
+// live lease; its ids are new again, those of the epochs kept stay known.
+func TestDropExpiredEpochs(t *testing.T) {
+	t.Parallel()
+	b := setup(t, pgtest.Options{}, processed.Config{Lease: time.Hour})
+	ctx := context.Background()
+	const short = 300 * time.Millisecond
+	b.claim(t, processed.Claim{Scope: "s", MessageID: "x", Fingerprint: fp, Retention: short})
+	b.claim(t, processed.Claim{Scope: "s", MessageID: "x2", Fingerprint: fp, Retention: short})
+	b.openEpoch(t) // 1
+	b.claim(t, processed.Claim{Scope: "s", MessageID: "y", Fingerprint: fp, Retention: time.Hour})
+	b.openEpoch(t) // 2
+	res := b.claim(t, processed.Claim{Scope: "s", MessageID: "r", Fingerprint: fp, Retention: short, Reserve: true})
+	require.Equal(t, processed.Claimed, res.Outcome)
+	b.openEpoch(t) // 3: the current one, never dropped
+	b.claim(t, processed.Claim{Scope: "s", MessageID: "z", Fingerprint: fp, Retention: short})
+
+	dropped, err := b.store.DropExpiredEpochs(ctx, b.db.Pool)
+	require.NoError(t, err)
+	require.Empty(t, dropped, "nothing has expired yet")
+	time.Sleep(short + 50*time.Millisecond) // expiry is by the database clock
+
+	dropped, err = b.store.DropExpiredEpochs(ctx, b.db.Pool)
+	require.NoError(t, err)
+	// Epoch 1 holds a record kept an hour, epoch 2 a reservation whose lease is live.
+	require.Equal(t, []processed.DroppedEpoch{{Epoch: 0, Records: 2}}, dropped)
+	require.Equal(t, 0, b.db.Count(t, "pg_class WHERE relname = 'processed_messages_e0' AND relnamespace = $1::regnamespace", b.db.Schema))
+	require.Equal(t, "1 2 3", b.db.Text(t, b.db.Q(`SELECT string_agg(epoch::text, ' ' ORDER BY epoch) FROM {schema}.processed_epochs`)))
+	require.Equal(t, processed.Claimed, b.claim(t, processed.Claim{Scope: "s", MessageID: "x", Fingerprint: fp}).Outcome)
+	require.Equal(t, processed.Duplicate, b.claim(t, processed.Claim{Scope: "s", MessageID: "y", Fingerprint: fp}).Outcome)
+
+	// The row pruner still deletes expired records in every partition.
+	n, err := b.store.PruneRecords(ctx, b.db.Pool, 0)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n, "z, expired in the current epoch; r's lease is live")
+}
+
+// A record taken over after its retention moves to the current epoch, so that its old
+// epoch can be dropped without it.
+func TestTakeOverMovesRecordToCurrentEpoch(t *testing.T) {
+	t.Parallel()
+	b := setup(t, pgtest.Options{}, processed.Config{})
+	ctx := context.Background()
+	b.claim(t, processed.Claim{Scope: "s", MessageID: "x", Fingerprint: fp, Retention: 50 * time.Millisecond})
+	b.openEpoch(t)
+	time.Sleep(100 * time.Millisecond)
+	require.Equal(t, processed.Claimed, b.claim(t, processed.Claim{Scope: "s", MessageID: "x", Fingerprint: []byte("new payload"), Retention: time.Hour}).Outcome)
+	require.Equal(t, "1:x", b.db.Text(t, b.db.Q(`SELECT string_agg(epoch || ':' || message_id, ' ') FROM {schema}.processed_messages`)))
+
+	dropped, err := b.store.DropExpiredEpochs(ctx, b.db.Pool)
+	require.NoError(t, err)
+	require.Equal(t, []processed.DroppedEpoch{{Epoch: 0, Records: 0}}, dropped)
+	require.Equal(t, processed.Duplicate, b.claim(t, processed.Claim{Scope: "s", MessageID: "x", Fingerprint: []byte("new payload")}).Outcome)
+}
