@@ -2,6 +2,7 @@ package processed
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"strconv"
@@ -188,4 +189,33 @@ func wrapEpochErr(epoch int32, err error) error {
 		return nil
 	}
 	return fmt.Errorf("error dropping epoch %d: %w", epoch, err)
+}
+
+// EpochRound is what one PruneEpochs did.
+type EpochRound struct {
+	// Opened is the epoch opened, 0 when none was due.
+	Opened int32
+	// Dropped are the epochs dropped, in order.
+	Dropped []DroppedEpoch
+}
+
+// Records is how many records the dropped epochs held.
+func (r EpochRound) Records() int64 {
+	var n int64
+	for _, d := range r.Dropped {
+		n += d.Records
+	}
+	return n
+}
+
+// PruneEpochs is a pruning round with epochs opened every interval: it opens the next
+// epoch when due (OpenEpoch), drops the expired ones (DropExpiredEpochs) and deletes
+// expired conflicts (PruneConflicts, in batches of at most batchSize). Each step runs even
+// when one before it failed; the errors are joined.
+func (s *Store) PruneEpochs(ctx context.Context, pool *pgxpool.Pool, interval time.Duration, batchSize int) (EpochRound, error) {
+	var round EpochRound
+	var errOpen, errDrop error
+	round.Opened, errOpen = s.OpenEpoch(ctx, pool, interval)
+	round.Dropped, errDrop = s.DropExpiredEpochs(ctx, pool)
+	return round, errors.Join(errOpen, errDrop, s.PruneConflicts(ctx, pool, batchSize))
 }

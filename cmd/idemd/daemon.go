@@ -97,6 +97,10 @@ type daemonConfig struct {
 	// PruneInterval is how often the pruner deletes expired dedup records and old
 	// published outbox rows. Defaults to 1 min.
 	PruneInterval time.Duration
+	// PartitionInterval, when positive, makes the pruner open an epoch (a partition of
+	// processed_messages) this often and drop expired epochs whole instead of deleting
+	// expired records (processed.Store.PruneEpochs). Defaults to 0: off.
+	PartitionInterval time.Duration
 	// OutboxRetention is how long published outbox rows are kept (with
 	// OutboxKeepPublished). Defaults to 24 h.
 	OutboxRetention time.Duration

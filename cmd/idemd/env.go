@@ -39,6 +39,7 @@ type Env struct {
 	Migrate             bool          `env:"MIGRATE" envDefault:"true" cmds:"serve,dev,check" help:"apply the migrations at start (false: stay not ready until someone ran idemd migrate)"`
 	KafkaCreateTopics   bool          `env:"KAFKA_CREATE_TOPICS" envDefault:"false" cmds:"serve,dev,check" help:"create the topics the pipelines name at start (dev: true)"`
 	PruneInterval       time.Duration `env:"PRUNE_INTERVAL" envDefault:"1m" cmds:"serve,dev,check" help:"how often the pruner deletes expired rows"`
+	PartitionInterval   time.Duration `env:"PROCESSED_PARTITION_INTERVAL" envDefault:"0s" cmds:"serve,dev,check" help:"open a partition of processed_messages this often and drop each one whole once all its records expired, instead of deleting expired records row by row (0: off; try the longest retention / 4)"`
 	OutboxRetention     time.Duration `env:"OUTBOX_RETENTION" envDefault:"24h" cmds:"serve,dev,check" help:"how long published outbox rows (with IDEMD_OUTBOX_KEEP_PUBLISHED) and finished HTTP deliveries are kept"`
 	OutboxKeepPublished bool          `env:"OUTBOX_KEEP_PUBLISHED" envDefault:"false" cmds:"serve,dev,check,inspect" help:"keep published outbox rows, marked published, for IDEMD_OUTBOX_RETENTION (the console and inspect show them); false: a row is deleted once the broker has it, one write per row instead of two"`
 	KafkaSessionTimeout time.Duration `env:"KAFKA_SESSION_TIMEOUT" envDefault:"30s" cmds:"serve,dev,check" help:"consumer groups' session and rebalance timeout (at least 6s)"`
@@ -180,6 +181,12 @@ var envChecks = map[string]func(*Env) error{
 	"IDEMD_SHUTDOWN_TIMEOUT": func(c *Env) error { return positive("IDEMD_SHUTDOWN_TIMEOUT", c.ShutdownTimeout) },
 	"IDEMD_PRUNE_INTERVAL":   func(c *Env) error { return positive("IDEMD_PRUNE_INTERVAL", c.PruneInterval) },
 	"IDEMD_OUTBOX_RETENTION": func(c *Env) error { return positive("IDEMD_OUTBOX_RETENTION", c.OutboxRetention) },
+	"IDEMD_PROCESSED_PARTITION_INTERVAL": func(c *Env) error {
+		if c.PartitionInterval < 0 {
+			return fmt.Errorf("IDEMD_PROCESSED_PARTITION_INTERVAL: must not be negative (0 turns partitions off), got %s", c.PartitionInterval)
+		}
+		return nil
+	},
 	"IDEMD_DEAD_LETTER_RETENTION": func(c *Env) error {
 		return positive("IDEMD_DEAD_LETTER_RETENTION", c.DeadLetterRetention)
 	},

@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -42,6 +43,10 @@ type prunerConfig struct {
 	// EntityVersionRetention is how long the stale-event guard remembers an entity's last
 	// version after its last update. Defaults to 30 days.
 	EntityVersionRetention time.Duration
+	// PartitionInterval, when positive, opens an epoch of processed_messages this often
+	// and drops the expired ones whole (processed.Store.PruneEpochs) instead of deleting
+	// expired records row by row. Defaults to 0: row by row.
+	PartitionInterval time.Duration
 	// BatchSize bounds each DELETE. Defaults to the stores' (1000).
 	BatchSize int
 	// Logger receives the pruner's logs. Defaults to logrus's standard logger.
@@ -108,12 +113,8 @@ func (p *pruner) Run(ctx context.Context) error {
 // deliveries included) it deleted. Errors are logged, not returned: the next round tries
 // again.
 func (p *pruner) Once(ctx context.Context) (records, rows int64) {
-	records, err := p.processed.Prune(ctx, p.pool, p.cfg.BatchSize)
-	metrics.Pruned.WithLabelValues("processed_messages").Add(float64(records))
-	if err != nil && ctx.Err() == nil {
-		p.log.WithError(err).Warn("error pruning expired dedup records; retrying next round")
-	}
-	rows, err = p.outbox.PrunePublished(ctx, p.pool, p.cfg.OutboxRetention, p.cfg.BatchSize)
+	records = p.pruneRecords(ctx)
+	rows, err := p.outbox.PrunePublished(ctx, p.pool, p.cfg.OutboxRetention, p.cfg.BatchSize)
 	metrics.Pruned.WithLabelValues("outbox").Add(float64(rows))
 	if err != nil && ctx.Err() == nil {
 		p.log.WithError(err).Warn("error pruning published outbox rows; retrying next round")
@@ -129,6 +130,37 @@ func (p *pruner) Once(ctx context.Context) (records, rows int64) {
 		p.log.WithField("records", records).WithField("outbox_rows", rows).Info("pruned expired rows")
 	}
 	return records, rows
+}
+
+// pruneRecords prunes expired dedup records: by epochs when PartitionInterval is set, else
+// row by row (and the epochs left from when it was set, once expired). It returns how many
+// records it deleted or dropped.
+func (p *pruner) pruneRecords(ctx context.Context) int64 {
+	var (
+		round   processed.EpochRound
+		deleted int64
+		err     error
+	)
+	if p.cfg.PartitionInterval > 0 {
+		round, err = p.processed.PruneEpochs(ctx, p.pool, p.cfg.PartitionInterval, p.cfg.BatchSize)
+	} else {
+		var errDrop error
+		deleted, err = p.processed.Prune(ctx, p.pool, p.cfg.BatchSize)
+		round.Dropped, errDrop = p.processed.DropExpiredEpochs(ctx, p.pool)
+		err = errors.Join(err, errDrop)
+	}
+	records := deleted + round.Records()
+	metrics.Pruned.WithLabelValues("processed_messages").Add(float64(records))
+	if round.Opened > 0 {
+		p.log.WithField("epoch", round.Opened).Info("opened an epoch of processed_messages: new records go to its partition")
+	}
+	for _, d := range round.Dropped {
+		p.log.WithField("epoch", d.Epoch).WithField("records", d.Records).Info("dropped an expired epoch of processed_messages, its partition whole")
+	}
+	if err != nil && ctx.Err() == nil {
+		p.log.WithError(err).Warn("error pruning expired dedup records; retrying next round")
+	}
+	return records
 }
 
 // pruneOperatorTables prunes what operators read: dead letters, the admin audit and the
@@ -175,7 +207,8 @@ func (d *daemon) startPruner(start starter) {
 		pr, err := newPruner(d.pool, &prunerConfig{
 			Schema: d.cfg.Schema, Interval: d.cfg.PruneInterval, OutboxRetention: d.cfg.OutboxRetention,
 			DeadLetterRetention: d.cfg.DeadLetterRetention, DeadLetterReplayedRetention: d.cfg.DeadLetterReplayedRetention,
-			EntityVersionRetention: d.cfg.EntityVersionRetention, Logger: d.cfg.Logger,
+			EntityVersionRetention: d.cfg.EntityVersionRetention, PartitionInterval: d.cfg.PartitionInterval,
+			Logger: d.cfg.Logger,
 		})
 		if err != nil {
 			return err

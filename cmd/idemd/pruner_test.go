@@ -33,6 +33,33 @@ FROM generate_series(1, 13) i`))
 	require.Equal(t, 3, db.Count(t, "{schema}.outbox_published"), "published rows within the retention stay")
 }
 
+// With IDEMD_PROCESSED_PARTITION_INTERVAL the pruner opens an epoch when the current one
+// is that old, drops an epoch whole once its records have expired, and deletes no record
+// row by row: expired records of a live epoch stay until it is dropped.
+func TestPrunerWithPartitionsOpensAndDropsEpochs(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	db.Exec(t, db.Q(`INSERT INTO {schema}.processed_messages (scope, message_id, fingerprint, status, expires_at)
+SELECT 's', 'old-' || i, '\x00', 'done', now() - interval '1 second' FROM generate_series(1, 30) i`))
+	p, err := newPruner(db.Pool, &prunerConfig{Schema: db.Schema, PartitionInterval: time.Hour})
+	require.NoError(t, err)
+	records, _ := p.Once(context.Background())
+	require.Zero(t, records, "epoch 0 is the current one, younger than an hour: kept whole")
+	require.Equal(t, 30, db.Count(t, "{schema}.processed_messages"))
+
+	db.Exec(t, db.Q(`UPDATE {schema}.processed_epochs SET opened_at = now() - interval '61 minutes'`))
+	records, _ = p.Once(context.Background())
+	require.EqualValues(t, 30, records, "epoch 1 opened, then epoch 0 dropped")
+	require.Equal(t, "1", db.Text(t, db.Q(`SELECT string_agg(epoch::text, ' ') FROM {schema}.processed_epochs`)))
+	require.Equal(t, 0, db.Count(t, "{schema}.processed_messages"))
+
+	db.Exec(t, db.Q(`INSERT INTO {schema}.processed_messages (scope, message_id, fingerprint, status, expires_at)
+VALUES ('s', 'expired', '\x00', 'done', now() - interval '1 second')`))
+	records, _ = p.Once(context.Background())
+	require.Zero(t, records)
+	require.Equal(t, 1, db.Count(t, "{schema}.processed_messages WHERE epoch = 1"), "no row deleted in the current epoch")
+}
+
 // Dead letters go after their retention, replayed ones sooner; the admin audit with them;
 // entity versions after theirs. What is younger stays.
 func TestOncePrunesDeadLettersAuditAndEntityVersions(t *testing.T) {

@@ -124,6 +124,7 @@ func daemonConfigFrom(e *Env, f *config.File, lookup brokerenv.Lookup, log *logr
 		EntityVersionRetention:      e.EntityVersionRetain,
 		ShutdownTimeout:             e.ShutdownTimeout,
 		PruneInterval:               e.PruneInterval,
+		PartitionInterval:           e.PartitionInterval,
 		OutboxRetention:             e.OutboxRetention,
 		OutboxKeepPublished:         e.OutboxKeepPublished,
 		KafkaSessionTimeout:         e.KafkaSessionTimeout,
