@@ -6,9 +6,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
-
-	"github.com/idemd/idemd/internal/pgtest"
-	"github.com/idemd/idemd/migrations"
 )
 
 // TestOutboxPublishedMigration: migration 0008 moves the published rows kept in the outbox
@@ -17,16 +14,7 @@ import (
 func TestOutboxPublishedMigration(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := pgtest.Pool(t, 2)
-	schema := pgtest.SchemaName(t)
-	q := pgx.Identifier{schema}.Sanitize()
-	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+q+" CASCADE") })
-	conn, err := pool.Acquire(ctx)
-	require.NoError(t, err)
-	defer conn.Release()
-	to := func(v int32) {
-		require.NoError(t, migrations.MigrateTo(ctx, conn.Conn(), schema, v), "to version %d", v)
-	}
+	pool, schema, q, to := migrationTest(t)
 	count := func(from string) int {
 		var n int
 		require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+q+"."+from).Scan(&n))
@@ -41,7 +29,7 @@ func TestOutboxPublishedMigration(t *testing.T) {
 	}
 
 	to(7)
-	_, err = pool.Exec(ctx, `INSERT INTO `+q+`.outbox (operation_id, pipeline, causation_id, topic, key, payload, headers, created_at, published_at)
+	_, err := pool.Exec(ctx, `INSERT INTO `+q+`.outbox (operation_id, pipeline, causation_id, topic, key, payload, headers, created_at, published_at)
 SELECT gen_random_uuid(), 'p', 'm' || g, 't', CASE WHEN g % 3 = 0 THEN 'k'::bytea END, convert_to('{"n":' || g || '}', 'UTF8'),
     '{"content-type":"application/json"}', now() - g * interval '1 minute', CASE WHEN g <= 30 THEN now() - g * interval '1 second' END
 FROM generate_series(1, 40) g`)

@@ -282,7 +282,8 @@ func (s *Store) claimBatch(ctx context.Context, tx pgx.Tx, begin *Begin, claims 
 		batch = begin.Batch
 	}
 	prelude := batch.Len()
-	batch.Queue(s.sql.epochLock, s.epochKey)
+	var isolation string
+	batch.Queue(s.sql.epochLock, s.epochKey).QueryRow(func(row pgx.Row) error { return row.Scan(&isolation) })
 	r.claim(batch, s.sql.claimNew, s.sql.claimNewShared, cc)
 	if xid != nil {
 		batch.Queue(`SELECT pg_current_xact_id()::text`).QueryRow(func(row pgx.Row) error { return row.Scan(xid) })
@@ -302,6 +303,9 @@ func (s *Store) claimBatch(ctx context.Context, tx pgx.Tx, begin *Begin, claims 
 		if err := br.Close(); err != nil {
 			return tx, nil, fmt.Errorf("error claiming messages: %w", err)
 		}
+	}
+	if isolation != "read committed" {
+		return tx, nil, fmt.Errorf("processed: claims need READ COMMITTED transactions (each statement sees what committed before it), this one is %s", isolation)
 	}
 	s.setTokens(r, cc)
 

@@ -192,3 +192,16 @@ func TestTakeOverMovesRecordToCurrentEpoch(t *testing.T) {
 	require.Equal(t, []processed.DroppedEpoch{{Epoch: 0, Records: 0}}, dropped)
 	require.Equal(t, processed.Duplicate, b.claim(t, processed.Claim{Scope: "s", MessageID: "x", Fingerprint: []byte("new payload")}).Outcome)
 }
+
+// A claim in a REPEATABLE READ transaction fails: its snapshot would date from before the
+// epochs' lock, and a claim in a newer epoch could miss its uncommitted row.
+func TestClaimRefusesRepeatableRead(t *testing.T) {
+	t.Parallel()
+	b := setup(t, pgtest.Options{}, processed.Config{})
+	ctx := context.Background()
+	tx, err := b.db.Pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck // the test's end
+	_, err = b.store.ClaimBatchTx(ctx, tx, []processed.Claim{{Scope: "s", MessageID: "a", Fingerprint: fp}})
+	require.ErrorContains(t, err, "claims need READ COMMITTED transactions")
+}

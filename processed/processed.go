@@ -3,7 +3,10 @@
 // claim as new; every other claimer, concurrent or later, sees that record (duplicate,
 // conflict or in flight) once the first has committed, and a claim that rolls back leaves
 // nothing behind. Atomicity comes from the table's primary key, never from a
-// check-then-insert.
+// check-then-insert. The table is partitioned by epoch (epochs.go): claims of one id at the
+// same time always insert into the same epoch, under a lock that opening an epoch takes
+// exclusively, and a claim sees the ids of every older epoch. The caller's transaction must
+// be READ COMMITTED (PostgreSQL's default); a claim in another fails.
 //
 // Claiming and the effect belong in one transaction:
 //

@@ -15,7 +15,9 @@ import (
 // BenchmarkClaimBatch measures claims per second in batches of 1, 100 and 1000 new ids, and
 // of 1000 ids of which every fifth is known (a redelivery, as in idemd-bench's consumer
 // load), one transaction (and one fsync) per batch; and the backend's CPU per claim
-// (pg-µs/claim) when the server runs on this machine.
+// (pg-µs/claim) when the server runs on this machine. Then the same with five epochs
+// (IDEMD_PROCESSED_PARTITION_INTERVAL), where a new id is looked for in the four older
+// ones, which hold the ids claimed so far.
 func BenchmarkClaimBatch(b *testing.B) {
 	db := pgtest.New(b)
 	store, err := processed.New(&processed.Config{Schema: db.Schema})
@@ -23,12 +25,17 @@ func BenchmarkClaimBatch(b *testing.B) {
 	ctx := context.Background()
 	run := 0
 	for _, c := range []struct {
-		size  int
-		known bool
-	}{{1, false}, {100, false}, {1000, false}, {1000, true}} {
+		size   int
+		known  bool
+		epochs int
+	}{{1, false, 1}, {100, false, 1}, {1000, false, 1}, {1000, true, 1}, {1, false, 5}, {1000, false, 5}, {1000, true, 5}} {
 		name := fmt.Sprintf("batch=%d", c.size)
 		if c.known {
 			name += ",known=20%"
+		}
+		name += fmt.Sprintf(",epochs=%d", c.epochs)
+		for current, err := store.CurrentEpoch(ctx, db.Pool); int(current)+1 < c.epochs; current, err = store.OpenEpoch(ctx, db.Pool, 0) {
+			require.NoError(b, err)
 		}
 		size := c.size
 		b.Run(name, func(b *testing.B) {

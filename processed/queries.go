@@ -13,9 +13,16 @@ func newQueries(schema string) queries {
 	// statement's snapshot, so no epoch opens meanwhile, and every transaction that claimed
 	// in an older epoch has ended: what it wrote there is visible.
 	current := `(SELECT max(epoch) AS epoch FROM ` + epochs + `) e`
-	// The claim's id in an older epoch: known, so the claim does not insert it.
-	older := `SELECT 1 FROM ` + t + ` o WHERE o.scope = c.scope AND o.message_id = c.message_id AND o.epoch < e.epoch`
-	olderShared := `SELECT 1 FROM ` + t + ` o WHERE o.scope = $1::text AND o.message_id = c.message_id AND o.epoch < e.epoch`
+	// k.known: the claim's id is in an older epoch, so the claim does not insert it. A
+	// lateral probe of each older partition's primary key, by id; PostgreSQL prunes the
+	// partitions that are not older when it runs (with one epoch, all of them). A NOT
+	// EXISTS let the planner hash the whole table instead, a sequential scan per claim:
+	// the consumer ran at a third of its rate (BENCHMARKS.md, phase 26).
+	knownOlder := func(scope string) string {
+		return `
+LEFT JOIN LATERAL (SELECT true AS known FROM ` + t + ` o
+                   WHERE o.scope = ` + scope + ` AND o.message_id = c.message_id AND o.epoch < e.epoch LIMIT 1) k ON true`
+	}
 	// A stored row is claimable when its retention has passed, or when it is a reservation
 	// whose lease has ended and the payload is the same.
 	claimable := func(p, c string) string {
@@ -23,8 +30,9 @@ func newQueries(schema string) queries {
 	}
 	return queries{
 		// Taken before a claim, so that its statement's snapshot comes after it
-		// (epochs.go).
-		epochLock: `SELECT pg_advisory_xact_lock_shared($1)`,
+		// (epochs.go); in READ COMMITTED only, where each statement takes its own
+		// snapshot (a REPEATABLE READ transaction's would date from before the lock).
+		epochLock: `SELECT current_setting('transaction_isolation') FROM pg_advisory_xact_lock_shared($1)`,
 
 		// A new id. ON CONFLICT waits for a concurrent uncommitted claim of the same key to
 		// finish: the id is claimed if that one rolled back. An id of an older epoch is
@@ -37,10 +45,10 @@ SELECT c.scope, c.message_id, c.fingerprint, c.status, now(),
        now() + c.retain_us * interval '1 microsecond',
        CASE WHEN c.token IS NOT NULL THEN now() + c.lease_us * interval '1 microsecond' END,
        c.token, e.epoch
-FROM ` + current + `,
-     unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::bigint[], $6::bigint[], $7::uuid[])
-     AS c(scope, message_id, fingerprint, status, retain_us, lease_us, token)
-WHERE NOT EXISTS (` + older + `)
+FROM ` + current + `
+CROSS JOIN unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::bigint[], $6::bigint[], $7::uuid[])
+     AS c(scope, message_id, fingerprint, status, retain_us, lease_us, token)` + knownOlder("c.scope") + `
+WHERE k.known IS NULL
 ORDER BY c.scope, c.message_id
 ON CONFLICT (scope, message_id, epoch) DO NOTHING
 RETURNING p.scope, p.message_id`,
@@ -51,8 +59,9 @@ RETURNING p.scope, p.message_id`,
 		claimNewShared: `
 INSERT INTO ` + t + ` AS p (scope, message_id, fingerprint, status, received_at, completed_at, expires_at, epoch)
 SELECT $1::text, c.message_id, c.fingerprint, 'done', now(), now(), now() + $4::bigint * interval '1 microsecond', e.epoch
-FROM ` + current + `, unnest($2::text[], $3::bytea[]) AS c(message_id, fingerprint)
-WHERE NOT EXISTS (` + olderShared + `)
+FROM ` + current + `
+CROSS JOIN unnest($2::text[], $3::bytea[]) AS c(message_id, fingerprint)` + knownOlder("$1::text") + `
+WHERE k.known IS NULL
 ORDER BY c.message_id
 ON CONFLICT (scope, message_id, epoch) DO NOTHING
 RETURNING p.scope, p.message_id`,
@@ -78,9 +87,8 @@ SELECT c.scope, c.message_id, c.fingerprint, c.status, now(),
        now() + c.retain_us * interval '1 microsecond',
        CASE WHEN c.token IS NOT NULL THEN now() + c.lease_us * interval '1 microsecond' END,
        c.token, e.epoch
-FROM c, e
-WHERE EXISTS (SELECT 1 FROM moved m WHERE m.scope = c.scope AND m.message_id = c.message_id)
-   OR NOT EXISTS (` + older + `)
+FROM c CROSS JOIN e` + knownOlder("c.scope") + `
+WHERE k.known IS NULL OR EXISTS (SELECT 1 FROM moved m WHERE m.scope = c.scope AND m.message_id = c.message_id)
 ORDER BY c.scope, c.message_id
 ON CONFLICT (scope, message_id, epoch) DO UPDATE SET
     fingerprint = EXCLUDED.fingerprint, status = EXCLUDED.status,

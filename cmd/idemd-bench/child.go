@@ -60,10 +60,13 @@ type childConfig struct {
 	// KeepPublished is the relay's (-keep-published).
 	KeepPublished bool `json:"keep_published,omitempty"`
 	// NoHandoff runs the relay without the Handoff (-no-handoff): it reads back every row.
-	NoHandoff       bool          `json:"no_handoff,omitempty"`
-	Prune           bool          `json:"prune,omitempty"`
-	PruneInterval   time.Duration `json:"prune_interval,omitempty"`
-	OutboxRetention time.Duration `json:"outbox_retention,omitempty"`
+	NoHandoff     bool          `json:"no_handoff,omitempty"`
+	Prune         bool          `json:"prune,omitempty"`
+	PruneInterval time.Duration `json:"prune_interval,omitempty"`
+	// PartitionInterval, when positive, prunes dedup records by epochs opened this often
+	// (the daemon's IDEMD_PROCESSED_PARTITION_INTERVAL) instead of row by row.
+	PartitionInterval time.Duration `json:"partition_interval,omitempty"`
+	OutboxRetention   time.Duration `json:"outbox_retention,omitempty"`
 	// Retention is the consumer's (consumer.Config.Retention; 0: its default, 7 days).
 	Retention time.Duration `json:"retention,omitempty"`
 	// PubSubSubscription or SQSQueue, when set, is what the consumer reads instead of Topic
@@ -156,7 +159,7 @@ func serveChild(ctx context.Context, kind, raw string, stdout io.Writer) error {
 		}
 	}
 	if c.Prune {
-		prune, err := pruneLoop(pool, c.Schema, cmp.Or(c.PruneInterval, time.Second), cmp.Or(c.OutboxRetention, 24*time.Hour), log)
+		prune, err := pruneLoop(pool, c.Schema, cmp.Or(c.PruneInterval, time.Second), c.PartitionInterval, cmp.Or(c.OutboxRetention, 24*time.Hour), log)
 		if err != nil {
 			return err
 		}
@@ -365,8 +368,9 @@ func startProfiles(c childConfig) (func() error, error) {
 
 // pruneLoop is the daemon's pruner role as far as the bench's tables go: every interval,
 // the expired dedup records and the outbox rows published more than outboxRetention ago,
-// through the stores' Prune methods (their default batch size, as the daemon's).
-func pruneLoop(pool *pgxpool.Pool, schema string, interval, outboxRetention time.Duration, log *logrus.Entry) (func(context.Context) error, error) {
+// through the stores' Prune methods (their default batch size, as the daemon's); with
+// partitionInterval, the dedup records by epochs (processed.Store.PruneEpochs).
+func pruneLoop(pool *pgxpool.Pool, schema string, interval, partitionInterval, outboxRetention time.Duration, log *logrus.Entry) (func(context.Context) error, error) {
 	ps, err := processed.New(&processed.Config{Schema: schema})
 	if err != nil {
 		return nil, err
@@ -376,7 +380,16 @@ func pruneLoop(pool *pgxpool.Pool, schema string, interval, outboxRetention time
 		t := time.NewTicker(interval)
 		defer t.Stop()
 		for {
-			if _, err := ps.Prune(ctx, pool, 0); err != nil && ctx.Err() == nil {
+			var err error
+			if partitionInterval > 0 {
+				var round processed.EpochRound
+				if round, err = ps.PruneEpochs(ctx, pool, partitionInterval, 0); len(round.Dropped) > 0 {
+					log.WithField("epoch", round.Dropped[len(round.Dropped)-1].Epoch).WithField("records", round.Records()).Debug("dropped epochs")
+				}
+			} else {
+				_, err = ps.Prune(ctx, pool, 0)
+			}
+			if err != nil && ctx.Err() == nil {
 				log.WithError(err).Warn("error pruning dedup records")
 			}
 			if _, err := ob.PrunePublished(ctx, pool, outboxRetention, 0); err != nil && ctx.Err() == nil {

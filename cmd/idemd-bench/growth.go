@@ -26,8 +26,8 @@ func (e *env) prefill(ctx context.Context, rows int) error {
 	q := e.q()
 	began := time.Now()
 	if _, err := e.pool.Exec(ctx, `INSERT INTO `+q+`.processed_messages
-    (scope, message_id, fingerprint, status, received_at, completed_at, expires_at)
-SELECT '`+growthScope+`', 'evt_' || md5('prefill-' || g), sha256(int8send(g)), 'done', t, t, t + interval '7 days'
+    (scope, message_id, fingerprint, status, received_at, completed_at, expires_at, epoch)
+SELECT '`+growthScope+`', 'evt_' || md5('prefill-' || g), sha256(int8send(g)), 'done', t, t, t + interval '7 days', 0
 FROM (SELECT g, now() - ((g % 7) + 0.5) * interval '1 day' AS t
       FROM generate_series(1, $1::bigint) g) s`, rows); err != nil {
 		return fmt.Errorf("pre-filling processed_messages: %w", err)
@@ -67,20 +67,25 @@ func (e *env) vacuum(ctx context.Context) error {
 	return err
 }
 
-// sizes reads the on-disk sizes of processed_messages and the outbox, each index apart.
+// sizes reads the on-disk sizes of processed_messages and the outbox, each index apart;
+// processed_messages' are the sums over its partitions (its epochs, migration 0009).
 func (e *env) sizes(ctx context.Context, when string) (Sizes, error) {
 	s := Sizes{When: when}
 	const mib = 1 << 20
 	rel := func(name string) string {
 		return fmt.Sprintf("pg_relation_size('%s.%s'::regclass)::float8 / %d", e.q(), name, mib)
 	}
+	// The leaves of a partitioned table or index (itself when it is not partitioned).
+	leaves := func(fn, name string) string {
+		return fmt.Sprintf("coalesce((SELECT sum(%s(relid)) FROM pg_partition_tree('%s.%s'::regclass) WHERE isleaf), 0)::float8 / %d", fn, e.q(), name, mib)
+	}
 	err := e.pool.QueryRow(ctx, `SELECT
-  (SELECT count(*) FROM `+e.q()+`.processed_messages), `+rel("processed_messages")+`, `+rel("processed_messages_pkey")+`,
-  `+rel("processed_messages_expires_at_idx")+`, pg_total_relation_size('`+e.q()+`.processed_messages'::regclass)::float8 / `+fmt.Sprint(mib)+`,
+  (SELECT count(*) FROM `+e.q()+`.processed_messages), `+leaves("pg_relation_size", "processed_messages")+`, `+leaves("pg_relation_size", "processed_messages_pkey")+`,
+  `+leaves("pg_relation_size", "processed_messages_expires_at_idx")+`, `+leaves("pg_total_relation_size", "processed_messages")+`,
   (SELECT count(*) FROM `+e.q()+`.outbox) + (SELECT count(*) FROM `+e.q()+`.outbox_published), `+rel("outbox")+`, `+rel("outbox_pkey")+`,
   pg_total_relation_size('`+e.q()+`.outbox_published'::regclass)::float8 / `+fmt.Sprint(mib)+`,
   (pg_total_relation_size('`+e.q()+`.outbox'::regclass) + pg_total_relation_size('`+e.q()+`.outbox_published'::regclass))::float8 / `+fmt.Sprint(mib)+`,
-  coalesce((SELECT n_dead_tup FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = 'processed_messages'), 0),
+  coalesce((SELECT sum(n_dead_tup) FROM pg_stat_user_tables WHERE relid IN (SELECT relid FROM pg_partition_tree('`+e.q()+`.processed_messages'::regclass))), 0)::bigint,
   coalesce((SELECT sum(n_dead_tup) FROM pg_stat_user_tables WHERE schemaname = $1 AND relname IN ('outbox', 'outbox_published')), 0)::bigint,
   (SELECT count(*) FROM `+e.q()+`.processed_messages WHERE expires_at > now())`, e.schema).Scan(
 		&s.ProcessedRows, &s.ProcessedHeapMiB, &s.ProcessedPKeyMiB, &s.ProcessedExpMiB, &s.ProcessedTotalMiB,

@@ -110,8 +110,10 @@ func (e *env) limitSQL(c limitConfig) string { return limitSQL(e.q(), c) }
 func limitSQL(q string, c limitConfig) string {
 	pm := q + "." + cmpOr(c.processed, "processed_messages")
 	ob := q + ".outbox"
-	cols := `(scope, message_id, fingerprint, status, received_at, completed_at, expires_at)`
-	vals := `$1, u.id, u.fp, 'done', now(), now(), now() + interval '7 days'`
+	// The epoch as idemd's claim names it (processed/queries.go): once per statement, not
+	// the column's default, a function called per row.
+	cols := `(scope, message_id, fingerprint, status, received_at, completed_at, expires_at, epoch)`
+	vals := `$1, u.id, u.fp, 'done', now(), now(), now() + interval '7 days', (SELECT max(epoch) FROM ` + q + `.processed_epochs)`
 	if c.lean {
 		cols, vals = `(scope, message_id, fingerprint, expires_at)`, `$1, u.id, u.fp, now() + interval '7 days'`
 	}

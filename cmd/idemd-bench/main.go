@@ -56,20 +56,22 @@ type options struct {
 	prunePeriods   int
 	pruneInterval  time.Duration
 	pruneNaptime   time.Duration
-	pruneVacClock  bool
-	brokerMessages int
-	pubsubMessages int
-	sqsPollers     []int
-	brokerDoors    string
-	only           string
-	jsonOut        bool
-	profileDir     string
-	keepSchema     bool
-	keepPublished  bool
-	noHandoff      bool
-	childEnv       string
-	databaseURL    string
-	brokers        string
+	// prunePartitions is the prune section's IDEMD_PROCESSED_PARTITION_INTERVAL (0: rows).
+	prunePartitions time.Duration
+	pruneVacClock   bool
+	brokerMessages  int
+	pubsubMessages  int
+	sqsPollers      []int
+	brokerDoors     string
+	only            string
+	jsonOut         bool
+	profileDir      string
+	keepSchema      bool
+	keepPublished   bool
+	noHandoff       bool
+	childEnv        string
+	databaseURL     string
+	brokers         string
 }
 
 var sections = []string{"limit", "consumer", "brokers", "receiver", "relay", "peers", "growth", "prune", "amplification"}
@@ -110,6 +112,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.pruneRetention, "prune-retention", 10*time.Second, "the prune section's pipeline retention (and outbox retention): rows expire and are pruned all along its run")
 	fs.IntVar(&o.prunePeriods, "prune-periods", 48, "how many retention periods the prune section's steady state lasts (at least 7; the largest sizes of its second half are compared with those of its first half from three periods in; 24 before phase 22, over which the primary key may not have levelled off yet: BENCHMARKS.md, phases 16 and 22)")
 	fs.DurationVar(&o.pruneInterval, "prune-interval", time.Second, "the prune section's pruner interval (the daemon's IDEMD_PRUNE_INTERVAL, 1m by default for 7 days of retention)")
+	fs.DurationVar(&o.prunePartitions, "prune-partition-interval", 0, "the prune section's IDEMD_PROCESSED_PARTITION_INTERVAL: prune dedup records by dropping epochs opened this often (try -prune-retention / 4) instead of row by row (0)")
 	fs.DurationVar(&o.pruneNaptime, "prune-naptime", time.Second, "how often the prune section's autovacuum emulation looks at the tables (autovacuum_naptime, 1min on a server)")
 	fs.BoolVar(&o.pruneVacClock, "prune-vacuum-clock", true, "the autovacuum emulation's cost-based sleeps are compressed as its naptime is (the server's autovacuum_naptime / -prune-naptime: 2 ms / 60 by default); false sleeps the server's autovacuum_vacuum_cost_delay, as before phase 7")
 	fs.IntVar(&o.brokerMessages, "broker-messages", 20000, "messages published to each Pub/Sub subscription and SQS queue of the brokers section (20% of them repeats: new broker messages with an earlier operation-id)")

@@ -35,8 +35,8 @@ func newNaiveReceiver(_ context.Context, pool *pgxpool.Pool, schema, scope, secr
 	q := quote(schema)
 	return &naiveReceiver{
 		pool: pool, scope: scope, secret: []byte(secret), topic: topic,
-		dedup: `INSERT INTO ` + q + `.processed_messages (scope, message_id, fingerprint, status, received_at, completed_at, expires_at)
-VALUES ($1, $2, $3, 'done', now(), now(), now() + interval '7 days') ON CONFLICT DO NOTHING`,
+		dedup: `INSERT INTO ` + q + `.processed_messages (scope, message_id, fingerprint, status, received_at, completed_at, expires_at, epoch)
+VALUES ($1, $2, $3, 'done', now(), now(), now() + interval '7 days', (SELECT max(epoch) FROM ` + q + `.processed_epochs)) ON CONFLICT DO NOTHING`,
 		effect: `INSERT INTO ` + q + `.effects (message_id, payload, topic) VALUES ($1, $2::jsonb, $3)`,
 		emit: `INSERT INTO ` + q + `.outbox (operation_id, pipeline, causation_id, topic, key, payload, headers)
 VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb)`,

@@ -10,9 +10,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/idemd/idemd/internal/pgerr"
 	"github.com/idemd/idemd/internal/proccpu"
 )
 
@@ -301,18 +303,42 @@ func (a *autovacuum) run(ctx context.Context, w *avWorker, naptime time.Duration
 	}
 }
 
-// check vacuums or analyzes w's table when autovacuum would.
+// check vacuums or analyzes w's table when autovacuum would; a partitioned table's
+// partitions one by one, as autovacuum does (processed_messages' epochs, migration 0009).
 func (a *autovacuum) check(ctx context.Context, w *avWorker) error {
+	// pg_partition_tree lists nothing for a table that is not partitioned.
+	rows, err := w.conn.Query(ctx, `SELECT relid::regclass::text FROM pg_partition_tree($1::regclass) WHERE isleaf
+UNION ALL SELECT $1::regclass::text WHERE NOT EXISTS (SELECT 1 FROM pg_partition_tree($1::regclass))`, a.e.q()+"."+w.table)
+	if err != nil {
+		return fmt.Errorf("listing the partitions of %s: %w", w.table, err)
+	}
+	leaves, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("listing the partitions of %s: %w", w.table, err)
+	}
+	for _, leaf := range leaves {
+		if err := a.checkLeaf(ctx, w, leaf); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkLeaf vacuums or analyzes qualified, one of w's table's leaves, when autovacuum
+// would. A partition dropped meanwhile is skipped.
+func (a *autovacuum) checkLeaf(ctx context.Context, w *avWorker, qualified string) error {
 	var (
 		reltuples      float64
 		dead, ins, mod int64
 		opts           []string
-		qualified      = a.e.q() + "." + w.table
 	)
 	err := w.conn.QueryRow(ctx, `SELECT c.reltuples, s.n_dead_tup, s.n_ins_since_vacuum, s.n_mod_since_analyze, coalesce(c.reloptions, '{}')
-FROM pg_class c JOIN pg_stat_user_tables s ON s.relid = c.oid WHERE c.oid = $1::regclass`, qualified).Scan(&reltuples, &dead, &ins, &mod, &opts)
+FROM pg_class c JOIN pg_stat_user_tables s ON s.relid = c.oid WHERE c.oid = to_regclass($1)`, qualified).Scan(&reltuples, &dead, &ins, &mod, &opts)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
 	if err != nil {
-		return fmt.Errorf("reading the statistics of %s: %w", w.table, err)
+		return fmt.Errorf("reading the statistics of %s: %w", qualified, err)
 	}
 	reltuples = max(reltuples, 0) // -1: never vacuumed nor analyzed
 	due := func(n int64, what string) bool {
@@ -360,6 +386,9 @@ FROM pg_class c JOIN pg_stat_user_tables s ON s.relid = c.oid WHERE c.oid = $1::
 	}
 	began := time.Now()
 	if _, err := w.conn.Exec(ctx, stmt); err != nil {
+		if pgerr.Code(err) == "42P01" { // undefined_table
+			return nil // dropped meanwhile
+		}
 		return fmt.Errorf("%s: %w", stmt, err)
 	}
 	a.mu.Lock()
@@ -480,7 +509,7 @@ func benchPrune(ctx context.Context, e *env, res *Results) error {
 	cfg := childConfig{
 		MaxConns: int32(parts + 4), Topic: topic, Group: group, OutboxTopic: outTopic,
 		Batch: e.o.batch, Relay: true, RelayBatch: e.o.relayBatch, Retention: retention,
-		Prune: true, PruneInterval: e.o.pruneInterval, OutboxRetention: retention,
+		Prune: true, PruneInterval: e.o.pruneInterval, PartitionInterval: e.o.prunePartitions, OutboxRetention: retention,
 		ProfileName: "consumer-prune",
 	}
 	c, err := e.startChild(ctx, "consumer", cfg)

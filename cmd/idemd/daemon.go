@@ -221,6 +221,8 @@ func newDaemon(cfg *daemonConfig) (*daemon, error) {
 	if c.SearchPath != "" {
 		pc.ConnConfig.RuntimeParams["search_path"] = c.SearchPath
 	}
+	// Claims need READ COMMITTED, whatever the database's default (processed.ClaimBatchTx).
+	pc.ConnConfig.RuntimeParams["default_transaction_isolation"] = "read committed"
 	pc.AfterConnect = pgarray.AfterConnect
 	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
 	if err != nil {

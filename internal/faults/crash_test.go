@@ -141,9 +141,14 @@ func TestConsumerCrashLoop(t *testing.T) {
 	// The records arrive in kills+1 waves; each wave's consumer is killed at a random
 	// moment after its first commit, while it still has records in hand (a batch commits up
 	// to 500 records per partition, so progress moves in steps).
-	nd := newNode(t, d.schema, subscriptionFile(t, d.schema, in, out, "g-"+d.schema), "consumer,relay", brokers, nil)
+	nd := newNode(t, d.schema, subscriptionFile(t, d.schema, in, out, "g-"+d.schema), "consumer,relay,pruner", brokers, nil)
 	// Published rows are kept, so that the outbox rows can be counted: one per unique id.
 	nd.vars["IDEMD_OUTBOX_KEEP_PUBLISHED"] = "true"
+	// The pruner opens an epoch of processed_messages (a partition) every few rounds, so
+	// that redeliveries and duplicates land in other epochs than their first delivery and
+	// epochs open while claims are in flight: the records, kept 7 days, are never dropped.
+	nd.vars["IDEMD_PROCESSED_PARTITION_INTERVAL"] = "300ms"
+	nd.vars["IDEMD_PRUNE_INTERVAL"] = "100ms"
 	p := nd.startReady()
 	w := d.watch(t, "effects", "outbox")
 	start := time.Now()
@@ -166,10 +171,15 @@ func TestConsumerCrashLoop(t *testing.T) {
 	rows, _ := checkEffects(t, d, len(ids))
 	require.Equal(t, len(ids), d.outboxRows(t), "one outbox row per unique id")
 	require.Equal(t, len(ids), d.count(t, "processed_messages"))
+	// Epochs opened (the pruner drops the empty ones) and epochs holding records.
+	var epochs, holding int
+	require.NoError(t, d.pool.QueryRow(context.Background(), "SELECT (SELECT max(epoch) FROM "+d.schema+".processed_epochs), (SELECT count(DISTINCT epoch) FROM "+d.schema+".processed_messages)").Scan(&epochs, &holding))
+	require.Greater(t, epochs, 10, "epochs opened during the run")
+	require.Greater(t, holding, 1, "records in more than one epoch")
 	records, distinct := checkTopic(t, brokers, out, "crash", ids)
 	require.Equal(t, 0, p.Stop(t, stopTimeout))
-	t.Logf("FIGURES consumer-crash-loop: messages=%d unique=%d duplicates=%d partitions=6 kills=%d effects=%d lost=0 duplicated=0 outbox=%d unpublished=0 records=%d distinct_operation_ids=%d republished=%d took=%s",
-		n, len(ids), n-len(ids), kills, rows, d.outboxRows(t), records, distinct, records-distinct, time.Since(start).Round(time.Second))
+	t.Logf("FIGURES consumer-crash-loop: messages=%d unique=%d duplicates=%d partitions=6 kills=%d epochs_opened=%d epochs_holding_records=%d effects=%d lost=0 duplicated=0 outbox=%d unpublished=0 records=%d distinct_operation_ids=%d republished=%d took=%s",
+		n, len(ids), n-len(ids), kills, epochs, holding, rows, d.outboxRows(t), records, distinct, records-distinct, time.Since(start).Round(time.Second))
 }
 
 // receiverFile is a pipelines file with a Stripe source whose effect records its process.
