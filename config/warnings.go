@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/idemd/idemd/consumer"
 	"github.com/idemd/idemd/outbox"
 	"github.com/idemd/idemd/pipeline"
 	"github.com/idemd/idemd/receiver"
@@ -60,4 +61,59 @@ func formatDuration(d time.Duration) string {
 		return fmt.Sprintf("%dd%s", days, rest)
 	}
 	return fmt.Sprintf("%dd", days)
+}
+
+// retention is the dedup retention of pipeline p, a *receiver.Source or a
+// *consumer.Config, with the defaults filled.
+func retention(p any) time.Duration {
+	switch p := p.(type) {
+	case *receiver.Source:
+		if p.Idempotency != nil {
+			return cmp.Or(p.Idempotency.Retention, pipeline.IdempotencyRetentionDefault)
+		}
+		return cmp.Or(p.Retention, pipeline.RetentionDefault)
+	case *consumer.Config:
+		return cmp.Or(p.Retention, pipeline.RetentionDefault)
+	}
+	return 0
+}
+
+// EpochsWarnings are the warnings of pruning by epochs opened every interval
+// (IDEMD_PROCESSED_PARTITION_INTERVAL; none when it is 0). An epoch is dropped only once
+// its longest-kept record has expired, so a pipeline's records stay up to the longest
+// retention of any pipeline plus the interval: a warning for each pipeline whose records
+// would stay more than twice its own retention. And a new id is looked for in every older
+// epoch: a warning when the longest retention holds more than eight intervals.
+func (f *File) EpochsWarnings(interval time.Duration) []error {
+	if interval <= 0 {
+		return nil
+	}
+	var pipelines []any
+	for _, s := range f.Sources {
+		pipelines = append(pipelines, s)
+	}
+	for _, s := range f.Subscriptions {
+		pipelines = append(pipelines, s)
+	}
+	var longest time.Duration
+	for _, p := range pipelines {
+		longest = max(longest, retention(p))
+	}
+	kept := longest + interval
+	var out []error
+	for _, p := range pipelines {
+		field := "retention"
+		if s, ok := p.(*receiver.Source); ok && s.Idempotency != nil {
+			field = "idempotency.retention"
+		}
+		if r := retention(p); kept > 2*r {
+			out = append(out, f.Errorf(p, field, "%s, but with IDEMD_PROCESSED_PARTITION_INTERVAL=%s its records stay until their epoch is dropped, up to %s (the longest retention, %s, plus the interval): use like retentions, or prune by rows (IDEMD_PROCESSED_PARTITION_INTERVAL=0)",
+				formatDuration(r), interval, formatDuration(kept), formatDuration(longest)))
+		}
+	}
+	if n := longest / interval; n > 8 {
+		out = append(out, fmt.Errorf("IDEMD_PROCESSED_PARTITION_INTERVAL: %s keeps about %d epochs of processed_messages for the longest retention (%s), and a new id is looked for in each older one; about the longest retention / 4 (%s) keeps five or six",
+			interval, n+1, formatDuration(longest), formatDuration(longest/4)))
+	}
+	return out
 }

@@ -228,7 +228,7 @@ func (c *cli) check(args []string) int {
 	if f == nil {
 		f = &config.File{} // its problems are reported; check the rest as if it were empty
 	}
-	for _, w := range f.Warnings() {
+	for _, w := range append(f.Warnings(), f.EpochsWarnings(e.PartitionInterval)...) {
 		warnings.add(w)
 	}
 	// What serve refuses before connecting: roles, the brokers its roles need, the TLS
