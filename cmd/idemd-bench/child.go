@@ -382,10 +382,7 @@ func pruneLoop(pool *pgxpool.Pool, schema string, interval, partitionInterval, o
 		for {
 			var err error
 			if partitionInterval > 0 {
-				var round processed.EpochRound
-				if round, err = ps.PruneEpochs(ctx, pool, partitionInterval, 0); len(round.Dropped) > 0 {
-					log.WithField("epoch", round.Dropped[len(round.Dropped)-1].Epoch).WithField("records", round.Records()).Debug("dropped epochs")
-				}
+				_, err = ps.PruneEpochs(ctx, pool, partitionInterval, 0)
 			} else {
 				_, err = ps.Prune(ctx, pool, 0)
 			}
