@@ -67,6 +67,15 @@ func (s *Store) CurrentEpoch(ctx context.Context, pool *pgxpool.Pool) (int32, er
 	return epoch, nil
 }
 
+// Epochs returns how many epochs (partitions) processed_messages has.
+func (s *Store) Epochs(ctx context.Context, pool *pgxpool.Pool) (int, error) {
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM `+s.table("processed_epochs")).Scan(&n); err != nil {
+		return 0, fmt.Errorf("error counting epochs: %w", err)
+	}
+	return n, nil
+}
+
 // OpenEpoch opens the next epoch when the current one opened at least interval ago (at
 // once when interval is 0): it creates the next partition and makes it the current one.
 // It returns the epoch opened, or 0 when none was due. Several pruners may call it at once:

@@ -157,6 +157,11 @@ func (p *pruner) pruneRecords(ctx context.Context) int64 {
 	for _, d := range round.Dropped {
 		p.log.WithField("epoch", d.Epoch).WithField("records", d.Records).Info("dropped an expired epoch of processed_messages, its partition whole")
 	}
+	if n, errCount := p.processed.Epochs(ctx, p.pool); errCount == nil {
+		metrics.ProcessedEpochs.Set(float64(n))
+	} else {
+		err = errors.Join(err, errCount)
+	}
 	if err != nil && ctx.Err() == nil {
 		p.log.WithError(err).Warn("error pruning expired dedup records; retrying next round")
 	}

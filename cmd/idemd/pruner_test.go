@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemd/idemd/internal/pgtest"
+	"github.com/idemd/idemd/processed"
 )
 
 func TestPrunerOncePrunesOnlyWhatExpired(t *testing.T) {
@@ -58,6 +59,29 @@ VALUES ('s', 'expired', '\x00', 'done', now() - interval '1 second')`))
 	records, _ = p.Once(context.Background())
 	require.Zero(t, records)
 	require.Equal(t, 1, db.Count(t, "{schema}.processed_messages WHERE epoch = 1"), "no row deleted in the current epoch")
+}
+
+// With IDEMD_PROCESSED_PARTITION_INTERVAL unset again, the pruner deletes expired records in
+// every epoch left from when it was set, and drops those epochs once they are empty.
+func TestPrunerWithoutPartitionsDropsEpochsLeftOver(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	db.Exec(t, db.Q(`INSERT INTO {schema}.processed_messages (scope, message_id, fingerprint, status, expires_at)
+SELECT 's', 'old-' || i, '\x00', 'done', now() - interval '1 second' FROM generate_series(1, 5) i`))
+	ps, err := processed.New(&processed.Config{Schema: db.Schema})
+	require.NoError(t, err)
+	_, err = ps.OpenEpoch(ctx, db.Pool, 0)
+	require.NoError(t, err)
+	db.Exec(t, db.Q(`INSERT INTO {schema}.processed_messages (scope, message_id, fingerprint, status, expires_at)
+VALUES ('s', 'live', '\x00', 'done', now() + interval '1 day')`))
+
+	p, err := newPruner(db.Pool, &prunerConfig{Schema: db.Schema})
+	require.NoError(t, err)
+	records, _ := p.Once(ctx)
+	require.EqualValues(t, 5, records, "deleted row by row; the empty epoch then dropped")
+	require.Equal(t, "1", db.Text(t, db.Q(`SELECT string_agg(epoch::text, ' ') FROM {schema}.processed_epochs`)))
+	require.Equal(t, "live", db.Text(t, db.Q(`SELECT string_agg(message_id, ' ') FROM {schema}.processed_messages`)))
 }
 
 // Dead letters go after their retention, replayed ones sooner; the admin audit with them;

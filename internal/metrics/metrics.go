@@ -92,6 +92,11 @@ var (
 	}, []string{"pipeline"})
 	// Pruned counts rows the pruner deleted, per table.
 	Pruned = counter("idemd_pruned_rows_total", "Rows deleted by the pruner.", "table")
+	// ProcessedEpochs is how many epochs (partitions) processed_messages has, as the
+	// pruner last read them.
+	ProcessedEpochs = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "idemd_processed_epochs", Help: "Epochs (partitions) of processed_messages, read by the pruner every round; with IDEMD_PROCESSED_PARTITION_INTERVAL, about the longest retention / the interval + 2.",
+	})
 )
 
 func counter(name, help string, labels ...string) *prometheus.CounterVec {
@@ -105,7 +110,7 @@ func init() {
 		Received, Processed, Duplicates, Conflicts, DeadLettered, Stale, InFlight, Rejected, Retries,
 		TxDuration, TxBatchSize, RequestDuration,
 		OutboxBacklog, OutboxOldestAge, OutboxPublished, OutboxPublishErrors, OutboxTopicFailing, RelayLeader,
-		ConsumerLag, ConsumerLagErrors, SubscriptionBacklog, Pruned,
+		ConsumerLag, ConsumerLagErrors, SubscriptionBacklog, Pruned, ProcessedEpochs,
 		poolStats, kafkaReaders, kafkaWriters,
 	)
 }
