@@ -24,7 +24,11 @@ import (
 // next epoch. So when an epoch opens, every transaction that claimed in the one before has
 // ended, and a claim in the new epoch sees, in its snapshot, all that they wrote; two
 // claims of one id at the same time always insert into the same epoch, where the primary
-// key makes one of them wait for the other.
+// key makes one of them wait for the other. The lock has a second use: a claim statement
+// lists processed_messages' partitions when it locks the table, which it does after the
+// epochs' lock, so it always knows the partition of the epoch it reads. An INSERT that
+// takes no such lock can read a new epoch yet route its row with the partitions it listed
+// a moment before: "no partition of relation found for row" (BENCHMARKS.md, phase 26).
 //
 // An epoch's partition is dropped once every record in it has expired and no reservation
 // in it holds a live lease; a record taken over after its retention moves to the current
