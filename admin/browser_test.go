@@ -133,9 +133,14 @@ func signIn(t *testing.T, ctx context.Context, b *bundle, link string) {
 	require.Equal(t, b.srv.URL+link, loc, "the deep link survives the sign-in")
 }
 
+// text is the visible text of the element of sel, once there is one. It is read by a
+// script, not by chromedp.Text: right after a form's submission navigated, chromedp may
+// still hold the node ids of the page before, and reading one fails with "No node with
+// given id found" (seen in CI on TestBrowserDisableEnableEndpoint).
 func text(t *testing.T, ctx context.Context, sel string) string {
 	t.Helper()
-	s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+	waitJS(t, ctx, fmt.Sprintf(`!!document.querySelector(%q)`, sel))
+	s, err := chromedp.Run(ctx, chromedp.Evaluate[string](fmt.Sprintf(`document.querySelector(%q).innerText`, sel)))
 	require.NoError(t, err, sel)
 	return strings.TrimSpace(s)
 }
