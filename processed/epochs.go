@@ -40,6 +40,9 @@ import (
 // the next pruning round.
 const EpochLockTimeout = 2 * time.Second
 
+// setLockTimeout is the first statement of the transactions that open and drop epochs.
+var setLockTimeout = "SET LOCAL lock_timeout = " + strconv.FormatInt(EpochLockTimeout.Milliseconds(), 10)
+
 // DroppedEpoch is an epoch whose partition DropExpiredEpochs dropped.
 type DroppedEpoch struct {
 	Epoch int32
@@ -99,7 +102,7 @@ func (s *Store) OpenEpoch(ctx context.Context, pool *pgxpool.Pool, interval time
 	}
 	var opened int32
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = "+strconv.FormatInt(EpochLockTimeout.Milliseconds(), 10)); err != nil {
+		if _, err := tx.Exec(ctx, setLockTimeout); err != nil {
 			return err
 		}
 		// Waits for the claims in flight; new ones wait for this transaction.
@@ -177,7 +180,7 @@ func (s *Store) dropEpoch(ctx context.Context, pool *pgxpool.Pool, epoch int32) 
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		// DETACH locks processed_messages against every reader and writer: it waits for the
 		// transactions in flight, and new ones wait for it.
-		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = "+strconv.FormatInt(EpochLockTimeout.Milliseconds(), 10)); err != nil {
+		if _, err := tx.Exec(ctx, setLockTimeout); err != nil {
 			return err
 		}
 		for _, q := range []string{

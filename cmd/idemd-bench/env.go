@@ -131,46 +131,18 @@ func (e *env) logf(format string, args ...any) {
 }
 
 // truncate empties every table a section writes to, and leaves processed_messages with
-// epoch 0 alone, as migrated (a prune section with -prune-partition-interval opens and drops
-// epochs).
+// one epoch, the current one (a prune section with -prune-partition-interval opens epochs):
+// emptied, the older ones have expired, and the pruner's own drop removes them.
 func (e *env) truncate(ctx context.Context) error {
 	q := e.q()
 	_, err := e.pool.Exec(ctx, "TRUNCATE "+q+".effects, "+q+".processed_messages, "+q+".outbox, "+q+".outbox_published, "+q+".conflicts, "+q+".dead_letters")
 	if err == nil {
-		err = e.resetEpochs(ctx)
+		_, err = e.claims.DropExpiredEpochs(ctx, e.pool)
 	}
 	if err == nil {
 		// Fresh statistics after a truncate keep the planner on the indexes.
 		_, err = e.pool.Exec(ctx, "ANALYZE "+q+".processed_messages, "+q+".outbox")
 	}
-	return err
-}
-
-// resetEpochs drops every epoch's partition but epoch 0's, and makes epoch 0's again if
-// the pruner dropped it.
-func (e *env) resetEpochs(ctx context.Context) error {
-	q := e.q()
-	rows, err := e.pool.Query(ctx, "SELECT epoch FROM "+q+".processed_epochs WHERE epoch > 0")
-	if err != nil {
-		return err
-	}
-	epochs, err := pgx.CollectRows(rows, pgx.RowTo[int32])
-	if err != nil {
-		return err
-	}
-	for _, epoch := range epochs {
-		if _, err := e.pool.Exec(ctx, "DROP TABLE "+pgx.Identifier{e.schema, fmt.Sprintf("processed_messages_e%d", epoch)}.Sanitize()); err != nil {
-			return err
-		}
-	}
-	_, err = e.pool.Exec(ctx, `DELETE FROM `+q+`.processed_epochs WHERE epoch > 0;
-CREATE TABLE IF NOT EXISTS `+q+`.processed_messages_e0 (LIKE `+q+`.processed_messages INCLUDING ALL) WITH (autovacuum_vacuum_scale_factor = 0.02);
-DO $$ BEGIN
-  IF NOT EXISTS (SELECT 1 FROM pg_inherits WHERE inhrelid = '`+q+`.processed_messages_e0'::regclass) THEN
-    ALTER TABLE `+q+`.processed_messages ATTACH PARTITION `+q+`.processed_messages_e0 FOR VALUES FROM (0) TO (1);
-  END IF;
-END $$;
-INSERT INTO `+q+`.processed_epochs (epoch) VALUES (0) ON CONFLICT DO NOTHING`)
 	return err
 }
 

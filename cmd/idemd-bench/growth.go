@@ -27,7 +27,8 @@ func (e *env) prefill(ctx context.Context, rows int) error {
 	began := time.Now()
 	if _, err := e.pool.Exec(ctx, `INSERT INTO `+q+`.processed_messages
     (scope, message_id, fingerprint, status, received_at, completed_at, expires_at, epoch)
-SELECT '`+growthScope+`', 'evt_' || md5('prefill-' || g), sha256(int8send(g)), 'done', t, t, t + interval '7 days', 0
+SELECT '`+growthScope+`', 'evt_' || md5('prefill-' || g), sha256(int8send(g)), 'done', t, t, t + interval '7 days',
+       (SELECT max(epoch) FROM `+q+`.processed_epochs)
 FROM (SELECT g, now() - ((g % 7) + 0.5) * interval '1 day' AS t
       FROM generate_series(1, $1::bigint) g) s`, rows); err != nil {
 		return fmt.Errorf("pre-filling processed_messages: %w", err)
