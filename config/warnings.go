@@ -78,41 +78,35 @@ func retention(p any) time.Duration {
 	return 0
 }
 
-// EpochsWarnings are the warnings of pruning by epochs opened every interval
-// (IDEMD_PROCESSED_PARTITION_INTERVAL; none when it is 0). An epoch is dropped only once
-// its longest-kept record has expired, so a pipeline's records stay up to the longest
-// retention of any pipeline plus the interval: a warning for each pipeline whose records
-// would stay more than twice its own retention. And a new id is looked for in every older
-// epoch: a warning when the longest retention holds more than eight intervals.
-func (f *File) EpochsWarnings(interval time.Duration) []error {
-	if interval <= 0 {
-		return nil
-	}
-	var pipelines []any
+// LongestRetention is the longest dedup retention of f's pipelines (0 without any).
+func (f *File) LongestRetention() time.Duration {
+	var longest time.Duration
 	for _, s := range f.Sources {
-		pipelines = append(pipelines, s)
+		longest = max(longest, retention(s))
 	}
 	for _, s := range f.Subscriptions {
-		pipelines = append(pipelines, s)
+		longest = max(longest, retention(s))
 	}
-	var longest time.Duration
-	for _, p := range pipelines {
-		longest = max(longest, retention(p))
+	return longest
+}
+
+// EpochsWarnings are the warnings of pruning by epochs opened every interval
+// (IDEMD_PROCESSED_PARTITION_INTERVAL; none when it is 0). A record stays up to one
+// interval past its retention: a warning when the interval is longer than the longest
+// retention. And a new id is looked for in every older epoch: a warning when the longest
+// retention holds more than eight intervals.
+func (f *File) EpochsWarnings(interval time.Duration) []error {
+	longest := f.LongestRetention()
+	if interval <= 0 || longest == 0 {
+		return nil
 	}
-	kept := longest + interval
 	var out []error
-	for _, p := range pipelines {
-		field := "retention"
-		if s, ok := p.(*receiver.Source); ok && s.Idempotency != nil {
-			field = "idempotency.retention"
-		}
-		if r := retention(p); kept > 2*r {
-			out = append(out, f.Errorf(p, field, "%s, but with IDEMD_PROCESSED_PARTITION_INTERVAL=%s its records stay until their epoch is dropped, up to %s (the longest retention, %s, plus the interval): use like retentions, or prune by rows (IDEMD_PROCESSED_PARTITION_INTERVAL=0)",
-				formatDuration(r), interval, formatDuration(kept), formatDuration(longest)))
-		}
+	if interval > longest {
+		out = append(out, fmt.Errorf("IDEMD_PROCESSED_PARTITION_INTERVAL: %s is longer than the longest retention (%s), and a record stays until its epoch is dropped, up to one interval past its retention; about the longest retention / 4 (%s, the default, auto) keeps records at most a quarter past it",
+			interval, formatDuration(longest), formatDuration(longest/4)))
 	}
 	if n := longest / interval; n > 8 {
-		out = append(out, fmt.Errorf("IDEMD_PROCESSED_PARTITION_INTERVAL: %s keeps about %d epochs of processed_messages for the longest retention (%s), and a new id is looked for in each older one; about the longest retention / 4 (%s) keeps five or six",
+		out = append(out, fmt.Errorf("IDEMD_PROCESSED_PARTITION_INTERVAL: %s keeps about %d epochs of processed_messages for the longest retention (%s), and a new id is looked for in each older one; about the longest retention / 4 (%s, the default, auto) keeps five or six",
 			interval, n+1, formatDuration(longest), formatDuration(longest/4)))
 	}
 	return out

@@ -62,11 +62,15 @@ func TestEpochsWarnings(t *testing.T) {
     retention: 20d
 `), lookup)
 	require.NoError(t, err)
+	require.Equal(t, 30*24*time.Hour, f.LongestRetention())
 	require.Empty(t, f.EpochsWarnings(0))
-	warnings := f.EpochsWarnings(7 * 24 * time.Hour)
+	// Mixed retentions warn no more: the 24-hour keys are deleted row by row once expired.
+	require.Empty(t, f.EpochsWarnings(f.LongestRetention()/4))
+	warnings := f.EpochsWarnings(24 * time.Hour)
 	require.Len(t, warnings, 1)
-	require.EqualError(t, warnings[0], `e.yaml:8: sources[1] "orders": idempotency.retention: 1d, but with IDEMD_PROCESSED_PARTITION_INTERVAL=168h0m0s its records stay until their epoch is dropped, up to 37d (the longest retention, 30d, plus the interval): use like retentions, or prune by rows (IDEMD_PROCESSED_PARTITION_INTERVAL=0)`)
-	warnings = f.EpochsWarnings(24 * time.Hour)
-	require.Len(t, warnings, 2)
-	require.EqualError(t, warnings[1], `IDEMD_PROCESSED_PARTITION_INTERVAL: 24h0m0s keeps about 31 epochs of processed_messages for the longest retention (30d), and a new id is looked for in each older one; about the longest retention / 4 (7d12h0m0s) keeps five or six`)
+	require.EqualError(t, warnings[0], `IDEMD_PROCESSED_PARTITION_INTERVAL: 24h0m0s keeps about 31 epochs of processed_messages for the longest retention (30d), and a new id is looked for in each older one; about the longest retention / 4 (7d12h0m0s, the default, auto) keeps five or six`)
+	warnings = f.EpochsWarnings(40 * 24 * time.Hour)
+	require.Len(t, warnings, 1)
+	require.EqualError(t, warnings[0], `IDEMD_PROCESSED_PARTITION_INTERVAL: 960h0m0s is longer than the longest retention (30d), and a record stays until its epoch is dropped, up to one interval past its retention; about the longest retention / 4 (7d12h0m0s, the default, auto) keeps records at most a quarter past it`)
+	require.Empty(t, (&File{}).EpochsWarnings(time.Hour), "no pipeline, no retention to compare with")
 }

@@ -32,8 +32,9 @@ import (
 //
 // An epoch's partition is dropped once every record in it has expired and no reservation
 // in it holds a live lease; a record taken over after its retention moves to the current
-// epoch. Records therefore stay up to one epoch's interval past their retention, and the
-// table holds about (longest retention + interval) of traffic.
+// epoch. With mixed retentions, the records that their epoch would keep more than one span
+// past their retention are deleted row by row (PruneOutlived). Records therefore stay up
+// to one epoch's interval past their retention.
 
 // EpochLockTimeout bounds how long opening an epoch, or dropping one, waits for the claims
 // in flight; new claims queue behind it meanwhile. On timeout the step is tried again at
@@ -213,11 +214,13 @@ type EpochRound struct {
 	Opened int32
 	// Dropped are the epochs dropped, in order.
 	Dropped []DroppedEpoch
+	// Deleted is how many records PruneOutlived deleted row by row.
+	Deleted int64
 }
 
-// Records is how many records the dropped epochs held.
+// Records is how many records the round removed: the dropped epochs' and the deleted ones.
 func (r EpochRound) Records() int64 {
-	var n int64
+	n := r.Deleted
 	for _, d := range r.Dropped {
 		n += d.Records
 	}
@@ -225,13 +228,22 @@ func (r EpochRound) Records() int64 {
 }
 
 // PruneEpochs is a pruning round with epochs opened every interval: it opens the next
-// epoch when due (OpenEpoch), drops the expired ones (DropExpiredEpochs) and deletes
-// expired conflicts (PruneConflicts, in batches of at most batchSize). Each step runs even
-// when one before it failed; the errors are joined.
+// epoch when due (OpenEpoch), drops the expired ones (DropExpiredEpochs), deletes the
+// records that the epochs left would keep more than one span past their retention
+// (PruneOutlived: with mixed retentions) and deletes expired conflicts (PruneConflicts).
+// Deletes go in batches of at most batchSize. Each step runs even when one before it
+// failed; the errors are joined.
 func (s *Store) PruneEpochs(ctx context.Context, pool *pgxpool.Pool, interval time.Duration, batchSize int) (EpochRound, error) {
 	var round EpochRound
-	var errOpen, errDrop error
+	var errOpen, errDrop, errOutlived error
 	round.Opened, errOpen = s.OpenEpoch(ctx, pool, interval)
 	round.Dropped, errDrop = s.DropExpiredEpochs(ctx, pool)
-	return round, errors.Join(errOpen, errDrop, s.PruneConflicts(ctx, pool, batchSize))
+	round.Deleted, errOutlived = s.PruneOutlived(ctx, pool, batchSize)
+	return round, errors.Join(errOpen, errDrop, errOutlived, s.PruneConflicts(ctx, pool, batchSize))
 }
+
+// EpochsPerRetention is how many epochs the default interval makes of the longest
+// retention (IDEMD_PROCESSED_PARTITION_INTERVAL=auto): the interval is the longest
+// retention / 4, so five or six epochs are live, and a new id is looked up in four or five
+// older partitions.
+const EpochsPerRetention = 4

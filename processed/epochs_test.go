@@ -205,3 +205,43 @@ func TestClaimRefusesRepeatableRead(t *testing.T) {
 	_, err = b.store.ClaimBatchTx(ctx, tx, []processed.Claim{{Scope: "s", MessageID: "a", Fingerprint: fp}})
 	require.ErrorContains(t, err, "claims need READ COMMITTED transactions")
 }
+
+// Pruning by epochs with mixed retentions: an expired record that its epoch would keep more
+// than the epoch's span past its retention is deleted row by row; records of one retention
+// within an epoch are left for the epoch's drop, whole.
+func TestPruneEpochsDeletesOutlivedRecords(t *testing.T) {
+	t.Parallel()
+	b := setup(t, pgtest.Options{}, processed.Config{Lease: time.Hour})
+	ctx := context.Background()
+	const short = 200 * time.Millisecond
+	// Epoch 0: an API key kept briefly beside a webhook kept an hour, and a reservation
+	// whose lease is live.
+	b.claim(t, processed.Claim{Scope: "s", MessageID: "long", Fingerprint: fp, Retention: time.Hour})
+	b.claim(t, processed.Claim{Scope: "s", MessageID: "short", Fingerprint: fp, Retention: short})
+	b.claim(t, processed.Claim{Scope: "s", MessageID: "leased", Fingerprint: fp, Retention: short, Reserve: true})
+	// Epoch 1: one retention. u1 expires before u2 does, but by less than the epoch's span.
+	b.openEpoch(t)
+	b.claim(t, processed.Claim{Scope: "s", MessageID: "u1", Fingerprint: fp, Retention: 300 * time.Millisecond})
+	time.Sleep(150 * time.Millisecond)
+	b.claim(t, processed.Claim{Scope: "s", MessageID: "u2", Fingerprint: fp, Retention: 300 * time.Millisecond})
+	// Epoch 2, the current one: mixed again.
+	b.openEpoch(t)
+	b.claim(t, processed.Claim{Scope: "s", MessageID: "cur-long", Fingerprint: fp, Retention: time.Hour})
+	b.claim(t, processed.Claim{Scope: "s", MessageID: "cur-short", Fingerprint: fp, Retention: short})
+	// u1 has expired, u2 maybe not: the outlived rule keeps both for the epoch's drop.
+	time.Sleep(short + 100*time.Millisecond)
+	n, err := b.store.PruneOutlived(ctx, b.db.Pool, 0)
+	require.NoError(t, err)
+	require.Equal(t, int64(2), n, "short and cur-short")
+	require.Equal(t, "0:leased 0:long 1:u1 1:u2 2:cur-long", b.db.Text(t, b.db.Q(`SELECT string_agg(epoch || ':' || message_id, ' ' ORDER BY epoch, message_id) FROM {schema}.processed_messages`)))
+
+	// A round: epoch 1 goes whole once u2 has expired; nothing more is outlived.
+	time.Sleep(200 * time.Millisecond)
+	round, err := b.store.PruneEpochs(ctx, b.db.Pool, time.Hour, 0)
+	require.NoError(t, err)
+	require.Equal(t, processed.EpochRound{Dropped: []processed.DroppedEpoch{{Epoch: 1, Records: 2}}}, round)
+	require.Equal(t, int64(2), round.Records())
+	require.Equal(t, "0:leased 0:long 2:cur-long", b.db.Text(t, b.db.Q(`SELECT string_agg(epoch || ':' || message_id, ' ' ORDER BY epoch, message_id) FROM {schema}.processed_messages`)))
+	require.Equal(t, processed.Claimed, b.claim(t, processed.Claim{Scope: "s", MessageID: "short", Fingerprint: fp}).Outcome)
+	require.Equal(t, processed.Duplicate, b.claim(t, processed.Claim{Scope: "s", MessageID: "long", Fingerprint: fp}).Outcome)
+}

@@ -162,12 +162,16 @@ DELETE FROM ` + schema + `.conflicts WHERE ctid = ANY (ARRAY(
 
 // pruneSQL deletes at most $1 expired records of the partition part (quoted), in a batch by
 // ctid, which names a row only within one partition: each statement deletes at most $1
-// rows and holds its locks briefly.
+// rows and holds its locks briefly. With $2, a span in microseconds, it deletes only the
+// records the partition would otherwise keep more than that span past their expiry: those
+// that expired before the partition's last expiry minus the span (PruneOutlived). With $2
+// NULL, the bound is NULL and least() ignores it: every expired record goes.
 func pruneSQL(part string) string {
 	return `
 DELETE FROM ` + part + ` WHERE ctid = ANY (ARRAY(
     SELECT ctid FROM ` + part + `
-    WHERE expires_at <= now() AND (status <> 'in_flight' OR lease_until IS NULL OR lease_until <= now())
+    WHERE expires_at <= least(now(), (SELECT max(expires_at) FROM ` + part + `) - $2::bigint * interval '1 microsecond')
+      AND (status <> 'in_flight' OR lease_until IS NULL OR lease_until <= now())
     ORDER BY expires_at LIMIT $1
     FOR UPDATE SKIP LOCKED))`
 }

@@ -26,6 +26,7 @@ import (
 
 	"github.com/idemd/idemd/internal/gctune"
 	"github.com/idemd/idemd/outbox"
+	"github.com/idemd/idemd/processed"
 )
 
 // options are the command-line flags of a bench run.
@@ -56,7 +57,8 @@ type options struct {
 	prunePeriods   int
 	pruneInterval  time.Duration
 	pruneNaptime   time.Duration
-	// prunePartitions is the prune section's IDEMD_PROCESSED_PARTITION_INTERVAL (0: rows).
+	// prunePartitions is the prune section's IDEMD_PROCESSED_PARTITION_INTERVAL (0: rows),
+	// auto resolved.
 	prunePartitions time.Duration
 	pruneVacClock   bool
 	brokerMessages  int
@@ -112,7 +114,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.pruneRetention, "prune-retention", 10*time.Second, "the prune section's pipeline retention (and outbox retention): rows expire and are pruned all along its run")
 	fs.IntVar(&o.prunePeriods, "prune-periods", 48, "how many retention periods the prune section's steady state lasts (at least 7; the largest sizes of its second half are compared with those of its first half from three periods in; 24 before phase 22, over which the primary key may not have levelled off yet: BENCHMARKS.md, phases 16 and 22)")
 	fs.DurationVar(&o.pruneInterval, "prune-interval", time.Second, "the prune section's pruner interval (the daemon's IDEMD_PRUNE_INTERVAL, 1m by default for 7 days of retention)")
-	fs.DurationVar(&o.prunePartitions, "prune-partition-interval", 0, "the prune section's IDEMD_PROCESSED_PARTITION_INTERVAL: prune dedup records by dropping epochs opened this often (try -prune-retention / 4) instead of row by row (0)")
+	partitions := autoDuration{auto: true}
+	fs.Var(&partitions, "prune-partition-interval", "the prune section's IDEMD_PROCESSED_PARTITION_INTERVAL: prune dedup records by dropping epochs opened this often, auto (-prune-retention / 4, as the daemon's auto) or 0 (row by row)")
 	fs.DurationVar(&o.pruneNaptime, "prune-naptime", time.Second, "how often the prune section's autovacuum emulation looks at the tables (autovacuum_naptime, 1min on a server)")
 	fs.BoolVar(&o.pruneVacClock, "prune-vacuum-clock", true, "the autovacuum emulation's cost-based sleeps are compressed as its naptime is (the server's autovacuum_naptime / -prune-naptime: 2 ms / 60 by default); false sleeps the server's autovacuum_vacuum_cost_delay, as before phase 7")
 	fs.IntVar(&o.brokerMessages, "broker-messages", 20000, "messages published to each Pub/Sub subscription and SQS queue of the brokers section (20% of them repeats: new broker messages with an earlier operation-id)")
@@ -207,6 +210,10 @@ Flags:
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "idemd-bench: unexpected argument %q\n", fs.Arg(0))
 		return 2
+	}
+	o.prunePartitions = partitions.d
+	if partitions.auto {
+		o.prunePartitions = o.pruneRetention / processed.EpochsPerRetention
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -365,4 +372,33 @@ func bench(ctx context.Context, o *options, logw io.Writer) (*Results, error) {
 		e.logf("== %s done in %s", s.name, time.Since(began).Round(time.Millisecond))
 	}
 	return res, nil
+}
+
+// autoDuration is a flag taking auto or a duration (0 and up).
+type autoDuration struct {
+	auto bool
+	d    time.Duration
+}
+
+func (a *autoDuration) String() string {
+	if a.auto {
+		return "auto"
+	}
+	return a.d.String()
+}
+
+func (a *autoDuration) Set(s string) error {
+	if s == "auto" {
+		*a = autoDuration{auto: true}
+		return nil
+	}
+	d, err := time.ParseDuration(s)
+	if err == nil && d < 0 {
+		err = errors.New("negative")
+	}
+	if err != nil {
+		return fmt.Errorf("%q is not auto or a duration of 0 or more", s)
+	}
+	*a = autoDuration{d: d}
+	return nil
 }

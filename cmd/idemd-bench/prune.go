@@ -600,7 +600,11 @@ func benchPrune(ctx context.Context, e *env, res *Results) error {
 	if err != nil {
 		return err
 	}
-	steady := &Row{Section: "prune", Mode: fmt.Sprintf("consumer, relay and pruner running, retention %s, steady state (periods 3-%d)", retention, periods),
+	pruning := "rows"
+	if e.o.prunePartitions > 0 {
+		pruning = "epochs of " + e.o.prunePartitions.String()
+	}
+	steady := &Row{Section: "prune", Mode: fmt.Sprintf("consumer, relay and pruner (by %s) running, retention %s, steady state (periods 3-%d)", pruning, retention, periods),
 		Count: int(endCommitted - refCommitted), Seconds: lastAt.Sub(refAt).Seconds(), Unit: "msgs/s", PeakRSSMiB: rss, CPU: steadyCPU}
 	steady.Rate = float64(steady.Count) / steady.Seconds
 	res.PruneSteady = steady

@@ -99,7 +99,9 @@ type daemonConfig struct {
 	PruneInterval time.Duration
 	// PartitionInterval, when positive, makes the pruner open an epoch (a partition of
 	// processed_messages) this often and drop expired epochs whole instead of deleting
-	// expired records (processed.Store.PruneEpochs). Defaults to 0: off.
+	// expired records (processed.Store.PruneEpochs). 0 is off: row by row. serve sets it
+	// from IDEMD_PROCESSED_PARTITION_INTERVAL, whose default, auto, is the longest retention
+	// of the pipelines / 4.
 	PartitionInterval time.Duration
 	// OutboxRetention is how long published outbox rows are kept (with
 	// OutboxKeepPublished). Defaults to 24 h.

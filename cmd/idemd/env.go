@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"reflect"
@@ -12,7 +13,10 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemd/idemd/admin"
+	"github.com/idemd/idemd/config"
 	"github.com/idemd/idemd/internal/tracing"
+	"github.com/idemd/idemd/pipeline"
+	"github.com/idemd/idemd/processed"
 )
 
 // Env is idemd's whole environment (prefix IDEMD_). It is the only place that reads it;
@@ -22,33 +26,33 @@ import (
 // variable (only their --help shows it, and only they report its problems), help is its
 // line in --help, envDefault its default. Tests check --help and the README against them.
 type Env struct {
-	DatabaseURL         string        `env:"DATABASE_URL" cmds:"serve,dev,check,migrate,dlq,inspect" help:"PostgreSQL connection string (required; dev: postgres://postgres@127.0.0.1:5432/test)"`
-	KafkaBrokers        []string      `env:"KAFKA_BROKERS" envSeparator:"," cmds:"serve,dev,check,dlq" help:"comma-separated Kafka brokers (required by the consumer and relay roles; dev: an in-memory broker)"`
-	PipelinesFile       string        `env:"PIPELINES_FILE" envDefault:"idemd.yaml" cmds:"serve,dev,check,dlq,sign" help:"the pipelines file (dev and sign: the embedded deploy/idemd.dev.yaml)"`
-	HTTPAddr            string        `env:"HTTP_ADDR" envDefault:":8080" cmds:"serve,dev,check" help:"address of the receiver (HTTP sources)"`
-	AdminAddr           string        `env:"ADMIN_ADDR" envDefault:"127.0.0.1:9090" cmds:"serve,dev,check" help:"address of the admin server: /metrics, /healthz, /readyz (open), the admin API, console and pprof (token); Kubernetes: :9090"`
-	AdminToken          string        `env:"ADMIN_TOKEN" cmds:"serve,dev,check" help:"admin token, or name:token pairs, for the admin API, console and pprof (default: none, they answer 401; dev: one made for the run)"`
-	AdminInsecureReads  bool          `env:"ADMIN_INSECURE_READS" envDefault:"false" cmds:"serve,dev,check" help:"let admin reads through without a token; writes and /debug/pprof stay refused"`
-	LogLevel            string        `env:"LOG_LEVEL" envDefault:"info" cmds:"serve,dev,check,dlq,inspect" help:"trace, debug, info, warning or error"`
-	LogFormat           string        `env:"LOG_FORMAT" envDefault:"json" cmds:"serve,dev,check,dlq,inspect" help:"json or text (dev: text)"`
-	ShutdownTimeout     time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"30s" cmds:"serve,dev,check" help:"bound of the drain after SIGTERM"`
-	DBSchema            string        `env:"DB_SCHEMA" envDefault:"idemd" cmds:"serve,dev,check,migrate,dlq,inspect" help:"schema of idemd's tables"`
-	DBMaxConns          int32         `env:"DB_MAX_CONNS" envDefault:"20" cmds:"serve,dev,check" help:"connection pool size (at least 2)"`
-	DBSearchPath        string        `env:"DB_SEARCH_PATH" cmds:"serve,dev,check,migrate,dlq,inspect" help:"search_path of every connection, where effect SQL finds unqualified tables (default: the server's)"`
-	Roles               []string      `env:"ROLES" envSeparator:"," envDefault:"receiver,consumer,relay,pruner" cmds:"serve,dev,check" help:"roles this process runs"`
-	Migrate             bool          `env:"MIGRATE" envDefault:"true" cmds:"serve,dev,check" help:"apply the migrations at start (false: stay not ready until someone ran idemd migrate)"`
-	KafkaCreateTopics   bool          `env:"KAFKA_CREATE_TOPICS" envDefault:"false" cmds:"serve,dev,check" help:"create the topics the pipelines name at start (dev: true)"`
-	PruneInterval       time.Duration `env:"PRUNE_INTERVAL" envDefault:"1m" cmds:"serve,dev,check" help:"how often the pruner deletes expired rows"`
-	PartitionInterval   time.Duration `env:"PROCESSED_PARTITION_INTERVAL" envDefault:"0s" cmds:"serve,dev,check" help:"open a partition of processed_messages this often and drop each one whole once all its records expired, instead of deleting expired records row by row (0: off; try the longest retention / 4)"`
-	OutboxRetention     time.Duration `env:"OUTBOX_RETENTION" envDefault:"24h" cmds:"serve,dev,check" help:"how long published outbox rows (with IDEMD_OUTBOX_KEEP_PUBLISHED) and finished HTTP deliveries are kept"`
-	OutboxKeepPublished bool          `env:"OUTBOX_KEEP_PUBLISHED" envDefault:"false" cmds:"serve,dev,check,inspect" help:"keep published outbox rows, marked published, for IDEMD_OUTBOX_RETENTION (the console and inspect show them); false: a row is deleted once the broker has it, one write per row instead of two"`
-	KafkaSessionTimeout time.Duration `env:"KAFKA_SESSION_TIMEOUT" envDefault:"30s" cmds:"serve,dev,check" help:"consumer groups' session and rebalance timeout (at least 6s)"`
-	RelayMaxFailingFor  time.Duration `env:"RELAY_MAX_FAILING_FOR" envDefault:"10m" cmds:"serve,dev,check" help:"a topic refusing every publish this long has its outbox rows dead-lettered (negative: never)"`
-	DeadLetterRetention time.Duration `env:"DEAD_LETTER_RETENTION" envDefault:"720h" cmds:"serve,dev,check" help:"how long dead letters (replayed or not) and the admin audit are kept"`
-	DeadLetterReplayed  time.Duration `env:"DEAD_LETTER_REPLAYED_RETENTION" envDefault:"168h" cmds:"serve,dev,check" help:"how long a dead letter is kept after its replay"`
-	EntityVersionRetain time.Duration `env:"ENTITY_VERSION_RETENTION" envDefault:"720h" cmds:"serve,dev,check" help:"how long the stale-event guard keeps an entity's last version after its last update"`
-	TLSCertFile         string        `env:"TLS_CERT_FILE" cmds:"serve,dev,check" help:"PEM certificate (chain) of the receiver: it serves HTTPS (with IDEMD_TLS_KEY_FILE)"`
-	TLSKeyFile          string        `env:"TLS_KEY_FILE" cmds:"serve,dev,check" help:"PEM private key of IDEMD_TLS_CERT_FILE"`
+	DatabaseURL         string            `env:"DATABASE_URL" cmds:"serve,dev,check,migrate,dlq,inspect" help:"PostgreSQL connection string (required; dev: postgres://postgres@127.0.0.1:5432/test)"`
+	KafkaBrokers        []string          `env:"KAFKA_BROKERS" envSeparator:"," cmds:"serve,dev,check,dlq" help:"comma-separated Kafka brokers (required by the consumer and relay roles; dev: an in-memory broker)"`
+	PipelinesFile       string            `env:"PIPELINES_FILE" envDefault:"idemd.yaml" cmds:"serve,dev,check,dlq,sign" help:"the pipelines file (dev and sign: the embedded deploy/idemd.dev.yaml)"`
+	HTTPAddr            string            `env:"HTTP_ADDR" envDefault:":8080" cmds:"serve,dev,check" help:"address of the receiver (HTTP sources)"`
+	AdminAddr           string            `env:"ADMIN_ADDR" envDefault:"127.0.0.1:9090" cmds:"serve,dev,check" help:"address of the admin server: /metrics, /healthz, /readyz (open), the admin API, console and pprof (token); Kubernetes: :9090"`
+	AdminToken          string            `env:"ADMIN_TOKEN" cmds:"serve,dev,check" help:"admin token, or name:token pairs, for the admin API, console and pprof (default: none, they answer 401; dev: one made for the run)"`
+	AdminInsecureReads  bool              `env:"ADMIN_INSECURE_READS" envDefault:"false" cmds:"serve,dev,check" help:"let admin reads through without a token; writes and /debug/pprof stay refused"`
+	LogLevel            string            `env:"LOG_LEVEL" envDefault:"info" cmds:"serve,dev,check,dlq,inspect" help:"trace, debug, info, warning or error"`
+	LogFormat           string            `env:"LOG_FORMAT" envDefault:"json" cmds:"serve,dev,check,dlq,inspect" help:"json or text (dev: text)"`
+	ShutdownTimeout     time.Duration     `env:"SHUTDOWN_TIMEOUT" envDefault:"30s" cmds:"serve,dev,check" help:"bound of the drain after SIGTERM"`
+	DBSchema            string            `env:"DB_SCHEMA" envDefault:"idemd" cmds:"serve,dev,check,migrate,dlq,inspect" help:"schema of idemd's tables"`
+	DBMaxConns          int32             `env:"DB_MAX_CONNS" envDefault:"20" cmds:"serve,dev,check" help:"connection pool size (at least 2)"`
+	DBSearchPath        string            `env:"DB_SEARCH_PATH" cmds:"serve,dev,check,migrate,dlq,inspect" help:"search_path of every connection, where effect SQL finds unqualified tables (default: the server's)"`
+	Roles               []string          `env:"ROLES" envSeparator:"," envDefault:"receiver,consumer,relay,pruner" cmds:"serve,dev,check" help:"roles this process runs"`
+	Migrate             bool              `env:"MIGRATE" envDefault:"true" cmds:"serve,dev,check" help:"apply the migrations at start (false: stay not ready until someone ran idemd migrate)"`
+	KafkaCreateTopics   bool              `env:"KAFKA_CREATE_TOPICS" envDefault:"false" cmds:"serve,dev,check" help:"create the topics the pipelines name at start (dev: true)"`
+	PruneInterval       time.Duration     `env:"PRUNE_INTERVAL" envDefault:"1m" cmds:"serve,dev,check" help:"how often the pruner deletes expired rows"`
+	PartitionInterval   partitionInterval `env:"PROCESSED_PARTITION_INTERVAL" envDefault:"auto" cmds:"serve,dev,check" help:"open a partition (an epoch) of processed_messages this often and drop each one whole once all its records expired, instead of deleting expired records row by row (auto: the longest dedup retention of the pipelines / 4; 0: off, row by row)"`
+	OutboxRetention     time.Duration     `env:"OUTBOX_RETENTION" envDefault:"24h" cmds:"serve,dev,check" help:"how long published outbox rows (with IDEMD_OUTBOX_KEEP_PUBLISHED) and finished HTTP deliveries are kept"`
+	OutboxKeepPublished bool              `env:"OUTBOX_KEEP_PUBLISHED" envDefault:"false" cmds:"serve,dev,check,inspect" help:"keep published outbox rows, marked published, for IDEMD_OUTBOX_RETENTION (the console and inspect show them); false: a row is deleted once the broker has it, one write per row instead of two"`
+	KafkaSessionTimeout time.Duration     `env:"KAFKA_SESSION_TIMEOUT" envDefault:"30s" cmds:"serve,dev,check" help:"consumer groups' session and rebalance timeout (at least 6s)"`
+	RelayMaxFailingFor  time.Duration     `env:"RELAY_MAX_FAILING_FOR" envDefault:"10m" cmds:"serve,dev,check" help:"a topic refusing every publish this long has its outbox rows dead-lettered (negative: never)"`
+	DeadLetterRetention time.Duration     `env:"DEAD_LETTER_RETENTION" envDefault:"720h" cmds:"serve,dev,check" help:"how long dead letters (replayed or not) and the admin audit are kept"`
+	DeadLetterReplayed  time.Duration     `env:"DEAD_LETTER_REPLAYED_RETENTION" envDefault:"168h" cmds:"serve,dev,check" help:"how long a dead letter is kept after its replay"`
+	EntityVersionRetain time.Duration     `env:"ENTITY_VERSION_RETENTION" envDefault:"720h" cmds:"serve,dev,check" help:"how long the stale-event guard keeps an entity's last version after its last update"`
+	TLSCertFile         string            `env:"TLS_CERT_FILE" cmds:"serve,dev,check" help:"PEM certificate (chain) of the receiver: it serves HTTPS (with IDEMD_TLS_KEY_FILE)"`
+	TLSKeyFile          string            `env:"TLS_KEY_FILE" cmds:"serve,dev,check" help:"PEM private key of IDEMD_TLS_CERT_FILE"`
 	// The defaults are receiver.MaxConnsDefault, MaxUnverifiedBytesDefault, MaxBatchDefault
 	// and LingerDefault (a test holds them equal).
 	HTTPMaxConns           int           `env:"HTTP_MAX_CONNS" envDefault:"1024" cmds:"serve,dev,check" help:"receiver connections open at once, idle ones included; one more is closed as soon as it is accepted"`
@@ -62,6 +66,42 @@ type Env struct {
 	roles []role
 	// adminTokens is AdminToken parsed (by its check).
 	adminTokens []admin.Token
+}
+
+// partitionInterval is IDEMD_PROCESSED_PARTITION_INTERVAL: auto, 0 (off: expired dedup
+// records are deleted row by row) or the interval of epochs.
+type partitionInterval struct {
+	auto bool
+	d    time.Duration
+}
+
+// UnmarshalText parses auto or a duration.
+func (p *partitionInterval) UnmarshalText(b []byte) error {
+	if string(b) == "auto" {
+		*p = partitionInterval{auto: true}
+		return nil
+	}
+	d, err := time.ParseDuration(string(b))
+	*p = partitionInterval{d: d}
+	return err
+}
+
+// For is the interval of epochs for the pipelines of f: auto is the longest dedup
+// retention among them / processed.EpochsPerRetention (the default retention's when f has
+// no pipeline), so that five or six epochs are live.
+func (p partitionInterval) For(f *config.File) time.Duration {
+	if !p.auto {
+		return p.d
+	}
+	return cmp.Or(f.LongestRetention(), pipeline.RetentionDefault) / processed.EpochsPerRetention
+}
+
+// String is how logs and warnings name the setting.
+func (p partitionInterval) String() string {
+	if p.auto {
+		return "auto"
+	}
+	return p.d.String()
 }
 
 // envVar is one variable of Env, as its tags describe it.
@@ -182,8 +222,8 @@ var envChecks = map[string]func(*Env) error{
 	"IDEMD_PRUNE_INTERVAL":   func(c *Env) error { return positive("IDEMD_PRUNE_INTERVAL", c.PruneInterval) },
 	"IDEMD_OUTBOX_RETENTION": func(c *Env) error { return positive("IDEMD_OUTBOX_RETENTION", c.OutboxRetention) },
 	"IDEMD_PROCESSED_PARTITION_INTERVAL": func(c *Env) error {
-		if c.PartitionInterval < 0 {
-			return fmt.Errorf("IDEMD_PROCESSED_PARTITION_INTERVAL: must not be negative (0 turns partitions off), got %s", c.PartitionInterval)
+		if c.PartitionInterval.d < 0 {
+			return fmt.Errorf("IDEMD_PROCESSED_PARTITION_INTERVAL: must not be negative (auto: the longest retention / 4; 0 turns partitions off), got %s", c.PartitionInterval.d)
 		}
 		return nil
 	},
@@ -275,6 +315,8 @@ func kindWords(t reflect.Type) string {
 	switch {
 	case t == reflect.TypeFor[time.Duration]():
 		return "a duration (such as 500ms, 30s, 5m or 24h)"
+	case t == reflect.TypeFor[partitionInterval]():
+		return "auto, 0 (off) or a duration (such as 6h or 42h)"
 	case t.Kind() == reflect.Bool:
 		return "true or false"
 	case t.Kind() >= reflect.Int && t.Kind() <= reflect.Uint64:

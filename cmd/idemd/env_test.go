@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"reflect"
 	"regexp"
@@ -171,5 +172,39 @@ func TestHelpCoversTracingAndBrokers(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// IDEMD_PROCESSED_PARTITION_INTERVAL: auto (the default) is the longest retention of the
+// pipelines / 4; 0 is off; a duration is taken as it is; the rest is refused, named.
+func TestPartitionIntervalSetting(t *testing.T) {
+	t.Parallel()
+	f, err := config.Parse("p.yaml", []byte(`sources:
+  - name: stripe
+    verify: {scheme: stripe, secrets_env: S}
+    retention: 30d
+  - name: shop
+    verify: {scheme: stripe, secrets_env: S}
+    retention: 1d
+`), func(string) (string, bool) { return "whsec_0123456789abcdef0123456789", true })
+	require.NoError(t, err)
+	for value, want := range map[string]time.Duration{"": 180 * time.Hour, "auto": 180 * time.Hour, "0": 0, "6h": 6 * time.Hour} {
+		environ := environment{}
+		if value != "" {
+			environ["IDEMD_PROCESSED_PARTITION_INTERVAL"] = value
+		}
+		e, err := loadEnvFor("check", environ)
+		require.NotContains(t, fmt.Sprint(err), "PARTITION", value)
+		require.Equal(t, want, e.PartitionInterval.For(f), value)
+	}
+	e, err := loadEnvFor("check", environment{})
+	require.NotContains(t, fmt.Sprint(err), "PARTITION")
+	require.Equal(t, 42*time.Hour, e.PartitionInterval.For(&config.File{}), "no pipeline: the default retention's")
+	for value, want := range map[string]string{
+		"soon": `IDEMD_PROCESSED_PARTITION_INTERVAL: "soon" is not auto, 0 (off) or a duration (such as 6h or 42h)`,
+		"-1h":  `IDEMD_PROCESSED_PARTITION_INTERVAL: must not be negative (auto: the longest retention / 4; 0 turns partitions off), got -1h0m0s`,
+	} {
+		_, err := loadEnvFor("check", environment{"IDEMD_PROCESSED_PARTITION_INTERVAL": value})
+		require.ErrorContains(t, err, want)
 	}
 }

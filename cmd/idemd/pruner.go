@@ -45,7 +45,8 @@ type prunerConfig struct {
 	EntityVersionRetention time.Duration
 	// PartitionInterval, when positive, opens an epoch of processed_messages this often
 	// and drops the expired ones whole (processed.Store.PruneEpochs) instead of deleting
-	// expired records row by row. Defaults to 0: row by row.
+	// expired records row by row; with mixed retentions, the records an epoch would keep
+	// more than its span past their retention are still deleted row by row. 0: row by row.
 	PartitionInterval time.Duration
 	// BatchSize bounds each DELETE. Defaults to the stores' (1000).
 	BatchSize int
@@ -99,6 +100,11 @@ func newPruner(pool *pgxpool.Pool, cfg *prunerConfig) (*pruner, error) {
 
 // Run prunes every Interval until ctx ends.
 func (p *pruner) Run(ctx context.Context) error {
+	if p.cfg.PartitionInterval > 0 {
+		p.log.Infof("pruning dedup records by epochs: a partition of processed_messages opens every %s and is dropped whole once its records expired (IDEMD_PROCESSED_PARTITION_INTERVAL)", p.cfg.PartitionInterval)
+	} else {
+		p.log.Info("pruning dedup records row by row (IDEMD_PROCESSED_PARTITION_INTERVAL=0)")
+	}
 	for {
 		p.Once(ctx)
 		select {

@@ -35,8 +35,9 @@ FROM generate_series(1, 13) i`))
 }
 
 // With IDEMD_PROCESSED_PARTITION_INTERVAL the pruner opens an epoch when the current one
-// is that old, drops an epoch whole once its records have expired, and deletes no record
-// row by row: expired records of a live epoch stay until it is dropped.
+// is that old, drops an epoch whole once its records have expired, and deletes no record of
+// like retention row by row: they stay until their epoch is dropped. With mixed retentions,
+// an expired record its epoch would keep far longer is deleted row by row.
 func TestPrunerWithPartitionsOpensAndDropsEpochs(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
@@ -59,6 +60,12 @@ VALUES ('s', 'expired', '\x00', 'done', now() - interval '1 second')`))
 	records, _ = p.Once(context.Background())
 	require.Zero(t, records)
 	require.Equal(t, 1, db.Count(t, "{schema}.processed_messages WHERE epoch = 1"), "no row deleted in the current epoch")
+
+	db.Exec(t, db.Q(`INSERT INTO {schema}.processed_messages (scope, message_id, fingerprint, status, expires_at)
+VALUES ('s', 'kept a day', '\x00', 'done', now() + interval '1 day')`))
+	records, _ = p.Once(context.Background())
+	require.EqualValues(t, 1, records, "the expired record, which epoch 1 would keep a day longer")
+	require.Equal(t, "kept a day", db.Text(t, db.Q(`SELECT string_agg(message_id, ' ') FROM {schema}.processed_messages`)))
 }
 
 // With IDEMD_PROCESSED_PARTITION_INTERVAL unset again, the pruner deletes expired records in

@@ -124,7 +124,7 @@ func daemonConfigFrom(e *Env, f *config.File, lookup brokerenv.Lookup, log *logr
 		EntityVersionRetention:      e.EntityVersionRetain,
 		ShutdownTimeout:             e.ShutdownTimeout,
 		PruneInterval:               e.PruneInterval,
-		PartitionInterval:           e.PartitionInterval,
+		PartitionInterval:           e.PartitionInterval.For(f),
 		OutboxRetention:             e.OutboxRetention,
 		OutboxKeepPublished:         e.OutboxKeepPublished,
 		KafkaSessionTimeout:         e.KafkaSessionTimeout,
@@ -228,7 +228,7 @@ func (c *cli) check(args []string) int {
 	if f == nil {
 		f = &config.File{} // its problems are reported; check the rest as if it were empty
 	}
-	for _, w := range append(f.Warnings(), f.EpochsWarnings(e.PartitionInterval)...) {
+	for _, w := range append(f.Warnings(), f.EpochsWarnings(e.PartitionInterval.For(f))...) {
 		warnings.add(w)
 	}
 	// What serve refuses before connecting: roles, the brokers its roles need, the TLS
