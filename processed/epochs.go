@@ -10,6 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemd/idemd/internal/pgerr"
 )
 
 // Epochs are the time partitions of processed_messages (migration 0009). With them, expired
@@ -202,10 +204,16 @@ func (s *Store) dropEpoch(ctx context.Context, pool *pgxpool.Pool, epoch int32) 
 }
 
 func wrapEpochErr(epoch int32, err error) error {
-	if err == nil {
+	if err == nil || goneEpoch(err) {
 		return nil
 	}
 	return fmt.Errorf("error dropping epoch %d: %w", epoch, err)
+}
+
+// goneEpoch reports whether err says that an epoch's partition does not exist (any more):
+// another pruner (each replica runs one) dropped it after this one listed the epochs.
+func goneEpoch(err error) bool {
+	return pgerr.Code(err) == "42P01" // undefined_table
 }
 
 // EpochRound is what one PruneEpochs did.

@@ -245,3 +245,41 @@ func TestPruneEpochsDeletesOutlivedRecords(t *testing.T) {
 	require.Equal(t, processed.Claimed, b.claim(t, processed.Claim{Scope: "s", MessageID: "short", Fingerprint: fp}).Outcome)
 	require.Equal(t, processed.Duplicate, b.claim(t, processed.Claim{Scope: "s", MessageID: "long", Fingerprint: fp}).Outcome)
 }
+
+// Every replica runs a pruner: several dropping the same expired epochs at once each drop
+// an epoch at most once, and none fails because another dropped it first.
+func TestConcurrentDropsOfExpiredEpochs(t *testing.T) {
+	t.Parallel()
+	const pruners = 4
+	b := setup(t, pgtest.Options{MaxConns: pruners + 2}, processed.Config{})
+	ctx := context.Background()
+	for round := range 5 {
+		for range 3 {
+			b.claim(t, processed.Claim{Scope: "s", MessageID: fmt.Sprint(round, "-", rand.Int()), Fingerprint: fp, Retention: time.Millisecond})
+			b.openEpoch(t)
+		}
+		time.Sleep(5 * time.Millisecond)
+		var (
+			wg      sync.WaitGroup
+			dropped atomic.Int32
+		)
+		for range pruners {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				d, err := b.store.DropExpiredEpochs(ctx, b.db.Pool)
+				if err != nil {
+					t.Errorf("round %d: %v", round, err)
+				}
+				_, err = b.store.PruneOutlived(ctx, b.db.Pool, 0)
+				if err != nil {
+					t.Errorf("round %d: %v", round, err)
+				}
+				dropped.Add(int32(len(d)))
+			}()
+		}
+		wg.Wait()
+		require.Equal(t, int32(3), dropped.Load(), "round %d: each expired epoch dropped once", round)
+		require.Equal(t, 1, b.db.Count(t, "{schema}.processed_epochs"), "round %d: the current epoch only", round)
+	}
+}

@@ -68,6 +68,9 @@ func (s *Store) pruneRecords(ctx context.Context, pool *pgxpool.Pool, batchSize 
 		}
 		for {
 			tag, err := pool.Exec(ctx, q, batchSize, span)
+			if goneEpoch(err) {
+				break // dropped by another pruner since listed
+			}
 			if err != nil {
 				return total, fmt.Errorf("error pruning processed messages: %w", err)
 			}
