@@ -135,13 +135,16 @@ func (e *env) logf(format string, args ...any) {
 // emptied, the older ones have expired, and the pruner's own drop removes them.
 func (e *env) truncate(ctx context.Context) error {
 	q := e.q()
+	// No ANALYZE after: with autovacuum off, the statistics of an empty table would hold
+	// for the whole section, and a connection whose generic plans were made on them early
+	// kept sequential scans of processed_messages however much it grew: idemd's probe of
+	// older epochs and its lookups, never the baselines' plain inserts (8.1 M and 18.8 M
+	// rows read that way in two runs of -only limit,consumer,receiver; BENCHMARKS.md,
+	// phase 27). TRUNCATE leaves the tables unanalyzed, so the planner sizes them by their
+	// pages as they grow, as it does between a server's autovacuum ANALYZEs.
 	_, err := e.pool.Exec(ctx, "TRUNCATE "+q+".effects, "+q+".processed_messages, "+q+".outbox, "+q+".outbox_published, "+q+".conflicts, "+q+".dead_letters")
 	if err == nil {
 		_, err = e.claims.DropExpiredEpochs(ctx, e.pool)
-	}
-	if err == nil {
-		// Fresh statistics after a truncate keep the planner on the indexes.
-		_, err = e.pool.Exec(ctx, "ANALYZE "+q+".processed_messages, "+q+".outbox")
 	}
 	return err
 }
