@@ -283,8 +283,9 @@ func (s *Store) claimBatch(ctx context.Context, tx pgx.Tx, begin *Begin, claims 
 	}
 	prelude := batch.Len()
 	var isolation string
-	batch.Queue(s.sql.epochLock, s.epochKey).QueryRow(func(row pgx.Row) error { return row.Scan(&isolation) })
+	batch.Queue(s.sql.epochLock, s.epochKey).QueryRow(func(row pgx.Row) error { return row.Scan(&isolation, nil, nil) })
 	r.claim(batch, s.sql.claimNew, s.sql.claimNewShared, cc)
+	queueScansRestore(batch)
 	if xid != nil {
 		batch.Queue(`SELECT pg_current_xact_id()::text`).QueryRow(func(row pgx.Row) error { return row.Scan(xid) })
 	}
@@ -409,28 +410,28 @@ func (s *Store) lookup(ctx context.Context, tx pgx.Tx, r *claimRun, known []int)
 		c := &r.claims[i]
 		scopes[j], ids[j], fps[j] = c.Scope, c.MessageID, c.Fingerprint
 	}
-	rows, err := tx.Query(ctx, s.sql.lookup, scopes, ids, fps)
-	if err != nil {
-		return nil, fmt.Errorf("error claiming messages: %w", err)
-	}
-	defer rows.Close()
 	var takeover []int
-	for rows.Next() {
-		i, ok := r.index(rows)
-		if !ok {
-			continue
-		}
-		var claimable bool
-		rec, err := scanRecord(rows, &claimable)
-		if err != nil {
-			return nil, fmt.Errorf("error claiming messages: %w", err)
-		}
-		r.results[i].Record = rec
-		if claimable {
-			takeover = append(takeover, i)
-		}
-	}
-	if err := rows.Err(); err != nil {
+	err := sendByIndex(ctx, tx, func(b *pgx.Batch) {
+		b.Queue(s.sql.lookup, scopes, ids, fps).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				i, ok := r.index(rows)
+				if !ok {
+					continue
+				}
+				var claimable bool
+				rec, err := scanRecord(rows, &claimable)
+				if err != nil {
+					return err
+				}
+				r.results[i].Record = rec
+				if claimable {
+					takeover = append(takeover, i)
+				}
+			}
+			return rows.Err()
+		})
+	})
+	if err != nil {
 		return nil, fmt.Errorf("error claiming messages: %w", err)
 	}
 	return takeover, nil
@@ -441,9 +442,7 @@ func (s *Store) lookup(ctx context.Context, tx pgx.Tx, r *claimRun, known []int)
 // the row's lock: a claimer that took one over first wins, and the others see its row.
 func (s *Store) takeOver(ctx context.Context, tx pgx.Tx, r *claimRun, takeover []int) error {
 	cc := s.columns(r.claims, takeover, false)
-	batch := &pgx.Batch{}
-	r.claim(batch, s.sql.claim, "", cc)
-	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+	if err := sendByIndex(ctx, tx, func(b *pgx.Batch) { r.claim(b, s.sql.claim, "", cc) }); err != nil {
 		return fmt.Errorf("error claiming messages: %w", err)
 	}
 	s.setTokens(r, cc)
@@ -504,8 +503,10 @@ func (s *Store) AcquireTx(ctx context.Context, tx pgx.Tx, scope, id string, toke
 // round trip (see ClaimBatchXactTx).
 func (s *Store) AcquireXactTx(ctx context.Context, tx pgx.Tx, scope, id string, token uuid.UUID) (string, error) {
 	var xid string
-	err := tx.QueryRow(ctx, s.sql.acquire, scope, id, token).Scan(&xid)
-	if err == pgx.ErrNoRows {
+	err := sendByIndex(ctx, tx, func(b *pgx.Batch) {
+		b.Queue(s.sql.acquire, scope, id, token).QueryRow(func(row pgx.Row) error { return row.Scan(&xid) })
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
 		return "", ErrLeaseLost
 	}
 	if err != nil {
@@ -517,7 +518,7 @@ func (s *Store) AcquireXactTx(ctx context.Context, tx pgx.Tx, scope, id string, 
 // ReleaseTx gives a reservation up (its effect could not run and nothing was stored), so a
 // retry may claim the id at once instead of waiting for the lease.
 func (s *Store) ReleaseTx(ctx context.Context, tx pgx.Tx, scope, id string, token uuid.UUID) error {
-	if _, err := tx.Exec(ctx, s.sql.release, scope, id, token); err != nil {
+	if err := sendByIndex(ctx, tx, func(b *pgx.Batch) { b.Queue(s.sql.release, scope, id, token) }); err != nil {
 		return fmt.Errorf("error releasing reservation: %w", err)
 	}
 	return nil
@@ -571,7 +572,7 @@ func (s *Store) ForgetTx(ctx context.Context, tx pgx.Tx, claims []Claim) error {
 	for i, c := range claims {
 		scopes[i], ids[i] = c.Scope, c.MessageID
 	}
-	if _, err := tx.Exec(ctx, s.sql.forget, scopes, ids); err != nil {
+	if err := sendByIndex(ctx, tx, func(b *pgx.Batch) { b.Queue(s.sql.forget, scopes, ids) }); err != nil {
 		return fmt.Errorf("error forgetting claims: %w", err)
 	}
 	return nil

@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Completion marks one claimed id as finished.
@@ -75,7 +76,13 @@ func (s *Store) CompleteBatchTx(ctx context.Context, tx pgx.Tx, done []Completio
 			}
 		}
 	}
-	tag, err := tx.Exec(ctx, s.sql.complete, scopes, ids, states, statuses, headers, bodies, tokens)
+	var tag pgconn.CommandTag
+	err := sendByIndex(ctx, tx, func(b *pgx.Batch) {
+		b.Queue(s.sql.complete, scopes, ids, states, statuses, headers, bodies, tokens).Exec(func(t pgconn.CommandTag) error {
+			tag = t
+			return nil
+		})
+	})
 	if err != nil {
 		return fmt.Errorf("error completing messages: %w", err)
 	}
@@ -92,7 +99,7 @@ func (s *Store) CompleteBatchTx(ctx context.Context, tx pgx.Tx, done []Completio
 // letter applied its effect: the record said dead (the effect failed for good), and now
 // the effect is applied. A record in another state is left as it is.
 func (s *Store) ReplayedTx(ctx context.Context, tx pgx.Tx, scope, id string) error {
-	if _, err := tx.Exec(ctx, s.sql.replayed, scope, id); err != nil {
+	if err := sendByIndex(ctx, tx, func(b *pgx.Batch) { b.Queue(s.sql.replayed, scope, id) }); err != nil {
 		return fmt.Errorf("error marking the replayed message done: %w", err)
 	}
 	return nil

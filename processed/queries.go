@@ -32,7 +32,9 @@ LEFT JOIN LATERAL (SELECT true AS known FROM ` + t + ` o
 		// Taken before a claim, so that its statement's snapshot comes after it
 		// (epochs.go); in READ COMMITTED only, where each statement takes its own
 		// snapshot (a REPEATABLE READ transaction's would date from before the lock).
-		epochLock: `SELECT current_setting('transaction_isolation') FROM pg_advisory_xact_lock_shared($1)`,
+		// It also turns sequential and bitmap scans off for the claim's statements
+		// (byindex.go).
+		epochLock: `SELECT current_setting('transaction_isolation'), ` + scansOff + ` FROM pg_advisory_xact_lock_shared($1)`,
 
 		// A new id. ON CONFLICT waits for a concurrent uncommitted claim of the same key to
 		// finish: the id is claimed if that one rolled back. An id of an older epoch is
