@@ -4,20 +4,23 @@ import (
 	"context"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // idemd's statements on processed_messages find their rows by the primary key (or by the
 // expires_at index, when pruning), whatever the statistics say. A generic plan is made once
-// per connection and kept until the statistics or the table change; made while a partition
+// per connection and kept until the statistics or the table change. Made while a partition
 // looked small (a new epoch, never analyzed yet, or one analyzed when nearly empty), it
-// reads the whole partition by a sequential scan, and keeps doing so as the partition
-// grows, until the next ANALYZE: the probe of older epochs, the lookup of known ids and the
-// completion of reservations then cost a partition each (BENCHMARKS.md, phase 27: 8 M and
-// 19 M rows read so in two bench runs whose statistics were an empty table's). So these
-// statements run with sequential and bitmap scans off, which only steers the planner (a
-// statement with no index path still runs), and then the transaction's settings go back
-// to the session's defaults: the effects' SQL that follows in the same transaction is
-// planned as the server would plan it. The settings are local to the transaction.
+// reads the whole partition by a sequential scan, and keeps doing so as the partition grows
+// until the next ANALYZE: the probe of older epochs, the lookup of known ids and the
+// completion of reservations then cost a partition each, and the pruner's statements a
+// partition per round (BENCHMARKS.md, phase 27: 8 M and 19 M rows read so in two bench
+// runs whose statistics were an empty table's). So these statements run with sequential
+// and bitmap scans off, which only steers the planner (a statement with no index path still
+// runs). In a claim's transaction the settings then go back to the session's defaults, so
+// that the effects' SQL that follows is planned as the server would plan it. The settings
+// are local to the transaction.
 
 // scansOff turns the scans off for the rest of the transaction.
 const scansOff = `set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true)`
@@ -43,4 +46,17 @@ func sendByIndex(ctx context.Context, tx pgx.Tx, queue func(*pgx.Batch)) error {
 	queue(b)
 	queueScansRestore(b)
 	return tx.SendBatch(ctx, b).Close()
+}
+
+// execByIndex runs sql on pool with the scans off, in the implicit transaction of one
+// pipeline (the pruner's statements: nothing follows them).
+func execByIndex(ctx context.Context, pool *pgxpool.Pool, sql string, args ...any) (pgconn.CommandTag, error) {
+	b := &pgx.Batch{}
+	queueScansOff(b)
+	var tag pgconn.CommandTag
+	b.Queue(sql, args...).Exec(func(t pgconn.CommandTag) error {
+		tag = t
+		return nil
+	})
+	return tag, pool.SendBatch(ctx, b).Close()
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemd/idemd/internal/pgtest"
@@ -61,4 +62,46 @@ SELECT 's', 'filler-' || g, '\x00', 'done', now() + interval '1 hour', g % 2 FRO
 	seqScans, after := run(1)
 	require.Zero(t, seqScans, "sequential scans of processed_messages' partitions")
 	require.Equal(t, "on", after, "the scans' settings are back to the session's for the effects")
+}
+
+// The pruner's statements, by expires_at, also keep to the index once the partition has
+// outgrown the statistics their generic plans were made on.
+func TestPrunerFindsRowsByIndex(t *testing.T) {
+	t.Parallel()
+	b := setup(t, pgtest.Options{}, processed.Config{})
+	ctx := context.Background()
+	b.db.Exec(t, b.db.Q(`ANALYZE {schema}.processed_messages`))
+	cfg, err := pgxpool.ParseConfig(pgtest.URL())
+	require.NoError(t, err)
+	cfg.MaxConns = 1
+	cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer pool.Close()
+	prune := func() {
+		_, err := b.store.PruneOutlived(ctx, pool, 0)
+		require.NoError(t, err)
+		_, err = b.store.DropExpiredEpochs(ctx, pool)
+		require.NoError(t, err)
+		// The backend reports its counts when it goes idle after this statement.
+		_, err = pool.Exec(ctx, "SELECT pg_stat_force_next_flush()")
+		require.NoError(t, err)
+	}
+	scanned := func() (n int) {
+		conn, err := b.db.Pool.Acquire(ctx)
+		require.NoError(t, err)
+		defer conn.Release()
+		_, err = conn.Exec(ctx, "SELECT pg_stat_clear_snapshot()")
+		require.NoError(t, err)
+		require.NoError(t, conn.QueryRow(ctx, `SELECT coalesce(sum(seq_tup_read), 0) FROM pg_stat_user_tables WHERE schemaname = $1 AND relname LIKE 'processed_messages_e%'`, b.db.Schema).Scan(&n))
+		return n
+	}
+	prune() // the plans are made on the empty tables
+	b.openEpoch(t)
+	b.db.Exec(t, b.db.Q(`INSERT INTO {schema}.processed_messages (scope, message_id, fingerprint, status, expires_at, epoch)
+SELECT 's', 'f-' || g, '\x00', 'done', now() + interval '1 hour', g % 2 FROM generate_series(1, 20000) g`))
+	before := scanned()
+	prune()
+	prune()
+	require.Zero(t, scanned()-before, "rows of processed_messages read by sequential scans")
 }

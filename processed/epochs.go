@@ -170,7 +170,10 @@ func (s *Store) DropExpiredEpochs(ctx context.Context, pool *pgxpool.Pool) ([]Dr
 func (s *Store) dropEpoch(ctx context.Context, pool *pgxpool.Pool, epoch int32) (DroppedEpoch, bool, error) {
 	part := s.partition(epoch)
 	var expired bool
-	err := pool.QueryRow(ctx, `SELECT coalesce(max(expires_at) <= now(), true) FROM `+part).Scan(&expired)
+	b := &pgx.Batch{}
+	queueScansOff(b)
+	b.Queue(`SELECT coalesce(max(expires_at) <= now(), true) FROM ` + part).QueryRow(func(row pgx.Row) error { return row.Scan(&expired) })
+	err := pool.SendBatch(ctx, b).Close()
 	if err != nil || !expired {
 		return DroppedEpoch{}, false, wrapEpochErr(epoch, err)
 	}

@@ -67,7 +67,7 @@ func (s *Store) pruneRecords(ctx context.Context, pool *pgxpool.Pool, batchSize 
 			span = e.Span
 		}
 		for {
-			tag, err := pool.Exec(ctx, q, batchSize, span)
+			tag, err := execByIndex(ctx, pool, q, batchSize, span)
 			if goneEpoch(err) {
 				break // dropped by another pruner since listed
 			}
