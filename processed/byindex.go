@@ -48,15 +48,23 @@ func sendByIndex(ctx context.Context, tx pgx.Tx, queue func(*pgx.Batch)) error {
 	return tx.SendBatch(ctx, b).Close()
 }
 
-// execByIndex runs sql on pool with the scans off, in the implicit transaction of one
-// pipeline (the pruner's statements: nothing follows them).
-func execByIndex(ctx context.Context, pool *pgxpool.Pool, sql string, args ...any) (pgconn.CommandTag, error) {
+// poolByIndex sends the statement queue puts on a batch to pool with the scans off, in the
+// implicit transaction of one pipeline (the pruner's statements: nothing follows them).
+func poolByIndex(ctx context.Context, pool *pgxpool.Pool, queue func(*pgx.Batch)) error {
 	b := &pgx.Batch{}
 	queueScansOff(b)
+	queue(b)
+	return pool.SendBatch(ctx, b).Close()
+}
+
+// execByIndex runs sql with args on pool with the scans off (poolByIndex).
+func execByIndex(ctx context.Context, pool *pgxpool.Pool, sql string, args ...any) (pgconn.CommandTag, error) {
 	var tag pgconn.CommandTag
-	b.Queue(sql, args...).Exec(func(t pgconn.CommandTag) error {
-		tag = t
-		return nil
+	err := poolByIndex(ctx, pool, func(b *pgx.Batch) {
+		b.Queue(sql, args...).Exec(func(t pgconn.CommandTag) error {
+			tag = t
+			return nil
+		})
 	})
-	return tag, pool.SendBatch(ctx, b).Close()
+	return tag, err
 }

@@ -170,10 +170,9 @@ func (s *Store) DropExpiredEpochs(ctx context.Context, pool *pgxpool.Pool) ([]Dr
 func (s *Store) dropEpoch(ctx context.Context, pool *pgxpool.Pool, epoch int32) (DroppedEpoch, bool, error) {
 	part := s.partition(epoch)
 	var expired bool
-	b := &pgx.Batch{}
-	queueScansOff(b)
-	b.Queue(`SELECT coalesce(max(expires_at) <= now(), true) FROM ` + part).QueryRow(func(row pgx.Row) error { return row.Scan(&expired) })
-	err := pool.SendBatch(ctx, b).Close()
+	err := poolByIndex(ctx, pool, func(b *pgx.Batch) {
+		b.Queue(`SELECT coalesce(max(expires_at) <= now(), true) FROM ` + part).QueryRow(func(row pgx.Row) error { return row.Scan(&expired) })
+	})
 	if err != nil || !expired {
 		return DroppedEpoch{}, false, wrapEpochErr(epoch, err)
 	}
