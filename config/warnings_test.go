@@ -44,9 +44,10 @@ func TestRetentionHorizonWarnings(t *testing.T) {
 	require.Contains(t, warnings[1].Error(), `w.yaml:7: sources[1] "svix": retention: 1d3h0m0s is shorter than how long standard-webhooks retries a webhook (1d3h35m0s)`)
 }
 
-// With epochs, a pipeline whose records would stay more than twice its retention (the
-// longest retention plus the interval) is a warning with its line; so are more than eight
-// intervals in the longest retention. Without epochs, nothing.
+// With epochs, mixed retentions warn no more (a record its epoch would outlive is deleted
+// row by row); an interval longer than the longest retention is a warning, and so are more
+// than eight intervals in the longest retention. Without epochs, or without pipelines,
+// nothing.
 func TestEpochsWarnings(t *testing.T) {
 	t.Parallel()
 	f, err := Parse("e.yaml", []byte(`sources:
