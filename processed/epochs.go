@@ -51,6 +51,12 @@ type DroppedEpoch struct {
 	Epoch int32
 	// Records is how many records the partition held.
 	Records int64
+	// Locked is how long processed_messages was locked against claims: from the detach,
+	// its wait for the claims in flight included (new ones queue behind it), to the commit
+	// (its WAL flush aside).
+	// PostgreSQL releases the lock before it removes the partition's files, which takes
+	// longer with its size: that is not counted, and claims do not wait for it.
+	Locked time.Duration
 }
 
 // epochLockKey is the advisory lock of the epochs of schema: claims take it shared,
@@ -182,12 +188,15 @@ func (s *Store) dropEpoch(ctx context.Context, pool *pgxpool.Pool, epoch int32) 
 	if err != nil || leased {
 		return DroppedEpoch{}, false, wrapEpochErr(epoch, err)
 	}
+	var locked time.Duration
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		// DETACH locks processed_messages against every reader and writer: it waits for the
 		// transactions in flight, and new ones wait for it.
 		if _, err := tx.Exec(ctx, setLockTimeout); err != nil {
 			return err
 		}
+		began := time.Now()
+		defer func() { locked = time.Since(began) }()
 		for _, q := range []string{
 			`ALTER TABLE ` + s.table("processed_messages") + ` DETACH PARTITION ` + part,
 			`DROP TABLE ` + part,
@@ -202,7 +211,7 @@ func (s *Store) dropEpoch(ctx context.Context, pool *pgxpool.Pool, epoch int32) 
 	if err != nil {
 		return DroppedEpoch{}, false, wrapEpochErr(epoch, err)
 	}
-	return DroppedEpoch{Epoch: epoch, Records: records}, true, nil
+	return DroppedEpoch{Epoch: epoch, Records: records, Locked: locked}, true, nil
 }
 
 func wrapEpochErr(epoch int32, err error) error {

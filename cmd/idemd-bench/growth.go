@@ -12,7 +12,11 @@ import (
 
 // prefill fills processed_messages with rows rows of the consumer's scope, ids spread over
 // the key space ("evt_" and 32 hex digits, as the bench's ids), retention spread over 7
-// days, none expired. The outbox gets rows/2 published rows (the issue's 10 M / 5 M
+// days, none expired. The rows go to -growth-epochs epochs by their age, as the daemon's
+// default epochs hold them: the newest to the current epoch, the oldest to the oldest, so
+// that a new id's claim probes the older epochs' partitions as it would in production
+// (since phase 28; before, every row went to the current epoch and a claim probed none).
+// The outbox gets rows/2 published rows (the issue's 10 M / 5 M
 // proportion) when the relay keeps them (-keep-published; by default it deletes them and
 // the outbox holds none), published within the last 12 hours. The dedup rows are inserted
 // in the order of their md5 ids, random over the key space, as traffic inserts them: the
@@ -25,12 +29,20 @@ func (e *env) prefill(ctx context.Context, rows int) error {
 	}
 	q := e.q()
 	began := time.Now()
+	epochs := e.o.growthEpochs
+	for range epochs - 1 {
+		if _, err := e.claims.OpenEpoch(ctx, e.pool, 0); err != nil {
+			return fmt.Errorf("pre-filling processed_messages: %w", err)
+		}
+	}
+	// A row's age is (g % 7) + 0.5 days, from half a day to six and a half; its epoch is
+	// the current one less the share of the seven days its age falls in.
 	if _, err := e.pool.Exec(ctx, `INSERT INTO `+q+`.processed_messages
     (scope, message_id, fingerprint, status, received_at, completed_at, expires_at, epoch)
 SELECT '`+growthScope+`', 'evt_' || md5('prefill-' || g), sha256(int8send(g)), 'done', t, t, t + interval '7 days',
-       (SELECT max(epoch) FROM `+q+`.processed_epochs)
+       (SELECT max(epoch) FROM `+q+`.processed_epochs) - floor(((g % 7) + 0.5) / 7 * $2)::int
 FROM (SELECT g, now() - ((g % 7) + 0.5) * interval '1 day' AS t
-      FROM generate_series(1, $1::bigint) g) s`, rows); err != nil {
+      FROM generate_series(1, $1::bigint) g) s`, rows, epochs); err != nil {
 		return fmt.Errorf("pre-filling processed_messages: %w", err)
 	}
 	published := 0
@@ -56,7 +68,7 @@ FROM (SELECT g, now() - (g % 12) * interval '1 hour' AS t
 	if err := e.vacuum(ctx); err != nil {
 		return err
 	}
-	e.logf("pre-filled %d dedup rows and %d published outbox rows in %s", rows, published, time.Since(began).Round(time.Millisecond))
+	e.logf("pre-filled %d dedup rows over %d epochs and %d published outbox rows in %s", rows, epochs, published, time.Since(began).Round(time.Millisecond))
 	return nil
 }
 

@@ -53,6 +53,10 @@ type options struct {
 	peerPartitions int
 	growthRows     []int
 	growthMessages int
+	// growthEpochs is how many epochs the growth pre-fill spreads its rows over, by age.
+	growthEpochs   int
+	dropRows       int
+	dropDuration   time.Duration
 	pruneRetention time.Duration
 	prunePeriods   int
 	pruneInterval  time.Duration
@@ -76,10 +80,10 @@ type options struct {
 	brokers         string
 }
 
-var sections = []string{"limit", "consumer", "brokers", "receiver", "relay", "peers", "growth", "prune", "amplification"}
+var sections = []string{"limit", "consumer", "brokers", "receiver", "relay", "peers", "growth", "prune", "drop", "amplification"}
 
 // defaultSections run without -only; the slow ones are asked for by name.
-var defaultSections = []string{"limit", "consumer", "brokers", "receiver", "relay", "peers", "growth", "prune", "amplification"}
+var defaultSections = []string{"limit", "consumer", "brokers", "receiver", "relay", "peers", "growth", "prune", "drop", "amplification"}
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
@@ -111,6 +115,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.peerPartitions, "peer-partitions", 6, "partitions of the peer comparison topic")
 	growthRows := fs.String("growth-rows", "0,1000000", "sizes to pre-fill processed_messages and the published outbox to before measuring the limit, the consumer and the receivers (comma list; 10000000 takes about 12 minutes on a 2-core machine: the ids go in random key order, as traffic inserts them)")
 	fs.IntVar(&o.growthMessages, "growth-messages", 100000, "records consumed (and limit messages) at each growth size")
+	fs.IntVar(&o.growthEpochs, "growth-epochs", processed.EpochsPerRetention+1, "epochs (partitions of processed_messages) the growth pre-fill spreads its rows over by age, as the daemon's default IDEMD_PROCESSED_PARTITION_INTERVAL (auto: the retention / 4) leaves them: the current one and older ones, each probed by a new id's claim; 1 puts every row in the current one, as before phase 28")
+	fs.IntVar(&o.dropRows, "drop-rows", 2000000, "expired records in the epoch the drop section drops (an epoch of the default 42 hours holds this many at about 13 messages/s)")
+	fs.DurationVar(&o.dropDuration, "drop-duration", 15*time.Second, "how long the drop section loads the receiver at -relay-rate webhooks/s; the drop starts a third of the way in")
 	fs.DurationVar(&o.pruneRetention, "prune-retention", 10*time.Second, "the prune section's pipeline retention (and outbox retention): rows expire and are pruned all along its run")
 	fs.IntVar(&o.prunePeriods, "prune-periods", 48, "how many retention periods the prune section's steady state lasts (at least 7; the largest sizes of its second half are compared with those of its first half from three periods in; 24 before phase 22, over which the primary key may not have levelled off yet: BENCHMARKS.md, phases 16 and 22)")
 	fs.DurationVar(&o.pruneInterval, "prune-interval", time.Second, "the prune section's pruner interval (the daemon's IDEMD_PRUNE_INTERVAL, 1m by default for 7 days of retention)")
@@ -164,7 +171,8 @@ baseline from the same run, and prints a table (or JSON with -json):
   peers          idemd, idiomatic Watermill and a hand-written kafka-go consumer on one
                  topic (-peer-messages, -peer-partitions); needs -peers-bin;
   growth         the limit and the consumer, then the receiver and the naive receiver
-                 in turns (rate and p99), on tables pre-filled to each -growth-rows;
+                 in turns (rate and p99), on tables pre-filled to each -growth-rows,
+                 spread over -growth-epochs epochs as the daemon's default leaves them;
   prune          the consumer, relay and pruner running at full speed (the rate they
                  sustain together: the producer counts the outbox rows waiting for the
                  relay) for -prune-periods periods of a -prune-retention retention (rows
@@ -173,6 +181,9 @@ baseline from the same run, and prints a table (or JSON with -json):
                  period, the largest of the second half against the largest of the
                  first (from three periods in); then the consumer without the pruner on
                  the same tables;
+  drop           the receiver at -relay-rate webhooks/s while the pruner drops an
+                 expired epoch of -drop-rows records (an epoch at production size):
+                 the latency of the webhooks due during the drop, from their due time;
   amplification  the limit with the relay's delete at publish beside it, with the move
                  of published rows to outbox_published (keep published) instead, and
                  with a lean dedup row: what a schema change would buy; on a
@@ -277,8 +288,8 @@ func (o *options) validate() error {
 		return errors.New("-messages, -messages-one and -relay-events must be positive")
 	case o.brokerMessages < 1, o.pubsubMessages < 1, len(o.sqsPollers) == 0, slices.ContainsFunc(o.sqsPollers, nonPositive):
 		return errors.New("-broker-messages, -pubsub-messages and -sqs-pollers must be positive")
-	case o.partitions < 1, o.batch < 1, o.maxBatch < 1, o.relayBatch < 1, o.peerPartitions < 1, o.peerMessages < 1, o.growthMessages < 1:
-		return errors.New("-partitions, -batch, -max-batch, -relay-batch, -peer-partitions, -peer-messages and -growth-messages must be positive")
+	case o.partitions < 1, o.batch < 1, o.maxBatch < 1, o.relayBatch < 1, o.peerPartitions < 1, o.peerMessages < 1, o.growthMessages < 1, o.growthEpochs < 1:
+		return errors.New("-partitions, -batch, -max-batch, -relay-batch, -peer-partitions, -peer-messages, -growth-messages and -growth-epochs must be positive")
 	case slices.ContainsFunc(o.limitBatches, nonPositive), slices.ContainsFunc(o.limitWorkers, nonPositive), len(o.limitBatches) == 0:
 		return errors.New("-limit-batches and -limit-workers must be positive numbers")
 	case slices.ContainsFunc(o.growthRows, func(n int) bool { return n < 0 }):
@@ -287,8 +298,8 @@ func (o *options) validate() error {
 		return errors.New("-prune-periods must be at least 7, -prune-retention at least 2s, -prune-interval and -prune-naptime positive")
 	case o.concurrency < 1, o.receiverConns < 1, o.relayRate < 1, o.receiverTurns < 1:
 		return errors.New("-concurrency, -receiver-conns, -receiver-turns and -relay-rate must be positive")
-	case o.duration <= 0, o.durationOne <= 0, o.relayDuration <= 0:
-		return errors.New("-duration, -duration-one and -relay-duration must be positive")
+	case o.duration <= 0, o.durationOne <= 0, o.relayDuration <= 0, o.dropDuration <= 0, o.dropRows < 1:
+		return errors.New("-duration, -duration-one, -relay-duration, -drop-duration and -drop-rows must be positive")
 	case o.receiverConns > 16:
 		return errors.New("-receiver-conns: at most 16 (the database is shared; the bench stays under 30 connections)")
 	}
@@ -358,6 +369,7 @@ func bench(ctx context.Context, o *options, logw io.Writer) (*Results, error) {
 		{"peers", benchPeers},
 		{"growth", benchGrowth},
 		{"prune", benchPrune},
+		{"drop", benchDrop},
 		{"amplification", benchAmplification},
 	}
 	for _, s := range steps {

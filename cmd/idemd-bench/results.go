@@ -124,8 +124,15 @@ type Results struct {
 	PruneOff           *Row          `json:"prune_off,omitempty"`
 	PruneSizes         []Sizes       `json:"prune_sizes,omitempty"`
 	Amplification      []*Row        `json:"amplification,omitempty"`
-	Notes              []string      `json:"notes,omitempty"`
-	Ratios             []Ratio       `json:"ratios"`
+	// Drop is the receiver while an expired epoch of DropRows records is dropped;
+	// DropDuringP99 and DropWorst are the latencies of the webhooks due during the drop,
+	// in ms.
+	Drop          *Row     `json:"drop,omitempty"`
+	DropRows      int      `json:"drop_rows,omitempty"`
+	DropDuringP99 float64  `json:"drop_during_p99_ms,omitempty"`
+	DropWorst     float64  `json:"drop_during_worst_ms,omitempty"`
+	Notes         []string `json:"notes,omitempty"`
+	Ratios        []Ratio  `json:"ratios"`
 }
 
 func (o *options) public() map[string]any {
@@ -135,7 +142,7 @@ func (o *options) public() map[string]any {
 		"duration_one": o.durationOne.String(), "concurrency": o.concurrency, "max_batch": o.maxBatch,
 		"receiver_conns": o.receiverConns, "relay_events": o.relayEvents, "relay_batch": o.relayBatch,
 		"relay_rate": o.relayRate, "relay_duration": o.relayDuration.String(), "peer_messages": o.peerMessages,
-		"peer_partitions": o.peerPartitions, "growth_rows": o.growthRows, "growth_messages": o.growthMessages,
+		"peer_partitions": o.peerPartitions, "growth_rows": o.growthRows, "growth_messages": o.growthMessages, "growth_epochs": o.growthEpochs, "drop_rows": o.dropRows, "drop_duration": o.dropDuration.String(),
 		"prune_retention": o.pruneRetention.String(), "prune_periods": o.prunePeriods, "prune_interval": o.pruneInterval.String(), "prune_naptime": o.pruneNaptime.String(), "prune_vacuum_clock": o.pruneVacClock, "broker_messages": o.brokerMessages, "pubsub_messages": o.pubsubMessages, "sqs_pollers": o.sqsPollers, "only": o.only, "keep_published": o.keepPublished,
 	}
 }
@@ -335,6 +342,10 @@ func (r *Results) ratios() []Ratio {
 			info(fmt.Sprintf("warm-up: processed_messages pkey, reference / third period (unexpired %d / %d)", w.ref.unexpired, w.third.unexpired), w.ref.pkey/w.third.pkey)
 		}
 	}
+	if r.Drop != nil {
+		info(fmt.Sprintf("receiver p99 ms of the webhooks due while an epoch of %s records dropped (the receiver's goal is 50)", human(r.DropRows)), r.DropDuringP99)
+		info("receiver's worst latency ms while it dropped", r.DropWorst)
+	}
 	var peak float64
 	for _, row := range r.all() {
 		peak = max(peak, row.PeakRSSMiB)
@@ -401,6 +412,7 @@ func (r *Results) all() []*Row {
 	}
 	rows = append(rows, r.PruneSteady, r.PruneOff)
 	rows = append(rows, r.Amplification...)
+	rows = append(rows, r.Drop)
 	out := rows[:0]
 	for _, row := range rows {
 		if row != nil {

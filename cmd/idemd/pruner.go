@@ -161,7 +161,8 @@ func (p *pruner) pruneRecords(ctx context.Context) int64 {
 		p.log.WithField("epoch", round.Opened).Info("opened an epoch of processed_messages: new records go to its partition")
 	}
 	for _, d := range round.Dropped {
-		p.log.WithField("epoch", d.Epoch).WithField("records", d.Records).Info("dropped an expired epoch of processed_messages, its partition whole")
+		p.log.WithField("epoch", d.Epoch).WithField("records", d.Records).WithField("duration", d.Locked.Seconds()).
+			Info("dropped an expired epoch of processed_messages, its partition whole; claims waited at most duration seconds for it")
 	}
 	if n, errCount := p.processed.Epochs(ctx, p.pool); errCount == nil {
 		metrics.ProcessedEpochs.Set(float64(n))
