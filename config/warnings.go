@@ -102,12 +102,12 @@ func (f *File) EpochsWarnings(interval time.Duration) []error {
 	}
 	var out []error
 	if interval > longest {
-		out = append(out, fmt.Errorf("IDEMD_PROCESSED_PARTITION_INTERVAL: %s is longer than the longest retention (%s), and a record stays until its epoch is dropped, up to one interval past its retention; about the longest retention / 4 (%s, the default, auto) keeps records at most a quarter past it",
-			interval, formatDuration(longest), formatDuration(longest/4)))
+		out = append(out, fmt.Errorf("IDEMD_PROCESSED_PARTITION_INTERVAL: %s is longer than the longest retention (%s), and a record stays until its epoch is dropped, up to one interval past its retention; the longest retention (%s, the default, auto) keeps records at most one retention past it",
+			interval, formatDuration(longest), formatDuration(longest)))
 	}
 	if n := longest / interval; n > 8 {
-		out = append(out, fmt.Errorf("IDEMD_PROCESSED_PARTITION_INTERVAL: %s keeps about %d epochs of processed_messages for the longest retention (%s), and a new id is looked for in each older one; about the longest retention / 4 (%s, the default, auto) keeps five or six",
-			interval, n+1, formatDuration(longest), formatDuration(longest/4)))
+		out = append(out, fmt.Errorf("IDEMD_PROCESSED_PARTITION_INTERVAL: %s keeps about %d epochs of processed_messages for the longest retention (%s), and a new id is looked for in each older one; the longest retention (%s, the default, auto) keeps two or three",
+			interval, n+1, formatDuration(longest), formatDuration(longest)))
 	}
 	return out
 }

@@ -263,6 +263,11 @@ func (s *Store) PruneEpochs(ctx context.Context, pool *pgxpool.Pool, interval ti
 
 // EpochsPerRetention is how many epochs the default interval makes of the longest
 // retention (IDEMD_PROCESSED_PARTITION_INTERVAL=auto): the interval is the longest
-// retention / 4, so five or six epochs are live, and a new id is looked up in four or five
-// older partitions.
-const EpochsPerRetention = 4
+// retention itself, so two epochs are live (three while the oldest waits for its last
+// record's expiry), and a new id is looked up in one or two older partitions. Each older
+// epoch costs a new id a primary-key lookup: with a quarter of the retention (five or six
+// live epochs, the default of phase 27), the consumer lost a quarter of its rate on a
+// million records and two fifths on ten million, against none measurable with two epochs
+// (BENCHMARKS.md, phase 28). The price is storage: a record stays up to one interval past
+// its retention, half of one on average.
+const EpochsPerRetention = 1

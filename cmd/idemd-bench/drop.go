@@ -12,8 +12,8 @@ import (
 // benchDrop measures what dropping an expired epoch of processed_messages costs the
 // receiver, at the size an epoch has in production rather than the prune section's
 // epochs of seconds: the current epoch is filled with -drop-rows records that have all
-// expired (received over 42 hours, the default interval with 7 days of retention, 7 days
-// ago and more), vacuumed and analyzed as autovacuum would have done over those hours,
+// expired (received over 7 days, the default interval with 7 days of retention, 7 days
+// ago and more), vacuumed and analyzed as autovacuum would have done over those days,
 // and the next epoch opened, so that the filled one is the oldest, due to be dropped.
 // Then the group-committed receiver, in a child, takes -relay-rate webhooks/s for
 // -drop-duration (after 1 s of warm-up at that rate), and a third of the way in the bench
@@ -31,13 +31,13 @@ func benchDrop(ctx context.Context, e *env, res *Results) error {
 	}
 	q := e.q()
 	began := time.Now()
-	// Received 7 days and 1 to 42 hours ago, with 7 days of retention: expired 1 to 42
+	// Received 7 days and 1 to 168 hours ago, with 7 days of retention: expired 1 to 168
 	// hours ago, in random key order as traffic inserts them.
 	if _, err := e.pool.Exec(ctx, `INSERT INTO `+q+`.processed_messages
     (scope, message_id, fingerprint, status, received_at, completed_at, expires_at, epoch)
 SELECT '`+defaultSource+`', 'evt_' || md5('expired-' || g), sha256(int8send(g)), 'done', t, t, t + interval '7 days',
        (SELECT max(epoch) FROM `+q+`.processed_epochs)
-FROM (SELECT g, now() - interval '7 days' - ((g % 42) + 1) * interval '1 hour' AS t
+FROM (SELECT g, now() - interval '7 days' - ((g % 168) + 1) * interval '1 hour' AS t
       FROM generate_series(1, $1::bigint) g) s`, e.o.dropRows); err != nil {
 		return fmt.Errorf("filling the epoch to drop: %w", err)
 	}

@@ -101,7 +101,7 @@ type daemonConfig struct {
 	// processed_messages) this often and drop expired epochs whole instead of deleting
 	// expired records (processed.Store.PruneEpochs). 0 is off: row by row. serve sets it
 	// from IDEMD_PROCESSED_PARTITION_INTERVAL, whose default, auto, is the longest retention
-	// of the pipelines / 4.
+	// of the pipelines.
 	PartitionInterval time.Duration
 	// OutboxRetention is how long published outbox rows are kept (with
 	// OutboxKeepPublished). Defaults to 24 h.

@@ -43,7 +43,7 @@ type Env struct {
 	Migrate             bool              `env:"MIGRATE" envDefault:"true" cmds:"serve,dev,check" help:"apply the migrations at start (false: stay not ready until someone ran idemd migrate)"`
 	KafkaCreateTopics   bool              `env:"KAFKA_CREATE_TOPICS" envDefault:"false" cmds:"serve,dev,check" help:"create the topics the pipelines name at start (dev: true)"`
 	PruneInterval       time.Duration     `env:"PRUNE_INTERVAL" envDefault:"1m" cmds:"serve,dev,check" help:"how often the pruner deletes expired rows"`
-	PartitionInterval   partitionInterval `env:"PROCESSED_PARTITION_INTERVAL" envDefault:"auto" cmds:"serve,dev,check" help:"open a partition (an epoch) of processed_messages this often and drop each one whole once all its records expired, instead of deleting expired records row by row (auto: the longest dedup retention of the pipelines / 4; 0: off, row by row)"`
+	PartitionInterval   partitionInterval `env:"PROCESSED_PARTITION_INTERVAL" envDefault:"auto" cmds:"serve,dev,check" help:"open a partition (an epoch) of processed_messages this often and drop each one whole once all its records expired, instead of deleting expired records row by row (auto: the longest dedup retention of the pipelines; 0: off, row by row)"`
 	OutboxRetention     time.Duration     `env:"OUTBOX_RETENTION" envDefault:"24h" cmds:"serve,dev,check" help:"how long published outbox rows (with IDEMD_OUTBOX_KEEP_PUBLISHED) and finished HTTP deliveries are kept"`
 	OutboxKeepPublished bool              `env:"OUTBOX_KEEP_PUBLISHED" envDefault:"false" cmds:"serve,dev,check,inspect" help:"keep published outbox rows, marked published, for IDEMD_OUTBOX_RETENTION (the console and inspect show them); false: a row is deleted once the broker has it, one write per row instead of two"`
 	KafkaSessionTimeout time.Duration     `env:"KAFKA_SESSION_TIMEOUT" envDefault:"30s" cmds:"serve,dev,check" help:"consumer groups' session and rebalance timeout (at least 6s)"`
@@ -88,7 +88,7 @@ func (p *partitionInterval) UnmarshalText(b []byte) error {
 
 // For is the interval of epochs for the pipelines of f: auto is the longest dedup
 // retention among them / processed.EpochsPerRetention (the default retention's when f has
-// no pipeline), so that five or six epochs are live.
+// no pipeline), so that two or three epochs are live.
 func (p partitionInterval) For(f *config.File) time.Duration {
 	if !p.auto {
 		return p.d
@@ -223,7 +223,7 @@ var envChecks = map[string]func(*Env) error{
 	"IDEMD_OUTBOX_RETENTION": func(c *Env) error { return positive("IDEMD_OUTBOX_RETENTION", c.OutboxRetention) },
 	"IDEMD_PROCESSED_PARTITION_INTERVAL": func(c *Env) error {
 		if c.PartitionInterval.d < 0 {
-			return fmt.Errorf("IDEMD_PROCESSED_PARTITION_INTERVAL: must not be negative (auto: the longest retention / 4; 0 turns partitions off), got %s", c.PartitionInterval.d)
+			return fmt.Errorf("IDEMD_PROCESSED_PARTITION_INTERVAL: must not be negative (auto: the longest retention; 0 turns partitions off), got %s", c.PartitionInterval.d)
 		}
 		return nil
 	},
@@ -316,7 +316,7 @@ func kindWords(t reflect.Type) string {
 	case t == reflect.TypeFor[time.Duration]():
 		return "a duration (such as 500ms, 30s, 5m or 24h)"
 	case t == reflect.TypeFor[partitionInterval]():
-		return "auto, 0 (off) or a duration (such as 6h or 42h)"
+		return "auto, 0 (off) or a duration (such as 24h or 168h)"
 	case t.Kind() == reflect.Bool:
 		return "true or false"
 	case t.Kind() >= reflect.Int && t.Kind() <= reflect.Uint64:

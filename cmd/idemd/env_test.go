@@ -176,7 +176,7 @@ func TestHelpCoversTracingAndBrokers(t *testing.T) {
 }
 
 // IDEMD_PROCESSED_PARTITION_INTERVAL: auto (the default) is the longest retention of the
-// pipelines / 4; 0 is off; a duration is taken as it is; the rest is refused, named.
+// pipelines; 0 is off; a duration is taken as it is; the rest is refused, named.
 func TestPartitionIntervalSetting(t *testing.T) {
 	t.Parallel()
 	f, err := config.Parse("p.yaml", []byte(`sources:
@@ -188,7 +188,7 @@ func TestPartitionIntervalSetting(t *testing.T) {
     retention: 1d
 `), func(string) (string, bool) { return "whsec_0123456789abcdef0123456789", true })
 	require.NoError(t, err)
-	for value, want := range map[string]time.Duration{"": 180 * time.Hour, "auto": 180 * time.Hour, "0": 0, "6h": 6 * time.Hour} {
+	for value, want := range map[string]time.Duration{"": 30 * 24 * time.Hour, "auto": 30 * 24 * time.Hour, "0": 0, "6h": 6 * time.Hour} {
 		environ := environment{}
 		if value != "" {
 			environ["IDEMD_PROCESSED_PARTITION_INTERVAL"] = value
@@ -199,10 +199,10 @@ func TestPartitionIntervalSetting(t *testing.T) {
 	}
 	e, err := loadEnvFor("check", environment{})
 	require.NotContains(t, fmt.Sprint(err), "PARTITION")
-	require.Equal(t, 42*time.Hour, e.PartitionInterval.For(&config.File{}), "no pipeline: the default retention's")
+	require.Equal(t, 7*24*time.Hour, e.PartitionInterval.For(&config.File{}), "no pipeline: the default retention")
 	for value, want := range map[string]string{
-		"soon": `IDEMD_PROCESSED_PARTITION_INTERVAL: "soon" is not auto, 0 (off) or a duration (such as 6h or 42h)`,
-		"-1h":  `IDEMD_PROCESSED_PARTITION_INTERVAL: must not be negative (auto: the longest retention / 4; 0 turns partitions off), got -1h0m0s`,
+		"soon": `IDEMD_PROCESSED_PARTITION_INTERVAL: "soon" is not auto, 0 (off) or a duration (such as 24h or 168h)`,
+		"-1h":  `IDEMD_PROCESSED_PARTITION_INTERVAL: must not be negative (auto: the longest retention; 0 turns partitions off), got -1h0m0s`,
 	} {
 		_, err := loadEnvFor("check", environment{"IDEMD_PROCESSED_PARTITION_INTERVAL": value})
 		require.ErrorContains(t, err, want)
