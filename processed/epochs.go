@@ -53,9 +53,9 @@ type DroppedEpoch struct {
 	Records int64
 	// Locked is how long processed_messages was locked against claims: from the detach,
 	// its wait for the claims in flight included (new ones queue behind it), to the commit
-	// (its WAL flush aside).
-	// PostgreSQL releases the lock before it removes the partition's files, which takes
-	// longer with its size: that is not counted, and claims do not wait for it.
+	// (its WAL flush aside). PostgreSQL releases the lock before it removes the
+	// partition's files, which takes longer with its size: that is not counted, and claims
+	// do not wait for it.
 	Locked time.Duration
 }
 
@@ -267,7 +267,7 @@ func (s *Store) PruneEpochs(ctx context.Context, pool *pgxpool.Pool, interval ti
 // record's expiry), and a new id is looked up in one or two older partitions. Each older
 // epoch costs a new id a primary-key lookup: with a quarter of the retention (five or six
 // live epochs, the default of phase 27), the consumer lost a quarter of its rate on a
-// million records and two fifths on ten million, against none measurable with two epochs
-// (BENCHMARKS.md, phase 28). The price is storage: a record stays up to one interval past
+// million records and two fifths on ten million; with two epochs, no more than the SQL
+// limit itself lost on tables of the same size (BENCHMARKS.md, phase 28). The price is storage: a record stays up to one interval past
 // its retention, half of one on average.
 const EpochsPerRetention = 1
