@@ -38,12 +38,13 @@ type Config struct {
 	// MaxBatch is how many concurrent webhook requests one transaction may carry (group
 	// commit). 1 gives one transaction per request. Defaults to 128.
 	MaxBatch int
-	// Linger is how long a batch waits for more requests while earlier batches are still
-	// committing: at most once per batch, from its first wait, however many requests arrive
-	// meanwhile; an idle receiver never waits. Negative disables it. Defaults to 2 ms. The
-	// best value depends on the database: longer where its CPU is the bound, as bigger
-	// batches cost it less per request, shorter where its CPU idles while transactions
-	// wait on their commits (docs/receiver.md, "Group commit").
+	// Linger is the most a batch waits for more requests while earlier batches are still
+	// committing: once per batch, from its first wait, however many requests arrive
+	// meanwhile; an idle receiver never waits. A batch waits half the receiver's recent
+	// transactions' mean duration when that is shorter: where the database's CPU idles
+	// while transactions wait on their commits, commits are quick and so is the wait, and
+	// where its CPU is the bound they take longer and batches grow, which costs it less per
+	// request (docs/receiver.md, "Group commit"). Negative disables it. Defaults to 2 ms.
 	Linger time.Duration
 	// Workers is how many webhook batches may be in their transaction at once. Defaults to
 	// the pool's MaxConns.

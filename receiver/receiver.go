@@ -24,6 +24,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -53,8 +54,11 @@ type Receiver struct {
 	// copies the entry's fields even when nothing is logged.
 	logs map[*source]*logrus.Entry
 
-	queue      chan *item
-	sem        chan struct{}
+	queue chan *item
+	sem   chan struct{}
+	// txMean is a moving average of the batches' transaction durations, in nanoseconds
+	// (0 until the first): a batch lingers half of it, at most Linger (lingerNow).
+	txMean     atomic.Int64
 	unverified unverifiedBudget
 	ctx        context.Context
 	cancel     context.CancelFunc
@@ -457,14 +461,14 @@ func (r *Receiver) batchLoop() {
 				break
 			}
 			if !lingering {
-				// One Linger from the first wait, not from each arrival: under a steady
-				// stream a wait renewed by every request would hold the batch until
-				// MaxBatch, or until the clients have nothing left to send.
+				// One wait from the first, not from each arrival: under a steady stream a
+				// wait renewed by every request would hold the batch until MaxBatch, or
+				// until the clients have nothing left to send.
 				lingering = true
 				if timer == nil {
-					timer = time.NewTimer(r.cfg.Linger)
+					timer = time.NewTimer(r.lingerNow())
 				} else {
-					timer.Reset(r.cfg.Linger)
+					timer.Reset(r.lingerNow())
 				}
 			}
 			select {
@@ -482,6 +486,35 @@ func (r *Receiver) batchLoop() {
 	}
 }
 
+// txMeanWeight is the weight of the batches before in txMean: each new duration counts for
+// 1/txMeanWeight of the average, so that it follows the last few dozen transactions.
+const txMeanWeight = 16
+
+// observeTx adds a batch's transaction duration d to txMean.
+func (r *Receiver) observeTx(d time.Duration) {
+	for {
+		old := r.txMean.Load()
+		next := int64(d)
+		if old > 0 {
+			next = old + (int64(d)-old)/txMeanWeight
+		}
+		if r.txMean.CompareAndSwap(old, next) {
+			return
+		}
+	}
+}
+
+// lingerNow is how long the batch being collected waits for more requests: half the
+// recent transactions' mean duration, at most Linger (Linger itself before the first
+// transaction). A batch sent by then is ready when about half of the one in flight is
+// done; waiting longer than a whole transaction only delays its requests.
+func (r *Receiver) lingerNow() time.Duration {
+	if mean := time.Duration(r.txMean.Load()); mean > 0 {
+		return min(r.cfg.Linger, mean/2)
+	}
+	return r.cfg.Linger
+}
+
 func (r *Receiver) applyBatch(batch []*item) {
 	defer r.wg.Done()
 	defer func() { <-r.sem }()
@@ -493,7 +526,9 @@ func (r *Receiver) applyBatch(batch []*item) {
 	}
 	start := time.Now()
 	err := r.unit.Apply(ctx, msgs)
-	metrics.TxDuration.WithLabelValues("http").Observe(time.Since(start).Seconds())
+	took := time.Since(start)
+	r.observeTx(took)
+	metrics.TxDuration.WithLabelValues("http").Observe(took.Seconds())
 	metrics.TxBatchSize.WithLabelValues("http").Observe(float64(len(msgs)))
 	for _, it := range batch {
 		it.answer(err)

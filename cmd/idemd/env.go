@@ -58,7 +58,7 @@ type Env struct {
 	HTTPMaxConns           int           `env:"HTTP_MAX_CONNS" envDefault:"1024" cmds:"serve,dev,check" help:"receiver connections open at once, idle ones included; one more is closed as soon as it is accepted"`
 	HTTPMaxUnverifiedBytes int64         `env:"HTTP_MAX_UNVERIFIED_BYTES" envDefault:"67108864" cmds:"serve,dev,check" help:"request body bytes read before their signature or token is checked, all requests together; a request that does not fit gets 503"`
 	HTTPMaxBatch           int           `env:"HTTP_MAX_BATCH" envDefault:"128" cmds:"serve,dev,check" help:"webhook requests one transaction may carry (group commit; 1: one transaction per request)"`
-	HTTPLinger             time.Duration `env:"HTTP_LINGER" envDefault:"2ms" cmds:"serve,dev,check" help:"how long a batch of webhooks waits for more requests while other batches are committing, once per batch (0: never)"`
+	HTTPLinger             time.Duration `env:"HTTP_LINGER" envDefault:"2ms" cmds:"serve,dev,check" help:"the most a batch of webhooks waits for more requests while other batches are committing, once per batch; half the recent transactions' mean duration when shorter (0: never)"`
 
 	// set records which variables were given, for dev's defaults.
 	set map[string]bool
