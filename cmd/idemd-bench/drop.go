@@ -41,11 +41,12 @@ FROM (SELECT g, now() - interval '7 days' - ((g % 168) + 1) * interval '1 hour' 
       FROM generate_series(1, $1::bigint) g) s`, e.o.dropRows); err != nil {
 		return fmt.Errorf("filling the epoch to drop: %w", err)
 	}
-	// Then a checkpoint: over the epoch's hours the server would have written these pages
-	// out long before its drop, not while the load runs.
 	if _, err := e.pool.Exec(ctx, "VACUUM (ANALYZE) "+q+".processed_messages"); err != nil {
 		return err
 	}
+	// Then a checkpoint: over the epoch's days the server would have written these pages
+	// out long before the drop, not while the load runs (a 10 M fill's checkpoint, running
+	// during the load, put the p99 of the webhooks before the drop at 36 ms, against 5).
 	if _, err := e.pool.Exec(ctx, "CHECKPOINT"); err != nil {
 		return err
 	}
