@@ -108,16 +108,9 @@ FROM (SELECT g, now() - interval '7 days' - ((g % 168) + 1) * interval '1 hour' 
 	if dropEnd.After(begin.Add(e.o.dropDuration)) {
 		return fmt.Errorf("the drop took %s and ended after the load (-drop-duration %s): make it longer", dropEnd.Sub(dropStart).Round(time.Millisecond), e.o.dropDuration)
 	}
-	cpu := e.cpuPerMessage(ctx, c, int(st.ok))
-	rss, err := c.stop()
+	cpu, rss, err := e.stopPacedChild(ctx, c, warm, st, "drop")
 	if err != nil {
 		return err
-	}
-	var both loadStats
-	both.count(warm)
-	both.count(st)
-	if err := e.checkWebhooks(ctx, webhookCounts{}, &both); err != nil {
-		return fmt.Errorf("drop (with its warm-up): %w", err)
 	}
 	interval := time.Second / time.Duration(e.o.relayRate)
 	var all, before, during []time.Duration

@@ -488,16 +488,9 @@ func benchRelayUnderLoad(ctx context.Context, e *env, res *Results) error {
 	}
 	got := lat.wait(int(st.ok), 30*time.Second)
 	stopReaders()
-	cpu := e.cpuPerMessage(ctx, c, int(st.ok))
-	rss, err := c.stop()
+	cpu, rss, err := e.stopPacedChild(ctx, c, warm, st, "relay under load")
 	if err != nil {
 		return err
-	}
-	var both loadStats
-	both.count(warm)
-	both.count(st)
-	if err := e.checkWebhooks(ctx, webhookCounts{}, &both); err != nil {
-		return fmt.Errorf("relay under load (with its warm-up): %w", err)
 	}
 	if got < int(st.ok) {
 		return fmt.Errorf("relay under load: %d of %d answered webhooks reached Kafka within 30 s", got, st.ok)
@@ -513,6 +506,24 @@ func benchRelayUnderLoad(ctx context.Context, e *env, res *Results) error {
 	e.logf("relay under load: %d webhooks, 2xx-to-record p50 %.1f ms p99 %.1f ms p999 %.1f ms", st.ok, row.P50ms, row.P99ms, row.P999ms)
 	res.RelayUnderLoad = row
 	return nil
+}
+
+// stopPacedChild ends a child loaded at a fixed rate after a warm-up (warm, then st): it
+// returns the child's CPU per webhook over st and its peak RSS, and checks that every 200
+// of both loads is a committed row with its effect (what names the section in the error).
+func (e *env) stopPacedChild(ctx context.Context, c *child, warm, st *loadStats, what string) (*CPU, float64, error) {
+	cpu := e.cpuPerMessage(ctx, c, int(st.ok))
+	rss, err := c.stop()
+	if err != nil {
+		return nil, 0, err
+	}
+	var both loadStats
+	both.count(warm)
+	both.count(st)
+	if err := e.checkWebhooks(ctx, webhookCounts{}, &both); err != nil {
+		return nil, 0, fmt.Errorf("%s (with its warm-up): %w", what, err)
+	}
+	return cpu, rss, nil
 }
 
 // latencies collects latencies measured by Kafka readers.
