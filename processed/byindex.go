@@ -60,11 +60,14 @@ func poolByIndex(ctx context.Context, pool *pgxpool.Pool, queue func(*pgx.Batch)
 // execByIndex runs sql with args on pool with the scans off (poolByIndex).
 func execByIndex(ctx context.Context, pool *pgxpool.Pool, sql string, args ...any) (pgconn.CommandTag, error) {
 	var tag pgconn.CommandTag
-	err := poolByIndex(ctx, pool, func(b *pgx.Batch) {
-		b.Queue(sql, args...).Exec(func(t pgconn.CommandTag) error {
-			tag = t
-			return nil
-		})
-	})
+	err := poolByIndex(ctx, pool, func(b *pgx.Batch) { queueExec(b, &tag, sql, args...) })
 	return tag, err
+}
+
+// queueExec queues sql with args on b, its command tag read into tag.
+func queueExec(b *pgx.Batch, tag *pgconn.CommandTag, sql string, args ...any) {
+	b.Queue(sql, args...).Exec(func(t pgconn.CommandTag) error {
+		*tag = t
+		return nil
+	})
 }

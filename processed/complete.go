@@ -78,10 +78,7 @@ func (s *Store) CompleteBatchTx(ctx context.Context, tx pgx.Tx, done []Completio
 	}
 	var tag pgconn.CommandTag
 	err := sendByIndex(ctx, tx, func(b *pgx.Batch) {
-		b.Queue(s.sql.complete, scopes, ids, states, statuses, headers, bodies, tokens).Exec(func(t pgconn.CommandTag) error {
-			tag = t
-			return nil
-		})
+		queueExec(b, &tag, s.sql.complete, scopes, ids, states, statuses, headers, bodies, tokens)
 	})
 	if err != nil {
 		return fmt.Errorf("error completing messages: %w", err)
