@@ -297,3 +297,66 @@ func lockedFor(t *testing.T, dropped []processed.DroppedEpoch) []processed.Dropp
 	}
 	return out
 }
+
+// A new id's claim probes the older epochs' partitions for it, and only those: with one
+// epoch, the current one's primary key is read once per new id, for the insert's conflict
+// check, and not a second time for a probe (BENCHMARKS.md, phase 29). With two, the older
+// one is probed once per new id.
+func TestClaimProbesOnlyOlderEpochs(t *testing.T) {
+	t.Parallel()
+	b := setup(t, pgtest.Options{}, processed.Config{})
+	ctx := context.Background()
+	// scans claims n new ids, with a shared scope (a subscription's batch) or not (the
+	// receiver's), and returns the index scans of each epoch's partition it made.
+	scans := func(round string, n int, shared bool) map[string]int {
+		claims := make([]processed.Claim, n)
+		for i := range claims {
+			claims[i] = processed.Claim{Scope: "s", MessageID: fmt.Sprintf("%s-%d", round, i), Fingerprint: fp}
+			if !shared && i == 0 {
+				claims[i].Reserve = true
+			}
+		}
+		const q = `SELECT relname, idx_scan FROM pg_stat_xact_user_tables WHERE schemaname = $1 AND relname LIKE 'processed_messages_e%'`
+		read := func(tx pgx.Tx) map[string]int {
+			rows, err := tx.Query(ctx, q, b.db.Schema)
+			require.NoError(t, err)
+			m, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (kv [2]any, err error) {
+				var name string
+				var n int
+				err = r.Scan(&name, &n)
+				return [2]any{name, n}, err
+			})
+			require.NoError(t, err)
+			out := map[string]int{}
+			for _, kv := range m {
+				out[kv[0].(string)] = kv[1].(int)
+			}
+			return out
+		}
+		tx, err := b.db.Pool.Begin(ctx)
+		require.NoError(t, err)
+		defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
+		before := read(tx)
+		res, err := b.store.ClaimBatchTx(ctx, tx, claims)
+		require.NoError(t, err)
+		for _, r := range res {
+			require.Equal(t, processed.Claimed, r.Outcome)
+		}
+		after := read(tx)
+		require.NoError(t, tx.Commit(ctx))
+		for k := range after {
+			after[k] -= before[k]
+		}
+		return after
+	}
+	const n = 40
+	for _, shared := range []bool{true, false} {
+		got := scans(fmt.Sprint("one-", shared), n, shared)
+		require.Equal(t, map[string]int{"processed_messages_e0": n}, got, "index scans with one epoch (shared %v)", shared)
+	}
+	b.openEpoch(t)
+	for _, shared := range []bool{true, false} {
+		got := scans(fmt.Sprint("two-", shared), n, shared)
+		require.Equal(t, map[string]int{"processed_messages_e0": n, "processed_messages_e1": n}, got, "index scans with two epochs (shared %v)", shared)
+	}
+}

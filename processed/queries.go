@@ -8,20 +8,25 @@ type queries struct {
 func newQueries(schema string) queries {
 	t := schema + ".processed_messages"
 	epochs := schema + ".processed_epochs"
-	// e, the current epoch: the partition a claim inserts into (migration 0009). The
-	// claim's transaction holds the epochs' lock in shared mode (epochLock) from before this
-	// statement's snapshot, so no epoch opens meanwhile, and every transaction that claimed
-	// in an older epoch has ended: what it wrote there is visible.
-	current := `(SELECT max(epoch) AS epoch FROM ` + epochs + `) e`
+	// e, the current epoch: the partition a claim inserts into (migration 0009), and the
+	// oldest live one. The claim's transaction holds the epochs' lock in shared mode
+	// (epochLock) from before this statement's snapshot, so no epoch opens meanwhile, and
+	// every transaction that claimed in an older epoch has ended: what it wrote there is
+	// visible.
+	current := `(SELECT max(epoch) AS epoch, min(epoch) AS oldest FROM ` + epochs + `) e`
 	// k.known: the claim's id is in an older epoch, so the claim does not insert it. A
 	// lateral probe of each older partition's primary key, by id; PostgreSQL prunes the
-	// partitions that are not older when it runs (with one epoch, all of them). A NOT
-	// EXISTS let the planner hash the whole table instead, a sequential scan per claim:
-	// the consumer ran at a third of its rate (BENCHMARKS.md, phase 26).
+	// partitions that are not older when it runs. A NOT EXISTS let the planner hash the
+	// whole table instead, a sequential scan per claim: the consumer ran at a third of its
+	// rate (BENCHMARKS.md, phase 26). With one epoch (the first retention of an install,
+	// or epochs off) there is nothing older: e.oldest < e.epoch gates the probe, checked
+	// once per id without reading the index. PostgreSQL plans a table of one partition as
+	// that partition alone, with no pruning left to do when it runs, and probed it for
+	// every new id (BENCHMARKS.md, phase 29).
 	knownOlder := func(scope string) string {
 		return `
 LEFT JOIN LATERAL (SELECT true AS known FROM ` + t + ` o
-                   WHERE o.scope = ` + scope + ` AND o.message_id = c.message_id AND o.epoch < e.epoch LIMIT 1) k ON true`
+                   WHERE e.oldest < e.epoch AND o.scope = ` + scope + ` AND o.message_id = c.message_id AND o.epoch < e.epoch LIMIT 1) k ON true`
 	}
 	// A stored row is claimable when its retention has passed, or when it is a reservation
 	// whose lease has ended and the payload is the same.
@@ -74,7 +79,7 @@ RETURNING p.scope, p.message_id`,
 		// its old partition does not lose it. An older row that is not claimable (any more:
 		// another claimer took it first) stays, and its id is not inserted.
 		claim: `
-WITH e AS (SELECT max(epoch) AS epoch FROM ` + epochs + `),
+WITH e AS (SELECT max(epoch) AS epoch, min(epoch) AS oldest FROM ` + epochs + `),
 c AS (SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::bigint[], $6::bigint[], $7::uuid[])
       AS c(scope, message_id, fingerprint, status, retain_us, lease_us, token)),
 moved AS (
