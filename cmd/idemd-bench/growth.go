@@ -281,13 +281,26 @@ func fasterOfTwo(measure func(run int) (*Row, error)) (*Row, error) {
 // -keep-published), and on a lean processed row (scope, id, fingerprint and expiry,
 // without the expires_at index), which lives in the bench schema only; idemd's schema is
 // not changed. Until phase 17 the outbox had partial indexes that a lean outbox left out;
-// since migration 0008 idemd's outbox is that lean outbox.
+// since migration 0008 idemd's outbox is that lean outbox. Since phase 29 also an outbox
+// partitioned by id (outbox_parted, in the bench schema only: the rows of the run in one
+// partition, an older one empty, as the partitions of an outbox whose old ones are dropped
+// whole) with a loop beside that advances a published watermark over its rows instead of
+// deleting them: what the relay would cost PostgreSQL if published rows left with their
+// partition (BENCHMARKS.md, phase 29).
 func benchAmplification(ctx context.Context, e *env, res *Results) error {
 	q := e.q()
 	if _, err := e.pool.Exec(ctx, `
 CREATE TABLE IF NOT EXISTS `+q+`.processed_lean (
     scope text NOT NULL, message_id text NOT NULL, fingerprint bytea NOT NULL, expires_at timestamptz NOT NULL,
-    PRIMARY KEY (scope, message_id))`); err != nil {
+    PRIMARY KEY (scope, message_id));
+CREATE TABLE IF NOT EXISTS `+q+`.outbox_parted (
+    id bigint GENERATED ALWAYS AS IDENTITY, operation_id uuid NOT NULL, pipeline text NOT NULL,
+    causation_id text NOT NULL, topic text NOT NULL, key bytea, payload bytea NOT NULL,
+    headers jsonb NOT NULL DEFAULT '{}', created_at timestamptz NOT NULL DEFAULT now(), published_at timestamptz,
+    PRIMARY KEY (id)) PARTITION BY RANGE (id);
+CREATE TABLE IF NOT EXISTS `+q+`.outbox_parted_p0 PARTITION OF `+q+`.outbox_parted FOR VALUES FROM (MINVALUE) TO (1);
+CREATE TABLE IF NOT EXISTS `+q+`.outbox_parted_p1 PARTITION OF `+q+`.outbox_parted FOR VALUES FROM (1) TO (MAXVALUE);
+CREATE TABLE IF NOT EXISTS `+q+`.outbox_watermark (w bigint NOT NULL)`); err != nil {
 		return err
 	}
 	in := e.limitRecords()
@@ -304,6 +317,13 @@ CREATE TABLE IF NOT EXISTS `+q+`.processed_lean (
 		{"lean processed row, idemd's outbox, DELETE at publish beside", with(base, func(c *limitConfig) {
 			c.processed, c.lean, c.publish = "processed_lean", true, "delete"
 		})},
+		{"idemd's tables, DELETE of the rows up to the newest id beside (ids known, as handed over)", with(base, func(c *limitConfig) {
+			c.publish = "delete-known"
+		})},
+		{"idemd's tables, the outbox partitioned by id, a published watermark up to the newest id beside (no DELETE)", with(base, func(c *limitConfig) {
+			c.outbox, c.publish = "outbox_parted", "watermark"
+		})},
+		{"idemd's tables, the outbox partitioned by id, nothing beside", with(base, func(c *limitConfig) { c.outbox = "outbox_parted" })},
 	}
 	level, err := e.walLevel(ctx)
 	if err != nil {
@@ -324,7 +344,7 @@ CREATE TABLE IF NOT EXISTS `+q+`.processed_lean (
 			if err := e.truncate(ctx); err != nil {
 				return err
 			}
-			if _, err := e.pool.Exec(ctx, "TRUNCATE "+q+".processed_lean"); err != nil {
+			if _, err := e.pool.Exec(ctx, "TRUNCATE "+q+".processed_lean, "+q+".outbox_parted, "+q+".outbox_watermark; INSERT INTO "+q+".outbox_watermark VALUES (0)"); err != nil {
 				return err
 			}
 			lr, err := e.runLimit(ctx, in, v.c)

@@ -55,8 +55,13 @@ type limitConfig struct {
 	processed string
 	// lean writes only scope, message_id, fingerprint and expires_at into processed.
 	lean bool
+	// outbox names the outbox table (unquoted, in the bench schema); empty means idemd's.
+	outbox string
 	// publish runs a relay-like loop beside the writers that deletes new outbox rows
-	// ("delete") or moves them to outbox_published ("move", as KeepPublished does), as fast
+	// ("delete"), moves them to outbox_published ("move", as KeepPublished does), deletes
+	// every row up to the newest id ("delete-known", as a relay that knows the ids from
+	// its Handoff), or only advances a published watermark to the newest id ("watermark",
+	// with the outbox partitioned by id, whose partitions would be dropped whole), as fast
 	// as it can; with logical, "decode" reads the events from a logical replication slot.
 	publish string
 	// logical writes each event as a transactional logical decoding message
@@ -70,6 +75,9 @@ func (c limitConfig) String() string {
 	s := fmt.Sprintf("%s, %d msgs/tx, %d workers", c.method, c.batch, c.workers)
 	if c.processed != "" {
 		s += ", " + c.processed
+	}
+	if c.outbox != "" {
+		s += ", " + c.outbox
 	}
 	if c.logical {
 		s += ", events as logical messages"
@@ -109,7 +117,7 @@ func (e *env) limitSQL(c limitConfig) string { return limitSQL(e.q(), c) }
 // limitSQL is env.limitSQL in the schema q (quoted).
 func limitSQL(q string, c limitConfig) string {
 	pm := q + "." + cmpOr(c.processed, "processed_messages")
-	ob := q + ".outbox"
+	ob := q + "." + cmpOr(c.outbox, "outbox")
 	// The epoch as idemd's claim names it (processed/queries.go): once per statement, not
 	// the column's default, a function called per row.
 	cols := `(scope, message_id, fingerprint, status, received_at, completed_at, expires_at, epoch)`
@@ -193,7 +201,7 @@ func (e *env) runLimit(ctx context.Context, in *limitInput, c limitConfig) (limi
 	if _, err := e.pool.Exec(ctx, "TRUNCATE "+q+".effects"); err != nil {
 		return limitRun{}, err
 	}
-	ob := q + ".outbox"
+	ob := q + "." + cmpOr(c.outbox, "outbox")
 	var before int64
 	if err := e.pool.QueryRow(ctx, "SELECT coalesce(max(id), 0) FROM "+ob).Scan(&before); err != nil {
 		return limitRun{}, err
@@ -263,9 +271,13 @@ func (e *env) runLimit(ctx context.Context, in *limitInput, c limitConfig) (limi
 		firstErr = slot.waitDecoded(ctx, in.unique)
 	} else if c.publish != "" {
 		// The writes are done when the relay-like loop has caught up.
+		pendingSQL := "SELECT EXISTS (SELECT 1 FROM " + ob + " WHERE id > $1)"
+		if c.publish == "watermark" { // the rows stay, below the watermark
+			pendingSQL = "SELECT EXISTS (SELECT 1 FROM " + ob + " WHERE id > greatest($1, (SELECT w FROM " + q + ".outbox_watermark)))"
+		}
 		for ctx.Err() == nil && firstErr == nil {
 			var pending bool
-			if err := e.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+ob+" WHERE id > $1)", before).Scan(&pending); err != nil {
+			if err := e.pool.QueryRow(ctx, pendingSQL, before).Scan(&pending); err != nil {
 				return limitRun{}, err
 			}
 			if !pending {
@@ -306,7 +318,7 @@ func (e *env) runLimit(ctx context.Context, in *limitInput, c limitConfig) (limi
 	switch {
 	case slot != nil:
 		rows += int(slot.messages.Load()) // decoded from the slot
-	case c.publish != "":
+	case c.publish != "" && c.publish != "watermark": // a watermark leaves the rows
 		rows = in.unique // deleted (or moved) as published
 	}
 	if effects != in.unique || rows != in.unique {
@@ -409,10 +421,18 @@ func (e *env) limitBatch(ctx context.Context, pool *pgxpool.Pool, sql string, in
 
 // publishLoop deletes outbox rows (or, how "move", moves them to outbox_published) 1,000 at
 // a time, in id order, as the relay does after Kafka acknowledged them, until ctx ends.
+// The relay knows most of its rows' ids without reading them (its Handoff), so two more
+// ways read only the newest id: "delete-known" deletes every row up to it, and
+// "watermark" leaves the rows where they are and moves a published watermark (the one row
+// of outbox_watermark) up to it instead: what a relay of an outbox partitioned by id would
+// write per round, its partitions dropped whole once below the watermark.
 func (e *env) publishLoop(ctx context.Context, pool *pgxpool.Pool, table, how string) error {
 	sql := `DELETE FROM ` + table + ` WHERE id IN (SELECT id FROM ` + table + ` ORDER BY id LIMIT 1000)`
-	if how == "move" {
+	switch how {
+	case "move":
 		sql = outbox.MovePublishedSQL(e.schema, `id IN (SELECT id FROM `+table+` ORDER BY id LIMIT 1000)`)
+	case "delete-known", "watermark":
+		return e.publishKnownLoop(ctx, pool, table, how)
 	}
 	for ctx.Err() == nil {
 		tag, err := pool.Exec(ctx, sql)
@@ -423,6 +443,40 @@ func (e *env) publishLoop(ctx context.Context, pool *pgxpool.Pool, table, how st
 			return fmt.Errorf("publish loop: %w", err)
 		}
 		if tag.RowsAffected() == 0 {
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}
+	return nil
+}
+
+// publishKnownLoop is publishLoop's "delete-known" and "watermark": each round takes the
+// rows up to the newest id once 1,000 new ones are there (or no more came since the last
+// look), so that its rounds are as many as the other ways' and only what a round does to
+// its rows differs.
+func (e *env) publishKnownLoop(ctx context.Context, pool *pgxpool.Pool, table, how string) error {
+	round := `DELETE FROM ` + table + ` WHERE id <= $1`
+	if how == "watermark" {
+		round = `UPDATE ` + e.q() + `.outbox_watermark SET w = $1`
+	}
+	var done, seen int64
+	for ctx.Err() == nil {
+		var newest int64
+		err := pool.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM `+table).Scan(&newest)
+		if err == nil && newest > done && (newest-done >= 1000 || newest == seen) {
+			_, err = pool.Exec(ctx, round, newest)
+			done = newest
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("publish loop: %w", err)
+		}
+		if newest != done {
+			seen = newest
 			select {
 			case <-ctx.Done():
 			case <-time.After(time.Millisecond):

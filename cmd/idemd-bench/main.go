@@ -186,7 +186,9 @@ baseline from the same run, and prints a table (or JSON with -json):
                  the latency of the webhooks due during the drop, from their due time;
   amplification  the limit with the relay's delete at publish beside it, with the move
                  of published rows to outbox_published (keep published) instead, and
-                 with a lean dedup row: what a schema change would buy; on a
+                 with a lean dedup row, and with an outbox partitioned by id whose
+                 published rows stay behind a watermark, to go with their partition
+                 (no delete): what a schema change would buy; on a
                  server with wal_level=logical, also with each event written as a
                  logical decoding message instead of an outbox row, the slot read
                  after the run and read beside it (a logical-decoding relay's cost);
