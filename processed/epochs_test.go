@@ -320,17 +320,11 @@ func TestClaimProbesOnlyOlderEpochs(t *testing.T) {
 		read := func(tx pgx.Tx) map[string]int {
 			rows, err := tx.Query(ctx, q, b.db.Schema)
 			require.NoError(t, err)
-			m, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (kv [2]any, err error) {
-				var name string
-				var n int
-				err = r.Scan(&name, &n)
-				return [2]any{name, n}, err
-			})
-			require.NoError(t, err)
 			out := map[string]int{}
-			for _, kv := range m {
-				out[kv[0].(string)] = kv[1].(int)
-			}
+			var name string
+			var scans int
+			_, err = pgx.ForEachRow(rows, []any{&name, &scans}, func() error { out[name] = scans; return nil })
+			require.NoError(t, err)
 			return out
 		}
 		tx, err := b.db.Pool.Begin(ctx)

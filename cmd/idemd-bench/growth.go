@@ -281,12 +281,13 @@ func fasterOfTwo(measure func(run int) (*Row, error)) (*Row, error) {
 // -keep-published), and on a lean processed row (scope, id, fingerprint and expiry,
 // without the expires_at index), which lives in the bench schema only; idemd's schema is
 // not changed. Until phase 17 the outbox had partial indexes that a lean outbox left out;
-// since migration 0008 idemd's outbox is that lean outbox. Since phase 29 also an outbox
-// partitioned by id (outbox_parted, in the bench schema only: the rows of the run in one
-// partition, an older one empty, as the partitions of an outbox whose old ones are dropped
-// whole) with a loop beside that advances a published watermark over its rows instead of
-// deleting them: what the relay would cost PostgreSQL if published rows left with their
-// partition (BENCHMARKS.md, phase 29).
+// since migration 0008 idemd's outbox is that lean outbox. Since phase 29 also, in rounds of
+// the newest rows as a relay takes its handed rows: their deletes; an outbox partitioned by
+// id (outbox_parted, in the bench schema only: the rows of the run in one partition, an
+// older one empty, as the partitions of an outbox whose old ones are dropped whole) with a
+// published watermark moved over them instead, what the relay would cost PostgreSQL if
+// published rows left with their partition; and that outbox with nothing beside
+// (BENCHMARKS.md, phase 29).
 func benchAmplification(ctx context.Context, e *env, res *Results) error {
 	q := e.q()
 	if _, err := e.pool.Exec(ctx, `
