@@ -202,6 +202,10 @@ type Config struct {
 	// Handoff passes the outbox rows of each committed batch to the relay of this process
 	// (outbox.Handoff), which then need not read them back. Optional; the daemon sets it.
 	Handoff *outbox.Handoff `yaml:"-"`
+	// Filter spares the claims the lookup of their new ids in processed_messages' older
+	// epochs (processed.EpochFilter, of Schema; keep it current with its Run). Optional; the
+	// daemon sets it.
+	Filter *processed.EpochFilter `yaml:"-"`
 }
 
 // PubSub names a Google Cloud Pub/Sub subscription. idemd creates none (outside idemd dev).
@@ -371,7 +375,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Consumer, error) {
 			return nil, fmt.Errorf("consumer %s: SQL: %w", c.Name, err)
 		}
 	}
-	store, err := processed.New(&processed.Config{Schema: c.Schema, Retention: c.Retention})
+	store, err := processed.New(&processed.Config{Schema: c.Schema, Retention: c.Retention, Filter: c.Filter})
 	if err != nil {
 		return nil, fmt.Errorf("consumer %s: %w", c.Name, err)
 	}

@@ -166,6 +166,27 @@ type claimColumns struct {
 	// pgtype.UUID encodes without a driver.Valuer call per element, and pgarray.UUID
 	// without reflection; Valid false is NULL.
 	tokens []pgtype.UUID
+	// filtered are the arguments of the new claims' statements that spare the lookup in
+	// the older epochs (queries.go, filtered): for each row whether the EpochFilter may
+	// hold its id, the epoch it was built under and when that epoch opened. All NULL
+	// without a filter: every row is looked up. Not set for the takeover's statement.
+	filtered []any
+}
+
+// filter sets cc.filtered from s's EpochFilter.
+func (s *Store) filter(cc *claimColumns, claims []Claim) {
+	set := s.epochs.load()
+	if set == nil {
+		cc.filtered = []any{[]bool(nil), nil, nil}
+		return
+	}
+	maybe := make([]bool, len(cc.index))
+	var key []byte
+	for j, i := range cc.index {
+		key = appendKey(key[:0], claims[i].Scope, claims[i].MessageID)
+		maybe[j] = set.mayHold(key)
+	}
+	cc.filtered = []any{maybe, set.epoch, set.opened}
 }
 
 // columns are the arrays of claims[index]: only ids and fingerprints when canShare and
@@ -232,9 +253,9 @@ func (r *claimRun) index(rows pgx.Rows) (int, bool) {
 func (r *claimRun) claim(batch *pgx.Batch, sql, shared string, cc *claimColumns) {
 	var q *pgx.QueuedQuery
 	if cc.shared {
-		q = batch.Queue(shared, cc.scope, pgarray.Text(cc.ids), pgarray.Bytes(cc.fps), cc.retainUs)
+		q = batch.Queue(shared, append([]any{cc.scope, pgarray.Text(cc.ids), pgarray.Bytes(cc.fps), cc.retainUs}, cc.filtered...)...)
 	} else {
-		q = batch.Queue(sql, pgarray.Text(cc.scopes), pgarray.Text(cc.ids), pgarray.Bytes(cc.fps), pgarray.Text(cc.states), cc.retains, cc.leaseUs, pgarray.UUID(cc.tokens))
+		q = batch.Queue(sql, append([]any{pgarray.Text(cc.scopes), pgarray.Text(cc.ids), pgarray.Bytes(cc.fps), pgarray.Text(cc.states), cc.retains, cc.leaseUs, pgarray.UUID(cc.tokens)}, cc.filtered...)...)
 	}
 	q.Query(func(rows pgx.Rows) error {
 		for rows.Next() {
@@ -277,6 +298,7 @@ func (s *Store) claimBatch(ctx context.Context, tx pgx.Tx, begin *Begin, claims 
 	})
 
 	cc := s.columns(claims, uniq, true)
+	s.filter(cc, claims)
 	batch := &pgx.Batch{}
 	if begin != nil {
 		batch = begin.Batch

@@ -265,9 +265,9 @@ func (s *Store) PruneEpochs(ctx context.Context, pool *pgxpool.Pool, interval ti
 // retention (IDEMD_PROCESSED_PARTITION_INTERVAL=auto): the interval is the longest
 // retention itself, so two epochs are live (three while the oldest waits for its last
 // record's expiry), and a new id is looked up in one or two older partitions. Each older
-// epoch costs a new id a primary-key lookup: with a quarter of the retention (five or six
-// live epochs, the default of phase 27), the consumer lost a quarter of its rate on a
-// million records and two fifths on ten million; with two epochs, 6-19 % on a million
-// (BENCHMARKS.md, phases 28 and 29). The price is storage: a record stays up to one
-// interval past its retention, half of one on average.
+// epoch costs a new id a primary-key lookup, unless an EpochFilter spares it: with a
+// quarter of the retention (five or six live epochs, the default of phase 27), the
+// consumer lost a quarter of its rate on a million records and two fifths on ten million;
+// with two epochs, 6-19 % on a million (BENCHMARKS.md, phases 28 and 29). The price is
+// storage: a record stays up to one interval past its retention, half of one on average.
 const EpochsPerRetention = 1

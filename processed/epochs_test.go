@@ -77,18 +77,33 @@ func TestEpochsKeepEveryIDKnown(t *testing.T) {
 // before, and both would insert: two effects. With it, each id is claimed once.
 func TestEpochSwitchDuringClaimsOfOneID(t *testing.T) {
 	t.Parallel()
+	claimsDuringEpochSwitches(t, nil)
+}
+
+// claimsDuringEpochSwitches claims 40 ids, each by six claimers at once in three rounds
+// (its later claims come after epochs opened), while epochs open every 3 ms; with a
+// filter, it is built again without pause meanwhile. Each id must be claimed once.
+func claimsDuringEpochSwitches(t *testing.T, filtered func(pgtest.Options) (*bundle, *processed.EpochFilter)) {
 	const (
 		claimers = 6
 		ids      = 40
 	)
-	b := setup(t, pgtest.Options{MaxConns: claimers + 4}, processed.Config{})
+	opts := pgtest.Options{MaxConns: claimers + 6}
+	var (
+		b *bundle
+		f *processed.EpochFilter
+	)
+	if filtered != nil {
+		b, f = filtered(opts)
+	} else {
+		b = setup(t, opts, processed.Config{})
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	var opened atomic.Int32
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
+	var opened, built atomic.Int32
+	var loops sync.WaitGroup
+	loops.Go(func() {
 		for ctx.Err() == nil {
 			epoch, err := b.store.OpenEpoch(ctx, b.db.Pool, 0)
 			if err != nil && ctx.Err() == nil {
@@ -98,44 +113,64 @@ func TestEpochSwitchDuringClaimsOfOneID(t *testing.T) {
 			if epoch > 0 {
 				opened.Add(1)
 			}
-			time.Sleep(2 * time.Millisecond)
+			time.Sleep(3 * time.Millisecond)
 		}
-	}()
+	})
+	if f != nil {
+		loops.Go(func() {
+			for ctx.Err() == nil {
+				res, err := f.Refresh(ctx, b.db.Pool)
+				if err != nil && ctx.Err() == nil {
+					t.Errorf("refreshing the filter: %v", err)
+					return
+				}
+				if res.Built && res.IDs > 0 {
+					built.Add(1)
+				}
+			}
+		})
+	}
 
 	var claimed [ids]atomic.Int32
 	for id := range ids {
-		var wg sync.WaitGroup
-		for range claimers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				time.Sleep(time.Duration(rand.IntN(8)) * time.Millisecond)
-				err := b.inTx(t, func(tx pgx.Tx) error {
-					res, err := b.store.ClaimBatchTx(ctx, tx, []processed.Claim{{Scope: "s", MessageID: fmt.Sprint(id), Fingerprint: fp}})
-					if err != nil {
+		for range 3 {
+			var wg sync.WaitGroup
+			for range claimers {
+				wg.Go(func() {
+					time.Sleep(time.Duration(rand.IntN(6)) * time.Millisecond)
+					err := b.inTx(t, func(tx pgx.Tx) error {
+						res, err := b.store.ClaimBatchTx(ctx, tx, []processed.Claim{
+							{Scope: "s", MessageID: fmt.Sprint(id), Fingerprint: fp},
+							{Scope: "s", MessageID: fmt.Sprint("other-", id, "-", rand.Uint64()), Fingerprint: fp},
+						})
+						if err != nil {
+							return err
+						}
+						if res[0].Outcome == processed.Claimed {
+							claimed[id].Add(1)
+						}
+						_, err = tx.Exec(ctx, "SELECT pg_sleep(0.002)")
 						return err
+					})
+					if err != nil {
+						t.Errorf("claim of %d: %v", id, err)
 					}
-					if res[0].Outcome == processed.Claimed {
-						claimed[id].Add(1)
-					}
-					_, err = tx.Exec(ctx, "SELECT pg_sleep(0.004)")
-					return err
 				})
-				if err != nil {
-					t.Errorf("claim of %d: %v", id, err)
-				}
-			}()
+			}
+			wg.Wait()
 		}
-		wg.Wait()
 	}
 	cancel()
-	<-done
+	loops.Wait()
 	for id := range ids {
 		require.Equal(t, int32(1), claimed[id].Load(), "id %d claimed %d times", id, claimed[id].Load())
 	}
-	require.Equal(t, ids, b.db.Count(t, "{schema}.processed_messages"))
+	require.Equal(t, ids, b.db.Count(t, "{schema}.processed_messages WHERE message_id NOT LIKE 'other-%'"))
 	require.Greater(t, opened.Load(), int32(ids/4), "epochs opened during the claims")
-	t.Logf("%d epochs opened during %d ids × %d claimers", opened.Load(), ids, claimers)
+	if f != nil {
+		require.Greater(t, built.Load(), int32(ids/4), "filters built during the claims")
+	}
+	t.Logf("%d epochs opened, %d filters built during %d ids × %d claimers × 3 rounds", opened.Load(), built.Load(), ids, claimers)
 }
 
 // An epoch is dropped once every record in it has expired and no reservation in it holds a
@@ -298,6 +333,47 @@ func lockedFor(t *testing.T, dropped []processed.DroppedEpoch) []processed.Dropp
 	return out
 }
 
+// indexScans claims n new ids named after round with store, with a shared scope (a
+// subscription's batch) or not (the receiver's), and returns the index scans of each
+// epoch's partition that the claim made.
+func (b *bundle) indexScans(t *testing.T, store *processed.Store, round string, n int, shared bool) map[string]int {
+	t.Helper()
+	ctx := context.Background()
+	claims := make([]processed.Claim, n)
+	for i := range claims {
+		claims[i] = processed.Claim{Scope: "s", MessageID: fmt.Sprintf("%s-%d", round, i), Fingerprint: fp}
+		if !shared && i == 0 {
+			claims[i].Reserve = true
+		}
+	}
+	const q = `SELECT relname, idx_scan FROM pg_stat_xact_user_tables WHERE schemaname = $1 AND relname LIKE 'processed_messages_e%'`
+	read := func(tx pgx.Tx) map[string]int {
+		rows, err := tx.Query(ctx, q, b.db.Schema)
+		require.NoError(t, err)
+		out := map[string]int{}
+		var name string
+		var scans int
+		_, err = pgx.ForEachRow(rows, []any{&name, &scans}, func() error { out[name] = scans; return nil })
+		require.NoError(t, err)
+		return out
+	}
+	tx, err := b.db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
+	before := read(tx)
+	res, err := store.ClaimBatchTx(ctx, tx, claims)
+	require.NoError(t, err)
+	for _, r := range res {
+		require.Equal(t, processed.Claimed, r.Outcome)
+	}
+	after := read(tx)
+	require.NoError(t, tx.Commit(ctx))
+	for k := range after {
+		after[k] -= before[k]
+	}
+	return after
+}
+
 // A new id's claim probes the older epochs' partitions for it, and only those: with one
 // epoch, the current one's primary key is read once per new id, for the insert's conflict
 // check, and not a second time for a probe (BENCHMARKS.md, phase 29). With two, the older
@@ -305,52 +381,14 @@ func lockedFor(t *testing.T, dropped []processed.DroppedEpoch) []processed.Dropp
 func TestClaimProbesOnlyOlderEpochs(t *testing.T) {
 	t.Parallel()
 	b := setup(t, pgtest.Options{}, processed.Config{})
-	ctx := context.Background()
-	// scans claims n new ids, with a shared scope (a subscription's batch) or not (the
-	// receiver's), and returns the index scans of each epoch's partition it made.
-	scans := func(round string, n int, shared bool) map[string]int {
-		claims := make([]processed.Claim, n)
-		for i := range claims {
-			claims[i] = processed.Claim{Scope: "s", MessageID: fmt.Sprintf("%s-%d", round, i), Fingerprint: fp}
-			if !shared && i == 0 {
-				claims[i].Reserve = true
-			}
-		}
-		const q = `SELECT relname, idx_scan FROM pg_stat_xact_user_tables WHERE schemaname = $1 AND relname LIKE 'processed_messages_e%'`
-		read := func(tx pgx.Tx) map[string]int {
-			rows, err := tx.Query(ctx, q, b.db.Schema)
-			require.NoError(t, err)
-			out := map[string]int{}
-			var name string
-			var scans int
-			_, err = pgx.ForEachRow(rows, []any{&name, &scans}, func() error { out[name] = scans; return nil })
-			require.NoError(t, err)
-			return out
-		}
-		tx, err := b.db.Pool.Begin(ctx)
-		require.NoError(t, err)
-		defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
-		before := read(tx)
-		res, err := b.store.ClaimBatchTx(ctx, tx, claims)
-		require.NoError(t, err)
-		for _, r := range res {
-			require.Equal(t, processed.Claimed, r.Outcome)
-		}
-		after := read(tx)
-		require.NoError(t, tx.Commit(ctx))
-		for k := range after {
-			after[k] -= before[k]
-		}
-		return after
-	}
 	const n = 40
 	for _, shared := range []bool{true, false} {
-		got := scans(fmt.Sprint("one-", shared), n, shared)
+		got := b.indexScans(t, b.store, fmt.Sprint("one-", shared), n, shared)
 		require.Equal(t, map[string]int{"processed_messages_e0": n}, got, "index scans with one epoch (shared %v)", shared)
 	}
 	b.openEpoch(t)
 	for _, shared := range []bool{true, false} {
-		got := scans(fmt.Sprint("two-", shared), n, shared)
+		got := b.indexScans(t, b.store, fmt.Sprint("two-", shared), n, shared)
 		require.Equal(t, map[string]int{"processed_messages_e0": n, "processed_messages_e1": n}, got, "index scans with two epochs (shared %v)", shared)
 	}
 }

@@ -62,6 +62,10 @@ type Config struct {
 	// Lease is how long a reservation (Claim.Reserve) is protected before another claimer
 	// may take it over. Defaults to 30 s (LeaseDefault).
 	Lease time.Duration
+	// Filter, when set, spares the claims the lookup of their new ids in the older epochs
+	// (EpochFilter; its Run keeps it current). It must be of Schema. Optional: without it,
+	// every new id is looked up.
+	Filter *EpochFilter
 }
 
 // Store runs the processed-messages queries against one schema.
@@ -72,6 +76,8 @@ type Store struct {
 	sql       queries
 	// epochKey is the epochs' advisory lock (epochs.go).
 	epochKey int64
+	// epochs is Config.Filter, nil without one.
+	epochs *EpochFilter
 }
 
 // New returns a Store for cfg; cfg may be nil.
@@ -90,6 +96,10 @@ func New(cfg *Config) (*Store, error) {
 	if s.lease < 0 {
 		return nil, fmt.Errorf("processed: Lease must not be negative, got %s", cfg.Lease)
 	}
+	if f := cfg.Filter; f != nil && f.schema != s.schema {
+		return nil, fmt.Errorf("%w: Schema is %q, the filter's %q", errFilterSchema, s.schema, f.schema)
+	}
+	s.epochs = cfg.Filter
 	s.sql = newQueries(pgx.Identifier{s.schema}.Sanitize())
 	s.epochKey = epochLockKey(s.schema)
 	return s, nil

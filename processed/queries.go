@@ -12,8 +12,13 @@ func newQueries(schema string) queries {
 	// oldest live one. The claim's transaction holds the epochs' lock in shared mode
 	// (epochLock) from before this statement's snapshot, so no epoch opens meanwhile, and
 	// every transaction that claimed in an older epoch has ended: what it wrote there is
-	// visible.
-	current := `(SELECT max(epoch) AS epoch, min(epoch) AS oldest FROM ` + epochs + `) e`
+	// visible. e.opened, when the current epoch opened, tells it from an epoch of the same
+	// number in a schema made again (EpochFilter). All three are read by the primary key: a
+	// sequential scan, which the claims turn off (byindex.go), would cost the plan past
+	// jit_above_cost, and PostgreSQL would compile each claim (0.4 s; BENCHMARKS.md, phase
+	// 30).
+	current := `(SELECT max(epoch) AS epoch, min(epoch) AS oldest,
+        (SELECT opened_at FROM ` + epochs + ` ORDER BY epoch DESC LIMIT 1) AS opened FROM ` + epochs + `) e`
 	// k.known: the claim's id is in an older epoch, so the claim does not insert it. A
 	// lateral probe of each older partition's primary key, by id; PostgreSQL prunes the
 	// partitions that are not older when it runs. A NOT EXISTS let the planner hash the
@@ -22,11 +27,18 @@ func newQueries(schema string) queries {
 	// or epochs off) there is nothing older: e.oldest < e.epoch gates the probe, checked
 	// once per id without reading the index. PostgreSQL plans a table of one partition as
 	// that partition alone, with no pruning left to do when it runs, and probed it for
-	// every new id (BENCHMARKS.md, phase 29).
-	knownOlder := func(scope string) string {
+	// every new id (BENCHMARKS.md, phase 29). The new claims' statements also skip the
+	// probe for the ids that the EpochFilter (filter.go) says no older epoch holds
+	// (c.maybe false), when the current epoch is still the one it was built under ($epoch,
+	// $opened); a NULL maybe, epoch or opened (no filter) probes. Both gates are outside the
+	// index scan: checked per id, they read nothing when they fail.
+	knownOlder := func(scope, filtered string) string {
 		return `
 LEFT JOIN LATERAL (SELECT true AS known FROM ` + t + ` o
-                   WHERE e.oldest < e.epoch AND o.scope = ` + scope + ` AND o.message_id = c.message_id AND o.epoch < e.epoch LIMIT 1) k ON true`
+                   WHERE e.oldest < e.epoch` + filtered + ` AND o.scope = ` + scope + ` AND o.message_id = c.message_id AND o.epoch < e.epoch LIMIT 1) k ON true`
+	}
+	filtered := func(epoch, opened string) string {
+		return ` AND (c.maybe IS NOT FALSE OR e.epoch IS DISTINCT FROM ` + epoch + `::int OR e.opened IS DISTINCT FROM ` + opened + `::timestamptz)`
 	}
 	// A stored row is claimable when its retention has passed, or when it is a reservation
 	// whose lease has ended and the payload is the same.
@@ -53,8 +65,8 @@ SELECT c.scope, c.message_id, c.fingerprint, c.status, now(),
        CASE WHEN c.token IS NOT NULL THEN now() + c.lease_us * interval '1 microsecond' END,
        c.token, e.epoch
 FROM ` + current + `
-CROSS JOIN unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::bigint[], $6::bigint[], $7::uuid[])
-     AS c(scope, message_id, fingerprint, status, retain_us, lease_us, token)` + knownOlder("c.scope") + `
+CROSS JOIN unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::bigint[], $6::bigint[], $7::uuid[], $8::bool[])
+     AS c(scope, message_id, fingerprint, status, retain_us, lease_us, token, maybe)` + knownOlder("c.scope", filtered("$9", "$10")) + `
 WHERE k.known IS NULL
 ORDER BY c.scope, c.message_id
 ON CONFLICT (scope, message_id, epoch) DO NOTHING
@@ -67,7 +79,7 @@ RETURNING p.scope, p.message_id`,
 INSERT INTO ` + t + ` AS p (scope, message_id, fingerprint, status, received_at, completed_at, expires_at, epoch)
 SELECT $1::text, c.message_id, c.fingerprint, 'done', now(), now(), now() + $4::bigint * interval '1 microsecond', e.epoch
 FROM ` + current + `
-CROSS JOIN unnest($2::text[], $3::bytea[]) AS c(message_id, fingerprint)` + knownOlder("$1::text") + `
+CROSS JOIN unnest($2::text[], $3::bytea[], $5::bool[]) AS c(message_id, fingerprint, maybe)` + knownOlder("$1::text", filtered("$6", "$7")) + `
 WHERE k.known IS NULL
 ORDER BY c.message_id
 ON CONFLICT (scope, message_id, epoch) DO NOTHING
@@ -94,7 +106,7 @@ SELECT c.scope, c.message_id, c.fingerprint, c.status, now(),
        now() + c.retain_us * interval '1 microsecond',
        CASE WHEN c.token IS NOT NULL THEN now() + c.lease_us * interval '1 microsecond' END,
        c.token, e.epoch
-FROM c CROSS JOIN e` + knownOlder("c.scope") + `
+FROM c CROSS JOIN e` + knownOlder("c.scope", "") + `
 WHERE k.known IS NULL OR EXISTS (SELECT 1 FROM moved m WHERE m.scope = c.scope AND m.message_id = c.message_id)
 ORDER BY c.scope, c.message_id
 ON CONFLICT (scope, message_id, epoch) DO UPDATE SET

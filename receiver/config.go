@@ -6,6 +6,7 @@ import (
 
 	"github.com/idemd/idemd/outbox"
 	"github.com/idemd/idemd/pipeline"
+	"github.com/idemd/idemd/processed"
 	"github.com/jackc/pgx/v5"
 	"github.com/sirupsen/logrus"
 	"go.opentelemetry.io/otel/trace"
@@ -85,6 +86,10 @@ type Config struct {
 	// Handoff passes the outbox rows of each committed batch to the relay of this process
 	// (outbox.Handoff), which then need not read them back. Optional; the daemon sets it.
 	Handoff *outbox.Handoff
+	// Filter spares the claims the lookup of their new ids in processed_messages' older
+	// epochs (processed.EpochFilter, of Schema; keep it current with its Run). Optional; the
+	// daemon sets it.
+	Filter *processed.EpochFilter
 }
 
 // Source is one inbound HTTP endpoint (a pipeline). It is also what a source of the

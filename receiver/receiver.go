@@ -110,7 +110,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Receiver, error) {
 	case c.ApplyTimeout < 0, c.Lease < 0, c.MaxWait < 0, c.MaxUnverifiedBytes < 0:
 		return nil, errors.New("receiver: ApplyTimeout, Lease, MaxWait and MaxUnverifiedBytes must not be negative")
 	}
-	store, err := processed.New(&processed.Config{Schema: c.Schema, Lease: c.Lease})
+	store, err := processed.New(&processed.Config{Schema: c.Schema, Lease: c.Lease, Filter: c.Filter})
 	if err != nil {
 		return nil, fmt.Errorf("receiver: %w", err)
 	}

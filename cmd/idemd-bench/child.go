@@ -60,7 +60,10 @@ type childConfig struct {
 	// KeepPublished is the relay's (-keep-published).
 	KeepPublished bool `json:"keep_published,omitempty"`
 	// NoHandoff runs the relay without the Handoff (-no-handoff): it reads back every row.
-	NoHandoff     bool          `json:"no_handoff,omitempty"`
+	NoHandoff bool `json:"no_handoff,omitempty"`
+	// NoFilter runs the consumer and the receiver without the filter of the older epochs'
+	// ids (-no-filter): every new id is looked up in them.
+	NoFilter      bool          `json:"no_filter,omitempty"`
 	Prune         bool          `json:"prune,omitempty"`
 	PruneInterval time.Duration `json:"prune_interval,omitempty"`
 	// PartitionInterval, when positive, prunes dedup records by epochs opened this often
@@ -165,6 +168,18 @@ func serveChild(ctx context.Context, kind, raw string, stdout io.Writer) error {
 		}
 		parts = append(parts, prune)
 	}
+	// The doors' filter of the older epochs' ids, built before "ready" as a daemon that
+	// has run a while has it, then kept current beside them as the daemon does.
+	var filter *processed.EpochFilter
+	if (kind == "consumer" || kind == "receiver") && !c.NoFilter {
+		filter = processed.NewEpochFilter(c.Schema, 0)
+		res, err := filter.Refresh(ctx, pool)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "%s child: filter of the older epochs' ids built under epoch %d in %s: %d ids\n", kind, res.Epoch, res.Took.Round(time.Millisecond), res.IDs)
+		parts = append(parts, func(ctx context.Context) error { return filter.Run(ctx, pool, 0, log, nil) })
+	}
 	switch kind {
 	case "consumer":
 		cfg := &consumer.Config{
@@ -178,6 +193,7 @@ func serveChild(ctx context.Context, kind, raw string, stdout io.Writer) error {
 			Retention: c.Retention,
 			Logger:    log,
 			Handoff:   handoff,
+			Filter:    filter,
 		}
 		clients := brokerenv.New(func(name string) (string, bool) { v, ok := c.BrokerEnv[name]; return v, ok })
 		defer clients.Close() //nolint:errcheck // the clients of the bench's fakes
@@ -213,6 +229,7 @@ func serveChild(ctx context.Context, kind, raw string, stdout io.Writer) error {
 			Linger:   c.Linger,
 			Logger:   log,
 			Handoff:  handoff,
+			Filter:   filter,
 			Sources: []receiver.Source{{
 				Name:    cmp.Or(c.Source, defaultSource),
 				Verify:  receiver.Verify{Scheme: receiver.SchemeStripe, Secrets: []string{c.Secret}},

@@ -269,6 +269,7 @@ func (e *env) startChild(ctx context.Context, kind string, cfg childConfig) (*ch
 	cfg.AppName = "idemd-bench-" + e.runID + "-" + kind
 	cfg.KeepPublished = e.o.keepPublished
 	cfg.NoHandoff = e.o.noHandoff
+	cfg.NoFilter = e.o.noFilter
 	if e.o.profileDir != "" {
 		cfg.ProfileDir = e.o.profileDir
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/idemd/idemd/internal/testsignal"
 	"github.com/idemd/idemd/migrations"
 	"github.com/idemd/idemd/outbox"
+	"github.com/idemd/idemd/processed"
 	"github.com/idemd/idemd/receiver"
 )
 
@@ -103,6 +104,11 @@ type daemonConfig struct {
 	// from IDEMD_PROCESSED_PARTITION_INTERVAL, whose default, auto, is the longest retention
 	// of the pipelines.
 	PartitionInterval time.Duration
+	// FilterMaxBytes, when positive, gives the receiver and the subscriptions a filter of
+	// the ids in processed_messages' older epochs that takes at most this many bytes
+	// (processed.EpochFilter), kept current while they run. 0 is none: every new id is
+	// looked up in the older epochs. serve sets it from IDEMD_PROCESSED_FILTER_MAX_BYTES.
+	FilterMaxBytes int64
 	// OutboxRetention is how long published outbox rows are kept (with
 	// OutboxKeepPublished). Defaults to 24 h.
 	OutboxRetention time.Duration
@@ -148,6 +154,9 @@ type daemon struct {
 	// handoff passes the rows the receiver and the subscriptions commit to the relay of
 	// this process, when it leads (outbox.Handoff).
 	handoff *outbox.Handoff
+	// filter is the receiver's and the subscriptions' filter of the older epochs' ids,
+	// nil without one (FilterMaxBytes 0).
+	filter *processed.EpochFilter
 }
 
 // daemonSignals are the daemon's test signals (internal/testsignal): inert unless a test
@@ -238,7 +247,12 @@ func newDaemon(cfg *daemonConfig) (*daemon, error) {
 		closeClients(clients, c.Logger)
 		return nil, err
 	}
+	var filter *processed.EpochFilter
+	if c.FilterMaxBytes > 0 {
+		filter = processed.NewEpochFilter(c.Schema, c.FilterMaxBytes)
+	}
 	return &daemon{
+		filter:  filter,
 		cfg:     c,
 		log:     c.Logger.WithField("component", "daemon"),
 		admin:   adm,
@@ -314,8 +328,12 @@ func (d *daemon) Run(ctx context.Context) error {
 	}
 	stopAll := func() error { return d.shutdown(parts) }
 
+	hasReceiver := d.cfg.has(roleReceiver) && len(d.cfg.Pipelines.Sources) > 0
+	if hasReceiver || d.cfg.has(roleConsumer) && len(d.cfg.Pipelines.Consumers()) > 0 {
+		d.startFilter(start)
+	}
 	httpAddr := ""
-	if d.cfg.has(roleReceiver) && len(d.cfg.Pipelines.Sources) > 0 {
+	if hasReceiver {
 		p, addr, err := d.startReceiver(start)
 		if err != nil {
 			return errors.Join(err, stopAll())
@@ -456,6 +474,7 @@ func (d *daemon) startReceiver(start starter) (*part, string, error) {
 	cfg.MaxBatch, cfg.Linger = d.cfg.HTTPMaxBatch, d.cfg.HTTPLinger
 	cfg.TracerProvider = d.cfg.TracerProvider
 	cfg.Handoff = d.handoff
+	cfg.Filter = d.filter
 	rcv, err := receiver.New(d.pool, cfg)
 	if err != nil {
 		return nil, "", fmt.Errorf("error starting the receiver: %w", err)
@@ -487,6 +506,30 @@ func (d *daemon) startReceiver(start starter) (*part, string, error) {
 	return p, ln.Addr().String(), nil
 }
 
+// startFilter keeps the filter of the older epochs' ids current (processed.EpochFilter.Run)
+// for the receiver and the subscriptions. It stops with the pruner, after them; claims are
+// correct without it, only slower. It looks for a new epoch every
+// processed.FilterRefreshDefault, or four times per PartitionInterval when that is shorter
+// (tests open epochs every few hundred milliseconds).
+func (d *daemon) startFilter(start starter) {
+	if d.filter == nil {
+		return
+	}
+	every := processed.FilterRefreshDefault
+	if pi := d.cfg.PartitionInterval; pi > 0 {
+		every = min(every, max(pi/4, 10*time.Millisecond))
+	}
+	fctx, cancel := context.WithCancel(context.Background())
+	p := &part{role: rolePruner, name: "the epoch filter"}
+	p.stop = func(ctx context.Context) error { return p.cancelAndWait(ctx, cancel) }
+	log := d.cfg.Logger.WithField("component", "filter")
+	start(p, func(context.Context) error {
+		return d.filter.Run(fctx, d.pool, every, log, func(processed.FilterRefresh) {
+			metrics.ProcessedFilterIDs.Set(float64(d.filter.IDs()))
+		})
+	})
+}
+
 func (d *daemon) startConsumers(start starter) error {
 	cfgs := d.cfg.Pipelines.Consumers()
 	var consumers []*consumer.Consumer
@@ -502,6 +545,7 @@ func (d *daemon) startConsumers(start starter) error {
 		cfg.ShutdownTimeout = max(d.cfg.ShutdownTimeout/3, time.Second)
 		cfg.TracerProvider = d.cfg.TracerProvider
 		cfg.Handoff = d.handoff
+		cfg.Filter = d.filter
 		c, err := consumer.New(d.pool, cfg)
 		if err != nil {
 			return fmt.Errorf("error starting subscription %q: %w", cfg.Name, err)

@@ -44,6 +44,7 @@ type Env struct {
 	KafkaCreateTopics   bool              `env:"KAFKA_CREATE_TOPICS" envDefault:"false" cmds:"serve,dev,check" help:"create the topics the pipelines name at start (dev: true)"`
 	PruneInterval       time.Duration     `env:"PRUNE_INTERVAL" envDefault:"1m" cmds:"serve,dev,check" help:"how often the pruner deletes expired rows"`
 	PartitionInterval   partitionInterval `env:"PROCESSED_PARTITION_INTERVAL" envDefault:"auto" cmds:"serve,dev,check" help:"open a partition (an epoch) of processed_messages this often and drop each one whole once all its records expired, instead of deleting expired records row by row (auto: the longest dedup retention of the pipelines; 0: off, row by row)"`
+	FilterMaxBytes      int64             `env:"PROCESSED_FILTER_MAX_BYTES" envDefault:"67108864" cmds:"serve,dev,check" help:"memory for the filter of the ids in processed_messages' older epochs, which spares a new id their lookup (about 1.2 bytes per id); when they need more, every new id is looked up; 0: no filter"`
 	OutboxRetention     time.Duration     `env:"OUTBOX_RETENTION" envDefault:"24h" cmds:"serve,dev,check" help:"how long published outbox rows (with IDEMD_OUTBOX_KEEP_PUBLISHED) and finished HTTP deliveries are kept"`
 	OutboxKeepPublished bool              `env:"OUTBOX_KEEP_PUBLISHED" envDefault:"false" cmds:"serve,dev,check,inspect" help:"keep published outbox rows, marked published, for IDEMD_OUTBOX_RETENTION (the console and inspect show them); false: a row is deleted once the broker has it, one write per row instead of two"`
 	KafkaSessionTimeout time.Duration     `env:"KAFKA_SESSION_TIMEOUT" envDefault:"30s" cmds:"serve,dev,check" help:"consumer groups' session and rebalance timeout (at least 6s)"`
@@ -226,6 +227,9 @@ var envChecks = map[string]func(*Env) error{
 			return fmt.Errorf("IDEMD_PROCESSED_PARTITION_INTERVAL: must not be negative (auto: the longest retention; 0 turns partitions off), got %s", c.PartitionInterval.d)
 		}
 		return nil
+	},
+	"IDEMD_PROCESSED_FILTER_MAX_BYTES": func(c *Env) error {
+		return atLeast("IDEMD_PROCESSED_FILTER_MAX_BYTES", c.FilterMaxBytes, 0)
 	},
 	"IDEMD_DEAD_LETTER_RETENTION": func(c *Env) error {
 		return positive("IDEMD_DEAD_LETTER_RETENTION", c.DeadLetterRetention)

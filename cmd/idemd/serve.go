@@ -125,6 +125,7 @@ func daemonConfigFrom(e *Env, f *config.File, lookup brokerenv.Lookup, log *logr
 		ShutdownTimeout:             e.ShutdownTimeout,
 		PruneInterval:               e.PruneInterval,
 		PartitionInterval:           e.PartitionInterval.For(f),
+		FilterMaxBytes:              e.FilterMaxBytes,
 		OutboxRetention:             e.OutboxRetention,
 		OutboxKeepPublished:         e.OutboxKeepPublished,
 		KafkaSessionTimeout:         e.KafkaSessionTimeout,

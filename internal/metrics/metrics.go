@@ -97,6 +97,11 @@ var (
 	ProcessedEpochs = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "idemd_processed_epochs", Help: "Epochs (partitions) of processed_messages, read by the pruner every round; with IDEMD_PROCESSED_PARTITION_INTERVAL, about the longest retention / the interval + 2.",
 	})
+	// ProcessedFilterIDs is how many ids the filter of processed_messages' older epochs
+	// holds (processed.EpochFilter).
+	ProcessedFilterIDs = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "idemd_processed_filter_ids", Help: "Ids of processed_messages' older epochs in this process's filter, which spares a new id their lookup; 0 with one epoch, with no filter (IDEMD_PROCESSED_FILTER_MAX_BYTES=0) or when they do not fit in it.",
+	})
 )
 
 func counter(name, help string, labels ...string) *prometheus.CounterVec {
@@ -110,7 +115,7 @@ func init() {
 		Received, Processed, Duplicates, Conflicts, DeadLettered, Stale, InFlight, Rejected, Retries,
 		TxDuration, TxBatchSize, RequestDuration,
 		OutboxBacklog, OutboxOldestAge, OutboxPublished, OutboxPublishErrors, OutboxTopicFailing, RelayLeader,
-		ConsumerLag, ConsumerLagErrors, SubscriptionBacklog, Pruned, ProcessedEpochs,
+		ConsumerLag, ConsumerLagErrors, SubscriptionBacklog, Pruned, ProcessedEpochs, ProcessedFilterIDs,
 		poolStats, kafkaReaders, kafkaWriters,
 	)
 }
