@@ -179,7 +179,9 @@ func TestDropExpiredEpochs(t *testing.T) {
 	t.Parallel()
 	b := setup(t, pgtest.Options{}, processed.Config{Lease: time.Hour})
 	ctx := context.Background()
-	const short = 300 * time.Millisecond
+	// Long enough that the claims and epochs below come before it ends on a busy machine
+	// (300 ms did not in a CI run beside the epochs' concurrency tests).
+	const short = 2 * time.Second
 	b.claim(t, processed.Claim{Scope: "s", MessageID: "x", Fingerprint: fp, Retention: short})
 	b.claim(t, processed.Claim{Scope: "s", MessageID: "x2", Fingerprint: fp, Retention: short})
 	b.openEpoch(t) // 1
