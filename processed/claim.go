@@ -173,18 +173,16 @@ type claimColumns struct {
 	filtered []any
 }
 
-// filter sets cc.filtered from s's EpochFilter.
-func (s *Store) filter(cc *claimColumns, claims []Claim) {
-	set := s.epochs.load()
+// setFiltered sets cc.filtered from set, the EpochFilter's (nil without one), and held:
+// whether it may hold each claim's id, by claims index.
+func (cc *claimColumns) setFiltered(set *epochSet, held []bool) {
 	if set == nil {
 		cc.filtered = []any{[]bool(nil), nil, nil}
 		return
 	}
 	maybe := make([]bool, len(cc.index))
-	var key []byte
 	for j, i := range cc.index {
-		key = appendKey(key[:0], claims[i].Scope, claims[i].MessageID)
-		maybe[j] = set.mayHold(key)
+		maybe[j] = held[i]
 	}
 	cc.filtered = []any{maybe, set.epoch, set.opened}
 }
@@ -279,6 +277,12 @@ func (s *Store) claimBatch(ctx context.Context, tx pgx.Tx, begin *Begin, claims 
 	r := &claimRun{claims: claims, results: make([]Result, len(claims)), first: make(map[string]int, len(claims))}
 	results := r.results
 	uniq := make([]int, 0, len(claims))
+	// held: whether the older epochs may hold each first occurrence's id (EpochFilter).
+	set := s.filter.load()
+	var held []bool
+	if set != nil {
+		held = make([]bool, len(claims))
+	}
 	for i, c := range claims {
 		results[i].FirstIndex = -1
 		if c.MessageID == "" {
@@ -291,6 +295,9 @@ func (s *Store) claimBatch(ctx context.Context, tx pgx.Tx, begin *Begin, claims 
 		}
 		r.first[string(r.buf)] = i
 		uniq = append(uniq, i)
+		if set != nil {
+			held[i] = set.mayHold(r.buf)
+		}
 	}
 	slices.SortFunc(uniq, func(a, b int) int {
 		ca, cb := &claims[a], &claims[b]
@@ -298,7 +305,7 @@ func (s *Store) claimBatch(ctx context.Context, tx pgx.Tx, begin *Begin, claims 
 	})
 
 	cc := s.columns(claims, uniq, true)
-	s.filter(cc, claims)
+	cc.setFiltered(set, held)
 	batch := &pgx.Batch{}
 	if begin != nil {
 		batch = begin.Batch

@@ -76,8 +76,8 @@ type Store struct {
 	sql       queries
 	// epochKey is the epochs' advisory lock (epochs.go).
 	epochKey int64
-	// epochs is Config.Filter, nil without one.
-	epochs *EpochFilter
+	// filter is Config.Filter, nil without one.
+	filter *EpochFilter
 }
 
 // New returns a Store for cfg; cfg may be nil.
@@ -99,7 +99,7 @@ func New(cfg *Config) (*Store, error) {
 	if f := cfg.Filter; f != nil && f.schema != s.schema {
 		return nil, fmt.Errorf("%w: Schema is %q, the filter's %q", errFilterSchema, s.schema, f.schema)
 	}
-	s.epochs = cfg.Filter
+	s.filter = cfg.Filter
 	s.sql = newQueries(pgx.Identifier{s.schema}.Sanitize())
 	s.epochKey = epochLockKey(s.schema)
 	return s, nil
