@@ -47,6 +47,15 @@ func claimsOf(ids []string, shared bool) []processed.Claim {
 	return claims
 }
 
+// idsOf are n ids named prefix-0 to prefix-(n-1).
+func idsOf(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s-%d", prefix, i)
+	}
+	return out
+}
+
 func outcomes(o processed.Outcome, n int) []processed.Outcome {
 	out := make([]processed.Outcome, n)
 	for i := range out {
@@ -68,14 +77,7 @@ func refresh(t *testing.T, b *bundle, f *processed.EpochFilter) processed.Filter
 func TestFilterKeepsEveryIDKnown(t *testing.T) {
 	t.Parallel()
 	b, f := setupFiltered(t, pgtest.Options{}, 0)
-	ids := func(prefix string, n int) []string {
-		out := make([]string, n)
-		for i := range out {
-			out[i] = fmt.Sprintf("%s-%d", prefix, i)
-		}
-		return out
-	}
-	old := ids("old", 50)
+	old := idsOf("old", 50)
 	require.Equal(t, outcomes(processed.Claimed, 50), b.claimAll(t, claimsOf(old, true)))
 	res := refresh(t, b, f)
 	require.True(t, res.Built)
@@ -93,7 +95,7 @@ func TestFilterKeepsEveryIDKnown(t *testing.T) {
 	// A conflict too: the stored fingerprint differs.
 	c := b.claim(t, processed.Claim{Scope: "s", MessageID: "old-7", Fingerprint: []byte("other")})
 	require.Equal(t, processed.Conflict, c.Outcome)
-	mid := ids("mid", 30)
+	mid := idsOf("mid", 30)
 	require.Equal(t, outcomes(processed.Claimed, 30), b.claimAll(t, claimsOf(mid, true)))
 	require.False(t, refresh(t, b, f).Built, "nothing changed")
 
@@ -127,10 +129,7 @@ VALUES ('s', 'restored', $1, 'done', now() + interval '1 day', 0)`), fp)
 func TestFilterSparesTheOlderEpochsLookup(t *testing.T) {
 	t.Parallel()
 	b, f := setupFiltered(t, pgtest.Options{}, 0)
-	old := make([]string, 2000)
-	for i := range old {
-		old[i] = fmt.Sprint("old-", i)
-	}
+	old := idsOf("old", 2000)
 	require.Equal(t, outcomes(processed.Claimed, len(old)), b.claimAll(t, claimsOf(old, true)))
 	b.openEpoch(t)
 	const n = 200
@@ -158,10 +157,7 @@ func TestFilterSparesTheOlderEpochsLookup(t *testing.T) {
 func TestFilterTooLargeLooksEveryIDUp(t *testing.T) {
 	t.Parallel()
 	b, f := setupFiltered(t, pgtest.Options{}, 64)
-	old := make([]string, 100)
-	for i := range old {
-		old[i] = fmt.Sprint("old-", i)
-	}
+	old := idsOf("old", 100)
 	b.claimAll(t, claimsOf(old, true))
 	b.openEpoch(t)
 	res := refresh(t, b, f)
