@@ -367,29 +367,82 @@ func (e *env) checkOnce(ctx context.Context, c *child, before int64, outTopic st
 	if relay {
 		published = func(ids map[string]bool) error { return e.readCausations(ctx, outTopic, partitions, ids) }
 	}
-	return e.checkOnceWith(ctx, c, before, unique, published)
+	rss, _, err := e.checkOnceWith(ctx, c, before, unique, 0, published)
+	return rss, err
 }
 
 // checkOnceWith is checkOnce with the published events' causation ids added by published
-// (nil: no relay ran).
-func (e *env) checkOnceWith(ctx context.Context, c *child, before int64, unique int, published func(map[string]bool) error) (float64, error) {
+// (nil: no relay ran), and with the retention the child's records had (0: longer than the
+// run). A repeat that came at least one retention after its id was applied is applied
+// again, as retention says, and is not a duplicate; checkOnceWith returns how many there
+// were.
+func (e *env) checkOnceWith(ctx context.Context, c *child, before int64, unique int, retention time.Duration, published func(map[string]bool) error) (float64, int, error) {
 	rss, effects, err := e.stopAndCount(ctx, c)
 	if err != nil {
-		return rss, err
+		return rss, 0, err
 	}
 	events, err := e.waitingCausations(ctx, before)
 	if err != nil {
-		return rss, err
+		return rss, 0, err
 	}
 	if published != nil {
 		if err := published(events); err != nil {
-			return rss, err
+			return rss, 0, err
 		}
 	}
-	if effects != unique || len(events) != unique {
-		return rss, fmt.Errorf("consumer applied %d effects and enqueued events of %d ids for %d distinct ids: not exactly once", effects, len(events), unique)
+	var r repeats
+	if effects != unique {
+		if r, err = e.repeats(ctx, retention); err != nil {
+			return rss, 0, err
+		}
 	}
-	return rss, nil
+	if effects-r.late != unique || len(events) != unique {
+		return rss, r.late, fmt.Errorf("consumer applied %d effects and enqueued events of %d ids for %d distinct ids: not exactly once (%s)", effects, len(events), unique, r)
+	}
+	return rss, r.late, nil
+}
+
+// repeats are the effects that applied an id again, after the application before them.
+type repeats struct {
+	retention time.Duration
+	// late came at least one retention after; early came sooner (duplicates).
+	late, early int
+	// earlyGaps are the smallest and the largest time since the application before, of
+	// the early ones.
+	earlyGaps [2]time.Duration
+}
+
+func (r repeats) String() string {
+	if r.late+r.early == 0 {
+		return "no id applied twice"
+	}
+	s := fmt.Sprintf("%d effects applied an id again sooner than a retention (%s) after the application before", r.early, r.retention)
+	if r.early > 0 {
+		s += fmt.Sprintf(", %s to %s after it", r.earlyGaps[0].Round(time.Millisecond), r.earlyGaps[1].Round(time.Millisecond))
+	}
+	return s + fmt.Sprintf("; %d later than that, as retention allows", r.late)
+}
+
+// repeats reads the effects table's repeats under retention (0: every repeat is early).
+func (e *env) repeats(ctx context.Context, retention time.Duration) (repeats, error) {
+	r := repeats{retention: retention}
+	limit := retention
+	if limit <= 0 {
+		limit = 100 * 365 * 24 * time.Hour
+	}
+	var lo, hi *int64
+	err := e.pool.QueryRow(ctx, `WITH twice AS (SELECT message_id FROM `+e.q()+`.effects GROUP BY message_id HAVING count(*) > 1),
+gaps AS (SELECT applied_at - lag(applied_at) OVER (PARTITION BY message_id ORDER BY applied_at) AS gap
+    FROM `+e.q()+`.effects WHERE message_id IN (SELECT message_id FROM twice))
+SELECT count(*) FILTER (WHERE gap >= $1::bigint * interval '1 microsecond'),
+       count(*) FILTER (WHERE gap < $1::bigint * interval '1 microsecond'),
+       (extract(epoch FROM min(gap) FILTER (WHERE gap < $1::bigint * interval '1 microsecond')) * 1e6)::bigint,
+       (extract(epoch FROM max(gap) FILTER (WHERE gap < $1::bigint * interval '1 microsecond')) * 1e6)::bigint
+FROM gaps WHERE gap IS NOT NULL`, limit.Microseconds()).Scan(&r.late, &r.early, &lo, &hi)
+	if lo != nil && hi != nil {
+		r.earlyGaps = [2]time.Duration{time.Duration(*lo) * time.Microsecond, time.Duration(*hi) * time.Microsecond}
+	}
+	return r, err
 }
 
 // checkBare stops the bare consumer c and checks that it wrote one effect and one outbox

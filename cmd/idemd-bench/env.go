@@ -29,8 +29,11 @@ import (
 
 const databaseURLDefault = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
 
-// effectsTable is the table the effect SQL writes into, beside idemd's tables.
-const effectsDDL = `CREATE TABLE %s.effects (message_id text NOT NULL, payload jsonb, topic text, part int, off bigint)`
+// effectsDDL is the table the effect SQL writes into, beside idemd's tables. applied_at is
+// the applying transaction's now(), the time its claim was made: an id applied twice is a
+// duplicate unless the second came at least one retention after the first (repeats).
+const effectsDDL = `CREATE TABLE %s.effects (message_id text NOT NULL, payload jsonb, topic text, part int, off bigint,
+    applied_at timestamptz NOT NULL DEFAULT now())`
 
 // env is what every section shares: the database schema, the broker, the options.
 type env struct {
