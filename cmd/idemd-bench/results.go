@@ -170,6 +170,22 @@ func (r *Results) ratios() []Ratio {
 			info("consumer (relay running) / bare consumer deleting its published rows", r.Consumer.Rate/r.ConsumerBareDelete.Rate)
 		}
 	}
+	// The same ratios by CPU per message, the broker's left out: what the consumers would
+	// reach if the machine's two cores ran only them and PostgreSQL, the broker elsewhere
+	// as in production (the limit reads no broker; the consumers' in-process broker, in the
+	// bench's process, takes its share of the same cores).
+	if lc := r.limitCPURow(); lc != nil {
+		for _, c := range []struct {
+			name string
+			row  *Row
+		}{{"consumer (relay running)", r.Consumer}, {"bare consumer", r.ConsumerBare}, {"bare consumer deleting its published rows", r.ConsumerBareDelete}} {
+			if c.row == nil || c.row.CPU == nil || c.row.CPU.IdemdUs+c.row.CPU.PostgresUs <= 0 {
+				continue
+			}
+			info(c.name+" / limit, by CPU per message of the process and its PostgreSQL backends (the broker's left out)",
+				(lc.CPU.IdemdUs+lc.CPU.PostgresUs)/(c.row.CPU.IdemdUs+c.row.CPU.PostgresUs))
+		}
+	}
 	// PostgreSQL's work per message, the consumer's over the limit's (counted, not timed).
 	if lw := r.Limit; lw != nil && lw.Work != nil {
 		for _, c := range []struct {
@@ -358,6 +374,18 @@ func (r *Results) ratios() []Ratio {
 
 // limitRate is the limit the consumers are compared to: the faster of the limit and its
 // measurement again after the consumer; 0 when the limit was not measured.
+// limitCPURow is the limit's row that limitRate took, when its CPU was counted.
+func (r *Results) limitCPURow() *Row {
+	row := r.Limit
+	if row != nil && r.LimitAgain != nil && r.LimitAgain.Rate > row.Rate {
+		row = r.LimitAgain
+	}
+	if row == nil || row.CPU == nil || row.CPU.IdemdUs+row.CPU.PostgresUs <= 0 {
+		return nil
+	}
+	return row
+}
+
 func (r *Results) limitRate() float64 {
 	if r.Limit == nil {
 		return 0
