@@ -390,16 +390,23 @@ func (e *env) checkOnceWith(ctx context.Context, c *child, before int64, unique 
 			return rss, 0, err
 		}
 	}
-	var r repeats
-	if effects != unique {
-		if r, err = e.repeats(ctx, retention); err != nil {
-			return rss, 0, err
-		}
+	r, err := e.repeats(ctx, retention)
+	if err != nil {
+		return rss, 0, err
 	}
-	if effects-r.late != unique || len(events) != unique {
-		return rss, r.late, fmt.Errorf("consumer applied %d effects and enqueued events of %d ids for %d distinct ids: not exactly once (%s)", effects, len(events), unique, r)
+	return rss, r.late, onceVerdict(effects, len(events), unique, r)
+}
+
+// onceVerdict checks a run that applied effects (repeats r among them) and enqueued the
+// events of events distinct ids, for unique distinct ids: every id applied, none applied
+// again within its retention, every id's event enqueued. A lost effect and a duplicate
+// cannot hide each other, as they would in a count of effects alone.
+func onceVerdict(effects, events, unique int, r repeats) error {
+	applied := effects - r.late - r.early // distinct ids: each repeat is one more effect of an id
+	if applied != unique || r.early > 0 || events != unique {
+		return fmt.Errorf("consumer applied %d effects to %d distinct ids and enqueued events of %d ids, for %d distinct ids: not exactly once (%s)", effects, applied, events, unique, r)
 	}
-	return rss, r.late, nil
+	return nil
 }
 
 // repeats are the effects that applied an id again, after the application before them.
@@ -465,8 +472,12 @@ func (e *env) checkBare(ctx context.Context, c *child, before int64, outTopic st
 	if deletes {
 		rows = 0
 	}
-	if effects != unique || len(waiting) != rows || len(published) != unique {
-		return rss, fmt.Errorf("bare consumer wrote %d effects, left outbox rows of %d ids (want %d), and published events of %d ids, for %d distinct ids", effects, len(waiting), rows, len(published), unique)
+	r, err := e.repeats(ctx, 0)
+	if err != nil {
+		return rss, err
+	}
+	if effects != unique || r.early > 0 || len(waiting) != rows || len(published) != unique {
+		return rss, fmt.Errorf("bare consumer wrote %d effects (%s), left outbox rows of %d ids (want %d), and published events of %d ids, for %d distinct ids", effects, r, len(waiting), rows, len(published), unique)
 	}
 	return rss, nil
 }

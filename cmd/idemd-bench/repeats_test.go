@@ -47,3 +47,27 @@ func TestRepeatsTellLateFromEarly(t *testing.T) {
 		t.Fatalf("repeats without a retention: %+v, %v; want 4 early", r, err)
 	}
 }
+
+// TestOnceVerdict: the check fails on a duplicate within the retention, on a lost effect,
+// on a missing event, and on a lost effect beside a duplicate (whose count of effects is
+// right); late repeats pass.
+func TestOnceVerdict(t *testing.T) {
+	for _, c := range []struct {
+		name                  string
+		effects, events, uniq int
+		r                     repeats
+		ok                    bool
+	}{
+		{"once", 100, 100, 100, repeats{}, true},
+		{"late repeats", 103, 100, 100, repeats{late: 3}, true},
+		{"a duplicate", 101, 100, 100, repeats{early: 1}, false},
+		{"an effect lost", 99, 100, 100, repeats{}, false},
+		{"an event lost", 100, 99, 100, repeats{}, false},
+		{"an effect lost beside a duplicate", 100, 100, 100, repeats{early: 1}, false},
+		{"an effect lost beside a late repeat", 100, 100, 100, repeats{late: 1}, false},
+	} {
+		if err := onceVerdict(c.effects, c.events, c.uniq, c.r); (err == nil) != c.ok {
+			t.Errorf("%s: %v, want ok %v", c.name, err, c.ok)
+		}
+	}
+}

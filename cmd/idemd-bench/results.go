@@ -174,7 +174,7 @@ func (r *Results) ratios() []Ratio {
 	// reach if the machine's two cores ran only them and PostgreSQL, the broker elsewhere
 	// as in production (the limit reads no broker; the consumers' in-process broker, in the
 	// bench's process, takes its share of the same cores).
-	if lc := r.limitCPURow(); lc != nil {
+	if lc := r.limitRow(); lc != nil && lc.CPU != nil && lc.CPU.IdemdUs+lc.CPU.PostgresUs > 0 {
 		for _, c := range []struct {
 			name string
 			row  *Row
@@ -372,29 +372,22 @@ func (r *Results) ratios() []Ratio {
 	return out
 }
 
-// limitRate is the limit the consumers are compared to: the faster of the limit and its
-// measurement again after the consumer; 0 when the limit was not measured.
-// limitCPURow is the limit's row that limitRate took, when its CPU was counted.
-func (r *Results) limitCPURow() *Row {
+// limitRow is the limit the consumers are compared to: the faster of the limit and its
+// measurement again after the consumer; nil when the limit was not measured.
+func (r *Results) limitRow() *Row {
 	row := r.Limit
 	if row != nil && r.LimitAgain != nil && r.LimitAgain.Rate > row.Rate {
 		row = r.LimitAgain
 	}
-	if row == nil || row.CPU == nil || row.CPU.IdemdUs+row.CPU.PostgresUs <= 0 {
-		return nil
-	}
 	return row
 }
 
+// limitRate is limitRow's rate; 0 when the limit was not measured.
 func (r *Results) limitRate() float64 {
-	if r.Limit == nil {
-		return 0
+	if row := r.limitRow(); row != nil {
+		return row.Rate
 	}
-	limit := r.Limit.Rate
-	if r.LimitAgain != nil {
-		limit = max(limit, r.LimitAgain.Rate)
-	}
-	return limit
+	return 0
 }
 
 // growthEnds are the growth points the goal compares: the largest size, and the empty
