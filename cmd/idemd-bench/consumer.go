@@ -438,13 +438,12 @@ func (e *env) repeats(ctx context.Context, retention time.Duration) (repeats, er
 		limit = 100 * 365 * 24 * time.Hour
 	}
 	var lo, hi *int64
+	// gap: microseconds since the id's application before.
 	err := e.pool.QueryRow(ctx, `WITH twice AS (SELECT message_id FROM `+e.q()+`.effects GROUP BY message_id HAVING count(*) > 1),
-gaps AS (SELECT applied_at - lag(applied_at) OVER (PARTITION BY message_id ORDER BY applied_at) AS gap
+gaps AS (SELECT (extract(epoch FROM applied_at - lag(applied_at) OVER (PARTITION BY message_id ORDER BY applied_at)) * 1e6)::bigint AS gap
     FROM `+e.q()+`.effects WHERE message_id IN (SELECT message_id FROM twice))
-SELECT count(*) FILTER (WHERE gap >= $1::bigint * interval '1 microsecond'),
-       count(*) FILTER (WHERE gap < $1::bigint * interval '1 microsecond'),
-       (extract(epoch FROM min(gap) FILTER (WHERE gap < $1::bigint * interval '1 microsecond')) * 1e6)::bigint,
-       (extract(epoch FROM max(gap) FILTER (WHERE gap < $1::bigint * interval '1 microsecond')) * 1e6)::bigint
+SELECT count(*) FILTER (WHERE gap >= $1), count(*) FILTER (WHERE gap < $1),
+       min(gap) FILTER (WHERE gap < $1), max(gap) FILTER (WHERE gap < $1)
 FROM gaps WHERE gap IS NOT NULL`, limit.Microseconds()).Scan(&r.late, &r.early, &lo, &hi)
 	if lo != nil && hi != nil {
 		r.earlyGaps = [2]time.Duration{time.Duration(*lo) * time.Microsecond, time.Duration(*hi) * time.Microsecond}
