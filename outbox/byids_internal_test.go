@@ -64,7 +64,7 @@ func testByIDsMarks(t *testing.T, keep bool) {
 	db := pgtest.New(t)
 	ctx := context.Background()
 	table := pgx.Identifier{db.Schema}.Sanitize() + ".outbox"
-	del := markByIDs(db.Schema, keep, ` AND published_at IS NULL`, true)
+	del := markByIDs(db.Schema, keep, ` AND published_at IS NULL`, `id`)
 	for _, c := range []struct {
 		name string
 		pick func(ids []int64) []int64 // the ids to delete, of 60 rows

@@ -306,7 +306,10 @@ func (r *Relay) publishHanded(ctx context.Context, rows []handedRow) (*round, er
 	var (
 		taken = make([]int64, 0, len(ids))
 		older bool
-		b     pgx.Batch
+		// olderRows are the unpublished rows the check found by id below or between these,
+		// taken in the same transaction to be published with them.
+		olderRows []handedRow
+		b         pgx.Batch
 	)
 	b.Queue(byIndex) // local to tx: see relay_read.go
 	takeSQL, takeArgs := r.take.forIDs(ids)
@@ -338,7 +341,21 @@ func (r *Relay) publishHanded(ctx context.Context, rows []handedRow) (*round, er
 			// left to look for.
 			r.belowProbes.Add(int64(len(below)))
 			if probes := append(below, gaps...); len(probes) > 0 {
-				b.Queue(r.olderIDsSQL, pgarray.Int8(probes)).QueryRow(func(row pgx.Row) error { return row.Scan(&older) })
+				// These probes cover every id an older unpublished row can have: the rows
+				// found are all of them, and are published in this round, in id order
+				// with these, rather than read back from the table by the next.
+				b.Queue(r.takeOlderSQL, pgarray.Int8(probes)).Query(func(rs pgx.Rows) error {
+					var sc rowScanner
+					for rs.Next() {
+						id, topic, e, err := sc.scan(rs)
+						if err != nil {
+							return fmt.Errorf("error reading outbox: %w", err)
+						}
+						e.Topic = topic // a handed row's Topic is its destination column
+						olderRows = append(olderRows, handedRow{id: id, e: e})
+					}
+					return rs.Err()
+				})
 			}
 		} else {
 			r.belowWalks.Add(1)
@@ -351,24 +368,38 @@ func (r *Relay) publishHanded(ctx context.Context, rows []handedRow) (*round, er
 	if err := tx.SendBatch(ctx, &b).Close(); err != nil {
 		return rd, fmt.Errorf("error taking %d handed outbox rows: %w", len(ids), err)
 	}
+	slices.Sort(taken)
+	round := make([]handedRow, 0, len(taken)+len(olderRows))
+	for _, row := range rows {
+		if _, found := slices.BinarySearch(taken, row.id); found {
+			round = append(round, row)
+		}
+	}
+	if len(olderRows) > 0 {
+		round = append(round, olderRows...)
+		slices.SortFunc(round, func(a, b handedRow) int { return cmp.Compare(a.id, b.id) })
+		// A round goes to each partition in one produce request (relay_writer.go): with the
+		// older rows it may no longer fit in one, and the table is read instead.
+		older = len(round) > r.cfg.BatchSize || roundBytes(round) > relayRoundBytes
+	}
 	if older {
 		r.fallbacks.Add(1)
 		// A row below these was committed without being handed over (by another process, or
-		// a writer without the Handoff): the next round reads the table, which publishes it
-		// first. These rows wait for it, in the Handoff still.
+		// a writer without the Handoff) and the check could not take it: the next round
+		// reads the table, which publishes it first. These rows wait for it, in the Handoff
+		// still; the transaction, which may have taken rows, rolls back.
 		r.cfg.Handoff.putBack(rows)
 		r.selectDue, rd.More = true, true
 		return rd, nil
 	}
-	if len(taken) == 0 {
+	if len(round) == 0 {
 		return rd, nil
 	}
-	slices.Sort(taken)
+	taken = taken[:0]
 	var g grouping
-	for _, row := range rows {
-		if _, found := slices.BinarySearch(taken, row.id); found {
-			g.add(r, row.e.Topic, row.id, row.e, len(taken))
-		}
+	for _, row := range round {
+		taken = append(taken, row.id)
+		g.add(r, row.e.Topic, row.id, row.e, len(round))
 	}
 	r.sendAll(ctx, g.batches)
 	for _, b := range g.batches {
@@ -397,9 +428,19 @@ func (r *Relay) publishHanded(ctx context.Context, rows []handedRow) (*round, er
 	}
 	r.remember(taken)
 	r.counted(rd, len(taken), perDest)
-	r.handedRows.Add(int64(len(taken))) // first: a test that sees the round sees its rows
+	r.olderTaken.Add(int64(len(olderRows)))
+	r.handedRows.Add(int64(len(taken) - len(olderRows))) // first: a test that sees the round sees its rows
 	r.handedRuns.Add(1)
 	return rd, nil
+}
+
+// roundBytes is the size of rows' events as a round counts it (relayRoundBytes).
+func roundBytes(rows []handedRow) int {
+	n := 0
+	for i := range rows {
+		n += eventSize(&rows[i].e)
+	}
+	return n
 }
 
 // remember keeps ids, of rows just deleted (or moved) for good, among the relay's recent
@@ -442,6 +483,10 @@ func (r *Relay) HandoffBelowProbes() int64 { return r.belowProbes.Load() }
 
 // HandoffBelowWalks: see HandoffBelowProbes.
 func (r *Relay) HandoffBelowWalks() int64 { return r.belowWalks.Load() }
+
+// HandoffOlderTaken counts the rows not handed over that the check for older rows found
+// below or between handed rows and published in their round.
+func (r *Relay) HandoffOlderTaken() int64 { return r.olderTaken.Load() }
 
 // HandoffFallbacks returns how many times handed rows were put back because an older row
 // was left in the table (tests, the bench).

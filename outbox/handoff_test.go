@@ -137,20 +137,66 @@ func TestHandoffPublishesHandedRowsAsTheTableWould(t *testing.T) {
 
 // TestHandoffKeepsOrderBehindARowNotHandedOver: a row of key k committed without the
 // Handoff (by another process, whose NOTIFY has not arrived), then a row of k handed over.
-// The relay must not publish the handed row first: it finds the older row and reads the
-// table, which has both in order.
+// The relay must not publish the handed row first: the check for older rows finds the
+// older one by its id and publishes it in the same round, first, with the headers and
+// operation id a row read from the table gets; with KeepPublished both are moved to
+// outbox_published.
 func TestHandoffKeepsOrderBehindARowNotHandedOver(t *testing.T) {
 	t.Parallel()
+	for _, keep := range []bool{false, true} {
+		t.Run(fmt.Sprintf("keep published %v", keep), func(t *testing.T) {
+			t.Parallel()
+			b := setupHandoff(t, 1, pgtest.Options{})
+			// No poll while the test runs: only the check for older rows can find the first one.
+			relay, _ := b.startRelay(t, outbox.RelayConfig{PollInterval: time.Minute, KeepPublished: keep})
+
+			b.commitQuiet(t, outbox.Event{Topic: b.topic, Key: []byte("k"), Payload: []byte("first, elsewhere"), Pipeline: "p", CausationID: "a",
+				Headers: map[string]string{"event-type": "x"}})
+			require.True(t, b.write(t, outbox.Event{Topic: b.topic, Key: []byte("k"), Payload: []byte("second, handed"), Pipeline: "p", CausationID: "b"}))
+
+			records := kafkatest.ReadAll(t, b.topic, 2, 20*time.Second)
+			require.Equal(t, []string{"first, elsewhere", "second, handed"}, payloads(records))
+			require.Equal(t, outbox.OperationID("p", "a", 0).String(), kafkatest.Header(records[0], outbox.HeaderOperationID))
+			require.Equal(t, "a", kafkatest.Header(records[0], outbox.HeaderCausationID))
+			require.Equal(t, "x", kafkatest.Header(records[0], "event-type"))
+			require.NoError(t, relay.Drain(context.Background()))
+			require.EqualValues(t, 1, relay.HandoffOlderTaken(), "the older row was taken by the check")
+			require.Zero(t, relay.HandoffFallbacks(), "the handed row was not put back")
+			require.EqualValues(t, 1, relay.HandedRows())
+			require.Zero(t, b.db.Count(t, "{schema}.outbox"))
+			if keep {
+				require.Equal(t, 2, b.db.Count(t, "{schema}.outbox_published"))
+			}
+		})
+	}
+}
+
+// TestHandoffFallsBackWhenOlderRowsOverflowTheRound: the rows the check for older rows
+// finds, with the handed ones, would make a round larger than BatchSize, which a partition
+// must take in one produce request: the transaction rolls back, the handed rows are put
+// back, and a round that reads the table publishes everything in order.
+func TestHandoffFallsBackWhenOlderRowsOverflowTheRound(t *testing.T) {
+	t.Parallel()
 	b := setupHandoff(t, 1, pgtest.Options{})
-	// No poll while the test runs: only the check for older rows can find the first one.
-	relay, _ := b.startRelay(t, outbox.RelayConfig{PollInterval: time.Minute})
+	relay, _ := b.startRelay(t, outbox.RelayConfig{PollInterval: time.Minute, BatchSize: 4})
+	ev := func(p string) outbox.Event {
+		return outbox.Event{Topic: b.topic, Key: []byte("k"), Payload: []byte(p), Pipeline: "p", CausationID: p}
+	}
+	var want []string
+	for i := range 3 {
+		p := fmt.Sprint("elsewhere ", i)
+		want = append(want, p)
+		b.commitQuiet(t, ev(p))
+	}
+	want = append(want, "handed 1", "handed 2")
+	require.True(t, b.write(t, ev("handed 1"), ev("handed 2")))
 
-	b.commitQuiet(t, outbox.Event{Topic: b.topic, Key: []byte("k"), Payload: []byte("first, elsewhere"), Pipeline: "p", CausationID: "a"})
-	require.True(t, b.write(t, outbox.Event{Topic: b.topic, Key: []byte("k"), Payload: []byte("second, handed"), Pipeline: "p", CausationID: "b"}))
-
-	records := kafkatest.ReadAll(t, b.topic, 2, 20*time.Second)
-	require.Equal(t, []string{"first, elsewhere", "second, handed"}, payloads(records))
-	require.EqualValues(t, 1, relay.HandoffFallbacks(), "the handed row was put back once")
+	records := kafkatest.ReadAll(t, b.topic, 5, 20*time.Second)
+	require.Equal(t, want, payloads(records))
+	require.NoError(t, relay.Drain(context.Background()))
+	require.EqualValues(t, 1, relay.HandoffFallbacks(), "five rows do not fit a round of four")
+	require.Zero(t, relay.HandoffOlderTaken())
+	require.Zero(t, b.db.Count(t, "{schema}.outbox"))
 }
 
 // TestHandoffCheckProbesTheHolesBelow: rows published and deleted by the relay, then a row
@@ -182,7 +228,9 @@ func TestHandoffCheckProbesTheHolesBelow(t *testing.T) {
 		}
 	}
 	require.Equal(t, want, got)
-	require.EqualValues(t, 1, relay.HandoffFallbacks(), "the probe found the row not handed over")
+	require.NoError(t, relay.Drain(context.Background()))
+	require.EqualValues(t, 1, relay.HandoffOlderTaken(), "the probe found the row not handed over and took it")
+	require.Zero(t, relay.HandoffFallbacks())
 	require.Zero(t, relay.HandoffBelowWalks())
 	require.Greater(t, relay.HandoffBelowProbes(), probed, "the row not handed over was a hole, looked for by its id")
 }
@@ -205,7 +253,9 @@ func TestHandoffKeepsOrderAroundARowNotHandedOver(t *testing.T) {
 
 	records := kafkatest.ReadAll(t, b.topic, 3, 20*time.Second)
 	require.Equal(t, []string{"first", "second, elsewhere", "third"}, payloads(records))
-	require.EqualValues(t, 1, relay.HandoffFallbacks())
+	require.NoError(t, relay.Drain(context.Background()))
+	require.EqualValues(t, 1, relay.HandoffOlderTaken(), "the row between them was taken by the check")
+	require.Zero(t, relay.HandoffFallbacks())
 }
 
 // TestHandoffCheckSkipsRowsItPublished: one transaction's rows have ids around another's,
@@ -368,6 +418,7 @@ func publishMixedWriters(t *testing.T) int64 {
 	require.NoError(t, relay.Drain(ctx))
 	require.Zero(t, b.db.Count(t, "{schema}.outbox"), "Drain returned with rows left")
 	o.checkPublished(t, kafkatest.ReadAll(t, b.topic, len(o.committed), 60*time.Second))
-	t.Logf("%d rows, %d rounds, %d of them handed over, %d handovers put back", len(o.committed), relay.Rounds(), relay.HandedRounds(), relay.HandoffFallbacks())
+	t.Logf("%d rows, %d rounds, %d of them handed over, %d older rows taken with them, %d handovers put back",
+		len(o.committed), relay.Rounds(), relay.HandedRounds(), relay.HandoffOlderTaken(), relay.HandoffFallbacks())
 	return relay.HandedRounds()
 }

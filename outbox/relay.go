@@ -181,12 +181,13 @@ type Relay struct {
 	deleteSQL string
 	// take deletes (or marks) handed rows in the transaction that publishes them, returning
 	// those still unpublished; olderSQL then asks whether an unpublished row is left below
-	// them, olderGapsSQL the same below the first and between them, and olderIDsSQL
-	// whether one has one of the ids given (the holes below the first and between them).
+	// them, and olderGapsSQL the same below the first and between them. takeOlderSQL
+	// deletes (or marks) the unpublished rows of the ids given (the holes below the first
+	// and between them), returning them to be published in the same round.
 	take         byIDs
 	olderSQL     string
 	olderGapsSQL string
-	olderIDsSQL  string
+	takeOlderSQL string
 	// passedOverSQL asks whether a row a read ahead passed over has one of its keys.
 	passedOverSQL string
 	letters       *deadletter.Store
@@ -216,6 +217,7 @@ type Relay struct {
 	handedRuns atomic.Int64 // rounds that published handed rows (tests, the bench)
 	handedRows atomic.Int64 // rows those rounds published
 	fallbacks  atomic.Int64 // handed rounds that found an older row and read the table instead
+	olderTaken atomic.Int64 // older rows the check for them found by id and published with handed rows
 	gapProbes  atomic.Int64 // ids between handed rows looked for by the check for older rows
 	// belowProbes are ids below handed rows looked for one by one by the check (holesBelow),
 	// belowWalks the checks that walked the primary key from the floor instead.
@@ -338,34 +340,35 @@ func NewRelay(pool *pgxpool.Pool, cfg *RelayConfig) (*Relay, error) {
 		channel: Channel(c.Schema),
 		// $2 are the topics waiting for a retry: their rows stay where they are; $3 is the
 		// floor.
-		selectSQL: `SELECT id, operation_id, pipeline, causation_id, topic, key, payload, headers
+		selectSQL: `SELECT ` + rowColumns + `
 FROM ` + table + ` WHERE published_at IS NULL AND topic <> ALL($2::text[]) AND id >= $3 ORDER BY id LIMIT $1`,
-		selectAfterSQL: `SELECT id, operation_id, pipeline, causation_id, topic, key, payload, headers
+		selectAfterSQL: `SELECT ` + rowColumns + `
 FROM ` + table + ` WHERE published_at IS NULL AND id > $2 ORDER BY id LIMIT $1`,
-		markIDs:   markByIDs(c.Schema, c.KeepPublished, ``, false),
-		deleteSQL: `DELETE FROM ` + table + ` WHERE id = ANY($1) AND published_at IS NULL`,
-		take:      markByIDs(c.Schema, c.KeepPublished, ` AND published_at IS NULL`, true),
-		olderSQL:  `SELECT EXISTS (SELECT FROM ` + table + ` WHERE published_at IS NULL AND id >= $3 AND id < $1 AND id <> ALL($2))`,
+		markIDs:      markByIDs(c.Schema, c.KeepPublished, ``, ``),
+		deleteSQL:    `DELETE FROM ` + table + ` WHERE id = ANY($1) AND published_at IS NULL`,
+		take:         markByIDs(c.Schema, c.KeepPublished, ` AND published_at IS NULL`, `id`),
+		takeOlderSQL: markByIDs(c.Schema, c.KeepPublished, ` AND published_at IS NULL`, rowColumns).anyOf,
+		olderSQL:     `SELECT EXISTS (SELECT FROM ` + table + ` WHERE published_at IS NULL AND id >= $3 AND id < $1 AND id <> ALL($2))`,
 		passedOverSQL: `SELECT EXISTS (SELECT FROM ` + table + ` o WHERE published_at IS NULL AND id >= $3 AND id <= $1
     AND (o.topic, o.key) IN (SELECT * FROM unnest($2::text[], $4::bytea[])))`,
 		olderGapsSQL: `SELECT EXISTS (SELECT FROM ` + table + ` WHERE published_at IS NULL AND id >= $3 AND id < $1)
     OR EXISTS (SELECT FROM ` + table + ` WHERE id = ANY($2) AND published_at IS NULL)`,
-		olderIDsSQL: `SELECT EXISTS (SELECT FROM ` + table + ` WHERE id = ANY($1) AND published_at IS NULL)`,
-		letters:     deadletter.New(c.Schema),
-		tracer:      tracing.NewTracer(c.TracerProvider, relayTracerScope),
+		letters: deadletter.New(c.Schema),
+		tracer:  tracing.NewTracer(c.TracerProvider, relayTracerScope),
 		// From the floor, by the primary key: a sequential scan reads every dead row.
 		statsSQL: `SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0) FROM ` + table + ` WHERE published_at IS NULL AND id >= $1`,
 	}, nil
 }
 
 // markByIDs is the statement that records the rows of some ids as published, with extra
-// after the condition on their ids, returning their ids when returnIDs: they are deleted
-// from the outbox, or with keep moved to outbox_published (MovePublishedSQL).
-func markByIDs(schema string, keep bool, extra string, returnIDs bool) byIDs {
+// after the condition on their ids, returning the columns returning names (none when it is
+// empty): they are deleted from the outbox, or with keep moved to outbox_published
+// (MovePublishedSQL).
+func markByIDs(schema string, keep bool, extra string, returning string) byIDs {
 	q := pgx.Identifier{schema}.Sanitize()
 	ret := ""
-	if returnIDs {
-		ret = ` RETURNING id`
+	if returning != "" {
+		ret = ` RETURNING ` + returning
 	}
 	if !keep {
 		return newByIDs(`DELETE FROM `+q+`.outbox WHERE `, extra+ret)

@@ -63,7 +63,7 @@ SELECT gen_random_uuid(), 'p', 'c' || g, 't', '' FROM generate_series(1, 5000) g
 			"select after": {r.selectAfterSQL, 100, int64(4900)},
 			"older":        {r.olderSQL, int64(4950), []int64{4940}, int64(0)},
 			"older gaps":   {r.olderGapsSQL, int64(4950), []int64{4945}, int64(4901)},
-			"older ids":    {r.olderIDsSQL, []int64{4903, 4945}},
+			"take older":   {r.takeOlderSQL, []int64{4903, 4945}},
 			"lowest":       {r.lowestSQL, int64(0), int64(4999)},
 			"stats":        {r.statsSQL, int64(4901)},
 		}

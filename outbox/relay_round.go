@@ -462,27 +462,13 @@ func (r *Relay) selectRound(ctx context.Context, held []string, after int64) (ba
 		g     grouping
 		n     int
 		bytes int
-		// One set of scan targets for every row: each of them escapes to Scan.
-		id      int64
-		topic   string
-		e       Event
-		headers []byte
-		// A uuid.UUID scans as an sql.Scanner: pgx formats the binary uuid as text, which
-		// the Scanner parses back; pgtype.UUID takes the 16 bytes.
-		op pgtype.UUID
+		sc    rowScanner
 	)
 	defer func() { r.lastRows.Store(int64(n)) }()
 	for rows.Next() {
-		e, headers = Event{}, nil
-		if err := rows.Scan(&id, &op, &e.Pipeline, &e.CausationID, &topic, &e.Key, &e.Payload, &headers); err != nil {
+		id, topic, e, err := sc.scan(rows)
+		if err != nil {
 			return nil, false, 0, fmt.Errorf("error reading outbox: %w", err)
-		}
-		e.OperationID = op.Bytes // the column is NOT NULL
-		if headers != nil {
-			var err error
-			if e.Headers, err = decodeHeaders(headers); err != nil {
-				return nil, false, 0, fmt.Errorf("error reading outbox: the headers of row %d: %w", id, err)
-			}
 		}
 		if bytes += eventSize(&e); bytes > relayRoundBytes && n > 0 {
 			// The rest waits for the next round, which starts at once.
@@ -499,6 +485,36 @@ func (r *Relay) selectRound(ctx context.Context, held []string, after int64) (ba
 		return nil, false, 0, fmt.Errorf("error reading outbox: %w", err)
 	}
 	return g.batches, more || n == r.cfg.BatchSize, last, nil
+}
+
+// rowColumns are the columns of an outbox row the relay publishes, as rowScanner reads them.
+const rowColumns = `id, operation_id, pipeline, causation_id, topic, key, payload, headers`
+
+// rowScanner reads outbox rows of rowColumns, with one set of scan targets for every row
+// (each of them escapes to Scan).
+type rowScanner struct {
+	id      int64
+	topic   string
+	e       Event
+	headers []byte
+	// A uuid.UUID scans as an sql.Scanner: pgx formats the binary uuid as text, which the
+	// Scanner parses back; pgtype.UUID takes the 16 bytes.
+	op pgtype.UUID
+}
+
+// scan reads the current row: its id, its destination (the topic column) and its event.
+func (s *rowScanner) scan(rows pgx.Rows) (id int64, topic string, e Event, err error) {
+	s.e, s.headers = Event{}, nil
+	if err := rows.Scan(&s.id, &s.op, &s.e.Pipeline, &s.e.CausationID, &s.topic, &s.e.Key, &s.e.Payload, &s.headers); err != nil {
+		return 0, "", Event{}, err
+	}
+	s.e.OperationID = s.op.Bytes // the column is NOT NULL
+	if s.headers != nil {
+		if s.e.Headers, err = decodeHeaders(s.headers); err != nil {
+			return 0, "", Event{}, fmt.Errorf("the headers of row %d: %w", s.id, err)
+		}
+	}
+	return s.id, s.topic, s.e, nil
 }
 
 // grouping sorts a round's rows into one batch per destination, in the order their first

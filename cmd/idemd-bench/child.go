@@ -155,7 +155,7 @@ func serveChild(ctx context.Context, kind, raw string, stdout io.Writer) error {
 			return err
 		}
 		after = func() {
-			fmt.Fprintf(os.Stderr, "%s child: relay published %d records in %d rounds (%d of them handed over, with %d records; the handoff turned rows away %d times; %d handovers put back, %d ids between handed rows looked for; below them %d ids looked for, %d walks from the floor)\n", kind, rel.Published(), rel.Rounds(), rel.HandedRounds(), rel.HandedRows(), handoffOverflows(handoff), rel.HandoffFallbacks(), rel.HandoffGapProbes(), rel.HandoffBelowProbes(), rel.HandoffBelowWalks())
+			fmt.Fprintf(os.Stderr, "%s child: relay published %d records in %d rounds (%d of them handed over, with %d records and %d older records the check found; the handoff turned rows away %d times; %d handovers put back, %d ids between handed rows looked for; below them %d ids looked for, %d walks from the floor)\n", kind, rel.Published(), rel.Rounds(), rel.HandedRounds(), rel.HandedRows(), rel.HandoffOlderTaken(), handoffOverflows(handoff), rel.HandoffFallbacks(), rel.HandoffGapProbes(), rel.HandoffBelowProbes(), rel.HandoffBelowWalks())
 		}
 		if kind != "relay" {
 			parts = append(parts, rel.Run)
