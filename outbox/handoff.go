@@ -27,12 +27,14 @@ import (
 //     RelayConfig.PollInterval passed since it last read the table. Otherwise it reads the
 //     table, which holds every row still to publish, handed or not.
 //   - It publishes handed rows in one transaction that first deletes them (or, with
-//     KeepPublished, marks them) and checks that no other unpublished row below them is
-//     left (one committed by another process, or not handed over): if one is, it rolls back
-//     and reads the table instead, so that rows of one key written one after another keep
-//     their order. The deletion commits only after every broker acknowledged the rows; a
-//     crash before leaves them in the table, to be published again with the same operation
-//     id.
+//     KeepPublished, marks them) and looks for the other unpublished rows below and
+//     between them (committed by another process, or not handed over yet): those it finds
+//     by id it takes in the same transaction and publishes with them, in id order; when it
+//     has to walk the primary key instead, or the rows found would overfill the round, it
+//     rolls back and reads the table, so that rows of one key written one after another
+//     keep their order either way. The deletion commits only after every broker
+//     acknowledged the rows; a crash before leaves them in the table, to be published
+//     again with the same operation id.
 //   - A row the relay published from the table before its handed copy came up is deleted
 //     already: the handed copy is dropped, not published twice.
 //
@@ -287,10 +289,12 @@ func (r *Relay) takeHanded() (rows []handedRow, ok bool) {
 
 // publishHanded publishes rows handed over by this process (rows, in id order). One
 // transaction deletes (or marks) them, keeping those still unpublished (the others were
-// published from the table already), and checks that no unpublished row is left below
-// them; if one is, it rolls back and the next round reads the table, which holds it and
-// them in id order. Otherwise it publishes them and commits once every broker acknowledged
-// its rows. When a publish fails it rolls back and settles the rows as a round read from
+// published from the table already), and looks for the unpublished rows left below and
+// between them. Found by their ids (the holes the relay did not delete itself), they are
+// taken in the same transaction and published with them in id order; found by a walk of
+// the primary key, or too many for one round, they make it roll back, and the next round
+// reads the table, which holds them and these in id order. Otherwise it publishes the rows
+// and commits once every broker acknowledged them. When a publish fails it rolls back and settles the rows as a round read from
 // the table does (the destination waits for its retry, refused rows are dead-lettered).
 func (r *Relay) publishHanded(ctx context.Context, rows []handedRow) (*round, error) {
 	rd := &round{FromHandoff: true}
