@@ -294,8 +294,9 @@ func (r *Relay) takeHanded() (rows []handedRow, ok bool) {
 // taken in the same transaction and published with them in id order; found by a walk of
 // the primary key, or too many for one round, they make it roll back, and the next round
 // reads the table, which holds them and these in id order. Otherwise it publishes the rows
-// and commits once every broker acknowledged them. When a publish fails it rolls back and settles the rows as a round read from
-// the table does (the destination waits for its retry, refused rows are dead-lettered).
+// and commits once every broker acknowledged them. When a publish fails it rolls back and
+// settles the rows as a round read from the table does (the destination waits for its
+// retry, refused rows are dead-lettered).
 func (r *Relay) publishHanded(ctx context.Context, rows []handedRow) (*round, error) {
 	rd := &round{FromHandoff: true}
 	ids := make([]int64, len(rows))
@@ -493,5 +494,5 @@ func (r *Relay) HandoffBelowWalks() int64 { return r.belowWalks.Load() }
 func (r *Relay) HandoffOlderTaken() int64 { return r.olderTaken.Load() }
 
 // HandoffFallbacks returns how many times handed rows were put back because an older row
-// was left in the table (tests, the bench).
+// was left in the table that the check could not take (tests, the bench).
 func (r *Relay) HandoffFallbacks() int64 { return r.fallbacks.Load() }

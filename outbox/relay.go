@@ -364,7 +364,7 @@ FROM ` + table + ` WHERE published_at IS NULL AND id > $2 ORDER BY id LIMIT $1`,
 // after the condition on their ids, returning the columns returning names (none when it is
 // empty): they are deleted from the outbox, or with keep moved to outbox_published
 // (MovePublishedSQL).
-func markByIDs(schema string, keep bool, extra string, returning string) byIDs {
+func markByIDs(schema string, keep bool, extra, returning string) byIDs {
 	q := pgx.Identifier{schema}.Sanitize()
 	ret := ""
 	if returning != "" {
