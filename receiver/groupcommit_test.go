@@ -161,9 +161,13 @@ func TestNoWorkerAnswers503WithinApplyTimeout(t *testing.T) {
 	require.Equal(t, http.StatusServiceUnavailable, held1.status, "%s", held1.body)
 	require.Equal(t, 0, b.db.Count(t, "{schema}.processed_messages"))
 	require.Equal(t, 0, b.effects(t))
+	// Sent again as a sender would: a 503 is retried. The worker is free now, but on a
+	// loaded machine (CI under -race) a transaction can itself outlive the short timeout;
+	// what must hold is that each applies once it gets through, and only once.
 	for _, id := range []string{"evt_held", "evt_behind_1", "evt_behind_2"} {
-		r := b.stripe(t, stripeEvent(id, 100, ""))
+		r := until503Passes(func() resp { return b.stripe(t, stripeEvent(id, 100, "")) })
 		require.Equal(t, http.StatusOK, r.status, "%s: %s", id, r.body)
 	}
 	require.Equal(t, 3, b.effects(t))
+	require.Equal(t, 3, b.db.Count(t, "{schema}.processed_messages"))
 }
