@@ -222,7 +222,11 @@ func (h *Handoff) waiting() []int64 {
 // gapsBetween returns the ids between the first and the last of ids (sorted) that are
 // neither in ids nor in any of skip, or ok false when there are more than limit of them.
 // Each of skip is sorted here unless it already is (Handoff.waiting sorts its ids, and
-// Relay.remember keeps its own sorted).
+// Relay.remember keeps its own sorted). The ids looked at only go up, so each skip list is
+// walked once beside them, from the first of its ids above ids[0], rather than searched
+// for each id: the range below the first handed id (holesBelow) spans thousands of ids
+// under load, and a search each was a third of the leading relay's CPU (BENCHMARKS.md,
+// phase 33).
 func gapsBetween(ids []int64, limit int, skip ...[]int64) (gaps []int64, ok bool) {
 	skipped := 0
 	for i, s := range skip {
@@ -236,11 +240,18 @@ func gapsBetween(ids []int64, limit int, skip ...[]int64) (gaps []int64, ok bool
 	} else if n > int64(limit)+int64(skipped) {
 		return nil, false
 	}
+	at := make([]int, len(skip)) // in skip[k], the first id not below the id looked at
+	for k, s := range skip {
+		at[k], _ = slices.BinarySearch(s, ids[0]+1)
+	}
 	for i := 1; i < len(ids); i++ {
 	between:
 		for id := ids[i-1] + 1; id < ids[i]; id++ {
-			for _, s := range skip {
-				if _, found := slices.BinarySearch(s, id); found {
+			for k, s := range skip {
+				for at[k] < len(s) && s[at[k]] < id {
+					at[k]++
+				}
+				if at[k] < len(s) && s[at[k]] == id {
 					continue between
 				}
 			}

@@ -1,6 +1,8 @@
 package outbox
 
 import (
+	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -108,6 +110,57 @@ func TestGapsBetween(t *testing.T) {
 	require.Equal(t, []int64{96, 97, 98, 99}, gaps)
 }
 
+// TestGapsBetweenAgainstASearchEach: random ranges, handed ids and skip lists (with
+// repeats, and ids outside the range) give the gaps a search of every skip list for each
+// id gives, and the same answer to the limit.
+func TestGapsBetweenAgainstASearchEach(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	pick := func(lo, hi int64, n int) []int64 {
+		out := make([]int64, n)
+		for i := range out {
+			out[i] = lo + rng.Int64N(hi-lo+1)
+		}
+		return out
+	}
+	for range 2000 {
+		lo := rng.Int64N(50)
+		hi := lo + 1 + rng.Int64N(200)
+		ids := append([]int64{lo, hi}, pick(lo, hi, rng.IntN(8))...)
+		slices.Sort(ids)
+		ids = slices.Compact(ids)
+		var skip [][]int64
+		for range rng.IntN(3) {
+			skip = append(skip, pick(lo-20, hi+20, rng.IntN(120)))
+		}
+		limit := rng.IntN(150)
+		var want []int64
+		wantOK := true
+		if n := ids[len(ids)-1] - ids[0] + 1 - int64(len(ids)); n > 0 {
+		each:
+			for id := ids[0] + 1; id < ids[len(ids)-1]; id++ {
+				if slices.Contains(ids, id) {
+					continue
+				}
+				for _, s := range skip {
+					if slices.Contains(s, id) {
+						continue each
+					}
+				}
+				want = append(want, id)
+			}
+			wantOK = len(want) <= limit
+		}
+		gaps, ok := gapsBetween(ids, limit, skip...)
+		require.Equal(t, wantOK, ok, "ids %v, limit %d, skip %v", ids, limit, skip)
+		if ok {
+			require.Equal(t, len(want), len(gaps), "ids %v, skip %v", ids, skip)
+			if len(want) > 0 {
+				require.Equal(t, want, gaps, "ids %v, skip %v", ids, skip)
+			}
+		}
+	}
+}
+
 // TestHolesBelow: the ids from the floor up to the first handed one that the relay did not
 // delete itself, and the bound beyond which the check walks the range instead.
 func TestHolesBelow(t *testing.T) {
@@ -150,4 +203,20 @@ func idsFrom(from, to int64) []int64 {
 		ids = append(ids, id)
 	}
 	return ids
+}
+
+// BenchmarkHolesBelow: the check's range below a round's first handed id as it is under
+// load: the floor 12,000 ids below, the relay's 16,000 recent ids all but every hundredth.
+func BenchmarkHolesBelow(b *testing.B) {
+	var recent []int64
+	for id := int64(1); id <= 16000; id++ {
+		if id%100 != 0 {
+			recent = append(recent, id)
+		}
+	}
+	for b.Loop() {
+		if holes, ok := holesBelow(1, 12001, 16000, recent); !ok || len(holes) != 120 {
+			b.Fatalf("%d holes, ok %v", len(holes), ok)
+		}
+	}
 }
