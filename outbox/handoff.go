@@ -395,8 +395,9 @@ func (r *Relay) publishHanded(ctx context.Context, rows []handedRow) (*round, er
 		round = append(round, olderRows...)
 		slices.SortFunc(round, func(a, b handedRow) int { return cmp.Compare(a.id, b.id) })
 		// A round goes to each partition in one produce request (relay_writer.go): with the
-		// older rows it may no longer fit in one, and the table is read instead.
-		older = len(round) > r.cfg.BatchSize || roundBytes(round) > relayRoundBytes
+		// older rows it may no longer fit in one, and the table is read instead, as after
+		// a walk that found an older row (kept here, though only probes return rows).
+		older = older || len(round) > r.cfg.BatchSize || roundBytes(round) > relayRoundBytes
 	}
 	if older {
 		r.fallbacks.Add(1)
