@@ -122,6 +122,16 @@ const growthScope = "bench"
 
 // benchGrowth measures the limit and the consumer (relay running), then the receiver and
 // the naive receiver, on tables pre-filled to each -growth-rows size.
+//
+// At each size the limit's strongest form is chosen first (the faster of two runs of each
+// form tried); then -growth-rounds rounds each run that limit and the consumer once, back to
+// back on fresh ids, the order alternating from round to round, and the point's ratio is the
+// median of the rounds' consumer/limit (since phase 34: the faster of two runs of each side,
+// minutes apart, moved the growth goal between 0.73 and 1.23 over five runs of one build).
+// At 0 rows the tables are emptied before every run, so that each run of the empty point
+// starts on empty tables, as its name says (until phase 34 the point's later runs found the
+// earlier runs' rows, some 600,000 by its consumer's); at a pre-filled size they keep the
+// runs' rows, as traffic would leave them.
 func benchGrowth(ctx context.Context, e *env, res *Results) error {
 	lc := e.bestLimit(res)
 	sizes := e.o.growthRows
@@ -139,7 +149,17 @@ func benchGrowth(ctx context.Context, e *env, res *Results) error {
 			return err
 		}
 		size := sizeLabel(rows, slices.Contains(sizes[:i], rows))
-		limit, err := e.growthLimit(ctx, fmt.Sprintf("evt-%s-growth-limit-%d", e.runID, i), size, lc)
+		// fresh readies the tables for the next run: empties them at 0 rows; elsewhere
+		// publishes the limit's outbox rows as the relay would have (deletes them, or moves
+		// them), so that the consumer's relay has only its own to publish, and leaves the
+		// dedup rows in place (the tables keep growing, as they would).
+		fresh := func() error {
+			if rows == 0 {
+				return e.truncate(ctx)
+			}
+			return e.publishAll(ctx)
+		}
+		limit, err := e.growthLimit(ctx, fmt.Sprintf("evt-%s-growth-limit-%d", e.runID, i), size, lc, fresh)
 		if err != nil {
 			return err
 		}
@@ -152,34 +172,31 @@ func benchGrowth(ctx context.Context, e *env, res *Results) error {
 		if lc.workers != e.o.partitions {
 			alt := lc
 			alt.workers = e.o.partitions
-			r, err := e.growthLimit(ctx, fmt.Sprintf("evt-%s-growth-limit-w-%d", e.runID, i), size, alt)
+			r, err := e.growthLimit(ctx, fmt.Sprintf("evt-%s-growth-limit-w-%d", e.runID, i), size, alt, fresh)
 			if err != nil {
 				return err
 			}
 			tried = append(tried, r)
 		}
 		cc := limitConfig{method: methodClaim, batch: e.o.batch, workers: e.o.partitions}
-		claim, err := e.growthLimit(ctx, fmt.Sprintf("evt-%s-growth-claim-%d", e.runID, i), size, cc)
+		claim, err := e.growthLimit(ctx, fmt.Sprintf("evt-%s-growth-claim-%d", e.runID, i), size, cc, fresh)
 		if err != nil {
 			return err
 		}
 		tried = append(tried, claim)
 		limit = strongest(tried)
-		// The limit's rows are left in place (the tables keep growing, as they would) but
-		// published as the relay would have (deleted, or moved), so that the consumer's
-		// relay has only its own to publish.
-		publish := "DELETE FROM " + e.q() + ".outbox"
-		if e.o.keepPublished {
-			publish = outbox.MovePublishedSQL(e.schema, "true")
+		if rows > 0 {
+			// Once, after the limit's runs, as autovacuum would: the statistics of the
+			// grown tables.
+			if err := e.vacuum(ctx); err != nil {
+				return err
+			}
 		}
-		if _, err := e.pool.Exec(ctx, publish); err != nil {
-			return err
-		}
-		if err := e.vacuum(ctx); err != nil {
-			return err
-		}
-		con, err := e.growthConsumer(ctx, size)
+		con, rounds, err := e.growthRounds(ctx, size, i, limit.config, fresh)
 		if err != nil {
+			return err
+		}
+		if err := fresh(); err != nil {
 			return err
 		}
 		// The receiver and the naive receiver in turns, as in the receiver section, on the
@@ -190,9 +207,81 @@ func benchGrowth(ctx context.Context, e *env, res *Results) error {
 			return err
 		}
 		rcv.Section, naive.Section = "growth", "growth"
-		res.Growth = append(res.Growth, GrowthPoint{Rows: rows, Limit: limit, LimitClaim: claim, Consumer: con, Receiver: rcv, Naive: naive})
+		res.Growth = append(res.Growth, GrowthPoint{Rows: rows, Limit: limit, LimitClaim: claim, Consumer: con, Rounds: rounds, Receiver: rcv, Naive: naive})
 	}
 	return nil
+}
+
+// publishAll publishes every outbox row as the relay would have: deletes them, or moves
+// them to outbox_published with -keep-published; then vacuums the outbox.
+func (e *env) publishAll(ctx context.Context) error {
+	publish := "DELETE FROM " + e.q() + ".outbox"
+	if e.o.keepPublished {
+		publish = outbox.MovePublishedSQL(e.schema, "true")
+	}
+	if _, err := e.pool.Exec(ctx, publish); err != nil {
+		return err
+	}
+	_, err := e.pool.Exec(ctx, "VACUUM "+e.q()+".outbox")
+	return err
+}
+
+// growthRounds runs -growth-rounds rounds at a growth point, each the limit c and the
+// consumer (relay running) on fresh ids, back to back, the limit first in even rounds and
+// the consumer first in odd ones, fresh before each run. It returns the fastest of the
+// consumer's runs and every round's rates.
+func (e *env) growthRounds(ctx context.Context, size string, point int, c limitConfig, fresh func() error) (*Row, []GrowthRound, error) {
+	var (
+		best   *Row
+		rounds []GrowthRound
+	)
+	for k := range e.o.growthRounds {
+		var round GrowthRound
+		limit := func() error {
+			if err := fresh(); err != nil {
+				return err
+			}
+			recs, unique := records(fmt.Sprintf("evt-%s-growth-round-%d-%d", e.runID, point, k), e.o.growthMessages, e.o.partitions)
+			lr, err := e.runLimit(ctx, newLimitInput(recs, unique), c)
+			if err != nil {
+				return err
+			}
+			round.Limit = float64(len(recs)) / lr.elapsed.Seconds()
+			return nil
+		}
+		consumer := func() error {
+			if err := fresh(); err != nil {
+				return err
+			}
+			con, err := e.runConsumer(ctx, consumerRun{
+				name: fmt.Sprintf("consumer at %s rows, BatchSize %d, relay running", size, e.o.batch),
+				n:    e.o.growthMessages, batch: e.o.batch, partitions: e.o.partitions, relay: true,
+			})
+			if err != nil {
+				return err
+			}
+			round.Consumer = con.Rate
+			if best == nil || con.Rate > best.Rate {
+				best = con
+			}
+			return nil
+		}
+		order := []func() error{limit, consumer}
+		if k%2 == 1 {
+			order = []func() error{consumer, limit}
+		}
+		for _, run := range order {
+			if err := run(); err != nil {
+				return nil, nil, err
+			}
+		}
+		e.logf("growth at %s rows, round %d of %d: limit (%s) %.0f msgs/s, consumer %.0f msgs/s: %.3f",
+			size, k+1, e.o.growthRounds, c, round.Limit, round.Consumer, round.Consumer/round.Limit)
+		rounds = append(rounds, round)
+	}
+	best.Section = "growth"
+	best.Note = fmt.Sprintf("fastest of %d rounds on fresh ids; %s", len(rounds), best.Note)
+	return best, rounds, nil
 }
 
 // strongest returns a copy of the fastest of rows, its note naming the others.
@@ -222,8 +311,11 @@ func sizeLabel(rows int, again bool) string {
 // and keeps the faster run: the baseline at its strongest, and steadier than one load of
 // two seconds on a shared machine (at 03:52 on 2 December one such load at 0 rows made the
 // limit 13 % faster at 1 M rows than at 0).
-func (e *env) growthLimit(ctx context.Context, prefix, size string, c limitConfig) (*Row, error) {
+func (e *env) growthLimit(ctx context.Context, prefix, size string, c limitConfig, fresh func() error) (*Row, error) {
 	return fasterOfTwo(func(run int) (*Row, error) {
+		if err := fresh(); err != nil {
+			return nil, err
+		}
 		recs, unique := records(fmt.Sprintf("%s-%d", prefix, run), e.o.growthMessages, e.o.partitions)
 		lr, err := e.runLimit(ctx, newLimitInput(recs, unique), c)
 		if err != nil {
@@ -234,30 +326,6 @@ func (e *env) growthLimit(ctx context.Context, prefix, size string, c limitConfi
 		return &Row{Section: "growth", Mode: fmt.Sprintf("limit at %s rows: %s", size, c), Count: len(recs), Seconds: lr.elapsed.Seconds(),
 			Rate: rate, Unit: "msgs/s", config: c, CPU: lr.cpu, Work: lr.work, Note: "faster of two runs on fresh ids"}, nil
 	})
-}
-
-// growthConsumer runs the consumer (relay running) twice at a growth point, each time on
-// fresh ids, and keeps the faster run, as growthLimit does for the limit it is compared
-// with: one run of a few seconds moved the consumer's ratio to the limit at 1 M rows from
-// 0.84 to 1.47 between two runs of this section (phase 9).
-func (e *env) growthConsumer(ctx context.Context, size string) (*Row, error) {
-	best, err := fasterOfTwo(func(run int) (*Row, error) {
-		con, err := e.runConsumer(ctx, consumerRun{
-			name: fmt.Sprintf("consumer at %s rows, BatchSize %d, relay running", size, e.o.batch),
-			n:    e.o.growthMessages, batch: e.o.batch, partitions: e.o.partitions, relay: true,
-		})
-		if err != nil {
-			return nil, err
-		}
-		e.logf("consumer at %s rows, run %d: %.0f msgs/s", size, run+1, con.Rate)
-		return con, nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	best.Section = "growth"
-	best.Note = "faster of two runs on fresh ids; " + best.Note
-	return best, nil
 }
 
 // fasterOfTwo runs measure twice (run 0, then 1) and keeps the faster row.

@@ -53,6 +53,8 @@ type options struct {
 	peerPartitions int
 	growthRows     []int
 	growthMessages int
+	// growthRounds is how many rounds of the limit and the consumer each growth point runs.
+	growthRounds int
 	// growthEpochs is how many epochs the growth pre-fill spreads its rows over, by age.
 	growthEpochs   int
 	dropRows       int
@@ -116,6 +118,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.peerPartitions, "peer-partitions", 6, "partitions of the peer comparison topic")
 	growthRows := fs.String("growth-rows", "0,1000000", "sizes to pre-fill processed_messages and the published outbox to before measuring the limit, the consumer and the receivers (comma list; 10000000 takes about 12 minutes on a 2-core machine: the ids go in random key order, as traffic inserts them)")
 	fs.IntVar(&o.growthMessages, "growth-messages", 100000, "records consumed (and limit messages) at each growth size")
+	fs.IntVar(&o.growthRounds, "growth-rounds", 3, "rounds at each growth size, each the limit's strongest form and the consumer back to back on fresh ids; the growth goal compares the medians of their ratios")
 	fs.IntVar(&o.growthEpochs, "growth-epochs", processed.EpochsPerRetention+1, "epochs (partitions of processed_messages) the growth pre-fill spreads its rows over by age, as the daemon's default IDEMD_PROCESSED_PARTITION_INTERVAL (auto: the retention) leaves them: the current one and the one before, probed by a new id's claim (5 for a quarter of the retention, phase 27's default); 1 puts every row in the current one, as before phase 28")
 	fs.IntVar(&o.dropRows, "drop-rows", 2000000, "expired records in the epoch the drop section drops (an epoch of the default 7 days holds this many at about 3.3 messages/s, 10 M at 16.5)")
 	fs.DurationVar(&o.dropDuration, "drop-duration", 15*time.Second, "how long the drop section loads the receiver at -relay-rate webhooks/s; the drop starts a third of the way in")
@@ -172,8 +175,10 @@ baseline from the same run, and prints a table (or JSON with -json):
                  -relay-rate webhooks/s (after 1 s of warm-up at that rate, reported apart);
   peers          idemd, idiomatic Watermill and a hand-written kafka-go consumer on one
                  topic (-peer-messages, -peer-partitions); needs -peers-bin;
-  growth         the limit and the consumer, then the receiver and the naive receiver
-                 in turns (rate and p99), on tables pre-filled to each -growth-rows,
+  growth         the limit and the consumer (-growth-rounds rounds of the two back to
+                 back; the goal compares the medians of their ratios), then the
+                 receiver and the naive receiver in turns (rate and p99), on tables
+                 pre-filled to each -growth-rows (emptied before each run at 0 rows),
                  spread over -growth-epochs epochs as the daemon's default leaves them;
   prune          the consumer, relay and pruner running at full speed (the rate they
                  sustain together: the producer counts the outbox rows waiting for the
@@ -292,8 +297,8 @@ func (o *options) validate() error {
 		return errors.New("-messages, -messages-one and -relay-events must be positive")
 	case o.brokerMessages < 1, o.pubsubMessages < 1, len(o.sqsPollers) == 0, slices.ContainsFunc(o.sqsPollers, nonPositive):
 		return errors.New("-broker-messages, -pubsub-messages and -sqs-pollers must be positive")
-	case o.partitions < 1, o.batch < 1, o.maxBatch < 1, o.relayBatch < 1, o.peerPartitions < 1, o.peerMessages < 1, o.growthMessages < 1, o.growthEpochs < 1:
-		return errors.New("-partitions, -batch, -max-batch, -relay-batch, -peer-partitions, -peer-messages, -growth-messages and -growth-epochs must be positive")
+	case o.partitions < 1, o.batch < 1, o.maxBatch < 1, o.relayBatch < 1, o.peerPartitions < 1, o.peerMessages < 1, o.growthMessages < 1, o.growthEpochs < 1, o.growthRounds < 1:
+		return errors.New("-partitions, -batch, -max-batch, -relay-batch, -peer-partitions, -peer-messages, -growth-messages, -growth-epochs and -growth-rounds must be positive")
 	case slices.ContainsFunc(o.limitBatches, nonPositive), slices.ContainsFunc(o.limitWorkers, nonPositive), len(o.limitBatches) == 0:
 		return errors.New("-limit-batches and -limit-workers must be positive numbers")
 	case slices.ContainsFunc(o.growthRows, func(n int) bool { return n < 0 }):
