@@ -29,6 +29,10 @@ type PGWork struct {
 	// Buffers are the shared buffers read or found in cache (pg_stat_database's blks_read +
 	// blks_hit): each is a lookup, a pin and a lock of one page.
 	Buffers float64 `json:"buffers_per_msg"`
+	// Read are those of Buffers that were not in shared buffers (pg_stat_database's
+	// blks_read): each read from the kernel's page cache or the disk, and a buffer found
+	// for it, often by writing out another (since phase 34).
+	Read float64 `json:"buffers_read_per_msg"`
 	// RowsWritten are the rows inserted, updated and deleted.
 	RowsWritten float64 `json:"rows_written_per_msg"`
 }
@@ -38,10 +42,11 @@ type pgCounters struct {
 	lsn                             string
 	walRecords, walFPI, walBytes    int64
 	buffers, inserted, upd, deleted int64
+	read                            int64
 }
 
 const pgCountersSQL = `SELECT pg_current_wal_lsn()::text, w.wal_records, w.wal_fpi, w.wal_bytes::bigint,
-       d.blks_read + d.blks_hit, d.tup_inserted, d.tup_updated, d.tup_deleted
+       d.blks_read + d.blks_hit, d.tup_inserted, d.tup_updated, d.tup_deleted, d.blks_read
 FROM pg_stat_wal w, pg_stat_database d WHERE d.datname = current_database()`
 
 // pgCountersNow reads the counters, or returns nil when the server does not have them
@@ -49,7 +54,7 @@ FROM pg_stat_wal w, pg_stat_database d WHERE d.datname = current_database()`
 func (e *env) pgCountersNow(ctx context.Context) *pgCounters {
 	var c pgCounters
 	err := e.pool.QueryRow(ctx, pgCountersSQL).Scan(&c.lsn, &c.walRecords, &c.walFPI, &c.walBytes,
-		&c.buffers, &c.inserted, &c.upd, &c.deleted)
+		&c.buffers, &c.inserted, &c.upd, &c.deleted, &c.read)
 	if err != nil {
 		e.logf("PostgreSQL's counters not read (%v): no work per message", err)
 		return nil
@@ -102,6 +107,7 @@ func (c *pgCounters) workTo(end *pgCounters, messages int) *PGWork {
 		WALRecords:  float64(end.walRecords-c.walRecords) / n,
 		WALFPI:      float64(end.walFPI-c.walFPI) / n,
 		Buffers:     float64(end.buffers-c.buffers) / n,
+		Read:        float64(end.read-c.read) / n,
 		RowsWritten: float64(end.inserted-c.inserted+end.upd-c.upd+end.deleted-c.deleted) / n,
 	}
 }
@@ -120,8 +126,8 @@ func parseLSN(s string) (uint64, bool) {
 // String is the work's columns in the work table (tab-separated).
 func (w *PGWork) String() string {
 	if w == nil {
-		return "-\t-\t-\t-\t-"
+		return "-\t-\t-\t-\t-\t-"
 	}
 	f := func(v float64, prec int) string { return strconv.FormatFloat(v, 'f', prec, 64) }
-	return strings.Join([]string{f(w.WALBytes, 0), f(w.WALRecords, 2), f(w.WALFPI, 3), f(w.Buffers, 1), f(w.RowsWritten, 2)}, "\t")
+	return strings.Join([]string{f(w.WALBytes, 0), f(w.WALRecords, 2), f(w.WALFPI, 3), f(w.Buffers, 1), f(w.Read, 2), f(w.RowsWritten, 2)}, "\t")
 }

@@ -513,7 +513,7 @@ func (r *Results) print(w io.Writer) {
 	if rows := r.withWork(); len(rows) > 0 {
 		fmt.Fprintln(w)
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "PostgreSQL's work per message\tmode\tWAL bytes\tWAL records\tfull-page images\tbuffers\trows written\t")
+		fmt.Fprintln(tw, "PostgreSQL's work per message\tmode\tWAL bytes\tWAL records\tfull-page images\tbuffers\tbuffers read\trows written\t")
 		for _, row := range rows {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t\n", row.Section, row.Mode, row.Work)
 		}
@@ -555,7 +555,7 @@ func (r *Results) print(w io.Writer) {
 		notes = append(notes, "  "+n)
 	}
 	if len(r.withWork()) > 0 {
-		notes = append(notes, "  PostgreSQL's work per message: counted from the load's start until its connections closed, from the server's WAL position and pg_stat_wal (all of the server's WAL: nothing else writes meanwhile) and the bench database's pg_stat_database (buffers read or hit in shared buffers; rows inserted, updated and deleted); unlike rates and CPU these move only with what the statements do, except the full-page images (and so WAL bytes), which depend on how long ago the last checkpoint was")
+		notes = append(notes, "  PostgreSQL's work per message: counted from the load's start until its connections closed, from the server's WAL position and pg_stat_wal (all of the server's WAL: nothing else writes meanwhile) and the bench database's pg_stat_database (buffers read or hit in shared buffers, and since phase 34 those read, not found there; rows inserted, updated and deleted); unlike rates and CPU these move only with what the statements do, except the full-page images (and so WAL bytes), which depend on how long ago the last checkpoint was")
 	}
 	notes = append(notes, "  CPU µs/msg: CPU time per message of the idemd child, of the PostgreSQL backends serving it (shared WAL writing and checkpoints not counted) and of the bench process (load generator and in-process broker); for limit and amplification rows, of the limit's pgx client and its backends")
 	if len(notes) > 0 {
