@@ -346,7 +346,7 @@ func (s *Store) claimBatch(ctx context.Context, tx pgx.Tx, begin *Begin, claims 
 		}
 	}
 	if len(known) > 0 {
-		takeover, err := s.lookup(ctx, tx, r, known)
+		takeover, err := s.lookup(ctx, tx, r, known, set, held)
 		if err != nil {
 			return tx, nil, err
 		}
@@ -432,16 +432,20 @@ func (s *Store) setTokens(r *claimRun, cc *claimColumns) {
 }
 
 // lookup reads the stored rows of the known ids (claims indexes, in key order) into their
-// results' Record, and returns the ones that may be taken over.
-func (s *Store) lookup(ctx context.Context, tx pgx.Tx, r *claimRun, known []int) ([]int, error) {
+// results' Record, and returns the ones that may be taken over. set and held are the
+// EpochFilter's and whether it may hold each claim's id (claimBatch's): an id it does not
+// hold is looked up in the current epoch only.
+func (s *Store) lookup(ctx context.Context, tx pgx.Tx, r *claimRun, known []int, set *epochSet, held []bool) ([]int, error) {
 	scopes, ids, fps := make([]string, len(known)), make([]string, len(known)), make([][]byte, len(known))
 	for j, i := range known {
 		c := &r.claims[i]
 		scopes[j], ids[j], fps[j] = c.Scope, c.MessageID, c.Fingerprint
 	}
+	cc := claimColumns{index: known}
+	cc.setFiltered(set, held)
 	var takeover []int
 	err := sendByIndex(ctx, tx, func(b *pgx.Batch) {
-		b.Queue(s.sql.lookup, scopes, ids, fps).Query(func(rows pgx.Rows) error {
+		b.Queue(s.sql.lookup, append([]any{scopes, ids, fps}, cc.filtered...)...).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				i, ok := r.index(rows)
 				if !ok {

@@ -340,7 +340,6 @@ func lockedFor(t *testing.T, dropped []processed.DroppedEpoch) []processed.Dropp
 // epoch's partition that the claim made.
 func (b *bundle) indexScans(t *testing.T, store *processed.Store, round string, n int, shared bool) map[string]int {
 	t.Helper()
-	ctx := context.Background()
 	claims := make([]processed.Claim, n)
 	for i := range claims {
 		claims[i] = processed.Claim{Scope: "s", MessageID: fmt.Sprintf("%s-%d", round, i), Fingerprint: fp}
@@ -349,13 +348,26 @@ func (b *bundle) indexScans(t *testing.T, store *processed.Store, round string, 
 		}
 	}
 	const q = `SELECT relname, idx_scan FROM pg_stat_xact_user_tables WHERE schemaname = $1 AND relname LIKE 'processed_messages_e%'`
-	read := func(tx pgx.Tx) map[string]int {
+	out := map[string]int{}
+	for name, scans := range b.xactCounts(t, store, claims, processed.Claimed, q) {
+		out[name] = int(scans)
+	}
+	return out
+}
+
+// xactCounts claims claims with store in one transaction, requires each outcome to be want,
+// and returns how much each count of q (rows of a name and a count, the schema its $1) grew
+// over the claim, read in its transaction.
+func (b *bundle) xactCounts(t *testing.T, store *processed.Store, claims []processed.Claim, want processed.Outcome, q string) map[string]int64 {
+	t.Helper()
+	ctx := context.Background()
+	read := func(tx pgx.Tx) map[string]int64 {
 		rows, err := tx.Query(ctx, q, b.db.Schema)
 		require.NoError(t, err)
-		out := map[string]int{}
+		out := map[string]int64{}
 		var name string
-		var scans int
-		_, err = pgx.ForEachRow(rows, []any{&name, &scans}, func() error { out[name] = scans; return nil })
+		var n int64
+		_, err = pgx.ForEachRow(rows, []any{&name, &n}, func() error { out[name] = n; return nil })
 		require.NoError(t, err)
 		return out
 	}
@@ -366,7 +378,7 @@ func (b *bundle) indexScans(t *testing.T, store *processed.Store, round string, 
 	res, err := store.ClaimBatchTx(ctx, tx, claims)
 	require.NoError(t, err)
 	for _, r := range res {
-		require.Equal(t, processed.Claimed, r.Outcome)
+		require.Equal(t, want, r.Outcome)
 	}
 	after := read(tx)
 	require.NoError(t, tx.Commit(ctx))

@@ -152,6 +152,58 @@ func TestFilterSparesTheOlderEpochsLookup(t *testing.T) {
 	require.Equal(t, map[string]int{"processed_messages_e0": n, "processed_messages_e1": n}, got)
 }
 
+// The filter spares the older epochs' lookup for redelivered ids too: an id that claimNew
+// did not claim is read back from the current epoch only, unless the filter may hold it,
+// or was built under another epoch, or there is none (BENCHMARKS.md, phase 34). Counted in
+// blocks of the older partition's primary key, whatever plan the lookup had.
+func TestFilterSparesTheOlderEpochsLookupOfKnownIDs(t *testing.T) {
+	t.Parallel()
+	b, f := setupFiltered(t, pgtest.Options{}, 0)
+	// Enough older ids that the lookup of each id is an index probe of each partition
+	// (with a few thousand the planner read the older primary key whole, a few blocks).
+	for k := range 10 {
+		require.Equal(t, outcomes(processed.Claimed, 2000), b.claimAll(t, claimsOf(idsOf(fmt.Sprint("old", k), 2000), true)))
+	}
+	b.openEpoch(t)
+	const n = 200
+	current := idsOf("current", n)
+	require.Equal(t, outcomes(processed.Claimed, n), b.claimAll(t, claimsOf(current, true)))
+
+	// Before the filter is built under the current epoch: every known id is looked up in
+	// the older epoch too (claimNew's probe, then the lookup), a block or more each.
+	for _, shared := range []bool{true, false} {
+		got := b.pkeyBlocks(t, b.store, claimsOf(current, shared), processed.Duplicate)
+		require.GreaterOrEqual(t, got["processed_messages_e0_pkey"], int64(2*n), "before the filter is built (shared %v)", shared)
+	}
+	refresh(t, b, f)
+	for _, shared := range []bool{true, false} {
+		got := b.pkeyBlocks(t, b.store, claimsOf(current, shared), processed.Duplicate)
+		// 1 % false positives, each read twice, two blocks a read: about 8; 40 would be
+		// five times the rate.
+		require.Less(t, got["processed_messages_e0_pkey"], int64(n/5), "reads of the older epoch (shared %v)", shared)
+		t.Logf("shared %v: %d blocks of the older epoch's primary key read for %d known ids", shared, got["processed_messages_e0_pkey"], n)
+	}
+	// The older epoch's ids are still found there, as duplicates and as conflicts.
+	old := idsOf("old3", 50)
+	require.Equal(t, outcomes(processed.Duplicate, 50), b.claimAll(t, claimsOf(old, true)))
+	require.Equal(t, processed.Conflict, b.claim(t, processed.Claim{Scope: "s", MessageID: "old3-9", Fingerprint: []byte("other")}).Outcome)
+	// A store of the same schema without the filter reads the older epoch for each.
+	plain, err := processed.New(&processed.Config{Schema: b.db.Schema})
+	require.NoError(t, err)
+	got := b.pkeyBlocks(t, plain, claimsOf(current, true), processed.Duplicate)
+	require.GreaterOrEqual(t, got["processed_messages_e0_pkey"], int64(2*n))
+}
+
+// pkeyBlocks claims claims with store in one transaction, requires each outcome to be want,
+// and returns the blocks it read (from shared buffers or not) of each partition's primary
+// key.
+func (b *bundle) pkeyBlocks(t *testing.T, store *processed.Store, claims []processed.Claim, want processed.Outcome) map[string]int64 {
+	t.Helper()
+	const q = `SELECT c.relname, pg_stat_get_xact_blocks_fetched(c.oid) FROM pg_class c
+JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname LIKE 'processed_messages_e%_pkey'`
+	return b.xactCounts(t, store, claims, want, q)
+}
+
 // A filter whose ids would not fit in its bytes is not built, and the claims look every
 // new id up.
 func TestFilterTooLargeLooksEveryIDUp(t *testing.T) {

@@ -119,13 +119,27 @@ WHERE ` + claimable("p", "EXCLUDED") + `
 RETURNING p.scope, p.message_id`,
 
 		// The stored rows of ids that claimNew did not claim, and whether each may be
-		// taken over (claim's condition).
+		// taken over (claim's condition). An id that the EpochFilter does not hold ($4
+		// false, while the current epoch is the one it was built under, $5 and $6, as in
+		// claimNew) is in no older epoch: only the current epoch's partition is read for
+		// it, its lower bound on the epoch letting PostgreSQL prune the older partitions
+		// for that id when it runs. A redelivered id, the common known id, had its
+		// lookup read every older partition's primary key, pages that nothing else reads
+		// and that the cache had lost on large tables (BENCHMARKS.md, phase 34). OFFSET 0
+		// keeps the probe a subquery run per id: pulled up into the join, the bound became
+		// a filter checked after every partition was read.
 		lookup: `
 SELECT p.scope, p.message_id, p.fingerprint, p.status, p.response_status, p.response_headers,
        p.response_body, p.received_at, p.completed_at, p.expires_at, p.lease_until,
        ` + claimable("p", "c") + `
-FROM unnest($1::text[], $2::text[], $3::bytea[]) AS c(scope, message_id, fingerprint)
-JOIN ` + t + ` p ON p.scope = c.scope AND p.message_id = c.message_id`,
+FROM ` + current + `
+CROSS JOIN unnest($1::text[], $2::text[], $3::bytea[], $4::bool[]) AS c(scope, message_id, fingerprint, maybe)
+JOIN LATERAL (SELECT * FROM ` + t + ` p
+              WHERE p.scope = c.scope AND p.message_id = c.message_id
+                AND p.epoch >= CASE WHEN c.maybe IS FALSE AND e.epoch IS NOT DISTINCT FROM $5::int
+                                         AND e.opened IS NOT DISTINCT FROM $6::timestamptz
+                                    THEN e.epoch ELSE -2147483648 END
+              OFFSET 0) p ON true`,
 
 		// The payload is kept from the first sighting (the same fingerprint means the same
 		// payload); every sighting extends the row's life by the record's retention.

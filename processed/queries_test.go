@@ -37,7 +37,7 @@ func TestClaimPlansStayBelowJITCost(t *testing.T) {
 		"claimNew":       {s.sql.claimNew, append(perRow, []bool{true, false}, int32(1), time.Now())},
 		"claimNewShared": {s.sql.claimNewShared, []any{"s", ids, fps, int64(1e6), []bool{true, false}, int32(1), time.Now()}},
 		"claim":          {s.sql.claim, perRow},
-		"lookup":         {s.sql.lookup, []any{[]string{"s", "s"}, ids, fps}},
+		"lookup":         {s.sql.lookup, []any{[]string{"s", "s"}, ids, fps, []bool{true, false}, int32(1), time.Now()}},
 	} {
 		var plan []struct {
 			Plan struct {
