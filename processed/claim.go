@@ -173,18 +173,18 @@ type claimColumns struct {
 	filtered []any
 }
 
-// setFiltered sets cc.filtered from set, the EpochFilter's (nil without one), and held:
-// whether it may hold each claim's id, by claims index.
-func (cc *claimColumns) setFiltered(set *epochSet, held []bool) {
+// filteredArgs are the arguments that spare the older epochs' lookup to the ids of index
+// (claims indexes), from set, the EpochFilter's (nil without one), and held: whether it may
+// hold each claim's id, by claims index. All NULL without a filter.
+func filteredArgs(set *epochSet, held []bool, index []int) []any {
 	if set == nil {
-		cc.filtered = []any{[]bool(nil), nil, nil}
-		return
+		return []any{[]bool(nil), nil, nil}
 	}
-	maybe := make([]bool, len(cc.index))
-	for j, i := range cc.index {
+	maybe := make([]bool, len(index))
+	for j, i := range index {
 		maybe[j] = held[i]
 	}
-	cc.filtered = []any{maybe, set.epoch, set.opened}
+	return []any{maybe, set.epoch, set.opened}
 }
 
 // columns are the arrays of claims[index]: only ids and fingerprints when canShare and
@@ -305,7 +305,7 @@ func (s *Store) claimBatch(ctx context.Context, tx pgx.Tx, begin *Begin, claims 
 	})
 
 	cc := s.columns(claims, uniq, true)
-	cc.setFiltered(set, held)
+	cc.filtered = filteredArgs(set, held, cc.index)
 	batch := &pgx.Batch{}
 	if begin != nil {
 		batch = begin.Batch
@@ -441,11 +441,9 @@ func (s *Store) lookup(ctx context.Context, tx pgx.Tx, r *claimRun, known []int,
 		c := &r.claims[i]
 		scopes[j], ids[j], fps[j] = c.Scope, c.MessageID, c.Fingerprint
 	}
-	cc := claimColumns{index: known}
-	cc.setFiltered(set, held)
 	var takeover []int
 	err := sendByIndex(ctx, tx, func(b *pgx.Batch) {
-		b.Queue(s.sql.lookup, append([]any{scopes, ids, fps}, cc.filtered...)...).Query(func(rows pgx.Rows) error {
+		b.Queue(s.sql.lookup, append([]any{scopes, ids, fps}, filteredArgs(set, held, known)...)...).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				i, ok := r.index(rows)
 				if !ok {
