@@ -178,6 +178,15 @@ func serveChild(ctx context.Context, kind, raw string, stdout io.Writer) error {
 			return err
 		}
 		fmt.Fprintf(os.Stderr, "%s child: filter of the older epochs' ids built under epoch %d in %s: %d ids\n", kind, res.Epoch, res.Took.Round(time.Millisecond), res.IDs)
+		// The build's scan of the older epochs is not the load's work.
+		idle := pool.AcquireAllIdle(ctx)
+		err = reportCounters(ctx, idle...)
+		for _, conn := range idle {
+			conn.Release()
+		}
+		if err != nil {
+			return err
+		}
 		parts = append(parts, func(ctx context.Context) error { return filter.Run(ctx, pool, 0, log, nil) })
 	}
 	switch kind {

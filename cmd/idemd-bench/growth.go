@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemd/idemd/internal/pgerr"
 	"github.com/idemd/idemd/outbox"
 )
 
@@ -214,11 +213,8 @@ func benchGrowth(ctx context.Context, e *env, res *Results) error {
 }
 
 // publishAll publishes every outbox row as the relay would have: deletes them, or moves
-// them to outbox_published with -keep-published; then vacuums the outbox. Its connection
-// then reports its counters at once: a backend reports them at most once a second when it
-// goes idle (PostgreSQL 15), and the deleted rows of a pool connection that did not were
-// counted in the next run's work per message, 0.8 rows a message (pg_stat_force_next_flush
-// is PostgreSQL 15's; older servers are left as they are).
+// them to outbox_published with -keep-published; then vacuums the outbox, and its
+// connection reports its counters at once (reportCounters), before the next run.
 func (e *env) publishAll(ctx context.Context) error {
 	publish := "DELETE FROM " + e.q() + ".outbox"
 	if e.o.keepPublished {
@@ -235,13 +231,7 @@ func (e *env) publishAll(ctx context.Context) error {
 	if _, err := conn.Exec(ctx, "VACUUM "+e.q()+".outbox"); err != nil {
 		return err
 	}
-	if _, err := conn.Exec(ctx, "SELECT pg_stat_force_next_flush()"); err != nil {
-		if pgerr.Code(err) == "42883" { // undefined_function: before PostgreSQL 15
-			return nil
-		}
-		return err
-	}
-	return nil
+	return reportCounters(ctx, conn)
 }
 
 // growthRounds runs -growth-rounds rounds at a growth point, each the limit c and the
