@@ -127,7 +127,8 @@ RETURNING p.scope, p.message_id`,
 		// lookup read every older partition's primary key, pages that nothing else reads
 		// and that the cache had lost on large tables (BENCHMARKS.md, phase 34). OFFSET 0
 		// keeps the probe a subquery run per id: pulled up into the join, the bound became
-		// a filter checked after every partition was read.
+		// a filter checked after every partition was read. The other bound, the least
+		// integer, is every epoch.
 		lookup: `
 SELECT p.scope, p.message_id, p.fingerprint, p.status, p.response_status, p.response_headers,
        p.response_body, p.received_at, p.completed_at, p.expires_at, p.lease_until,

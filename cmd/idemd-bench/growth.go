@@ -126,12 +126,12 @@ const growthScope = "bench"
 // At each size the limit's strongest form is chosen first (the faster of two runs of each
 // form tried); then -growth-rounds rounds each run that limit and the consumer once, back to
 // back on fresh ids, the order alternating from round to round, and the point's ratio is the
-// median of the rounds' consumer/limit (since phase 34: the faster of two runs of each side,
-// minutes apart, moved the growth goal between 0.73 and 1.23 over five runs of one build).
-// At 0 rows the tables are emptied before every run, so that each run of the empty point
-// starts on empty tables, as its name says (until phase 34 the point's later runs found the
-// earlier runs' rows, some 600,000 by its consumer's); at a pre-filled size they keep the
-// runs' rows, as traffic would leave them.
+// median of the rounds' consumer/limit (since phase 34: the fastest runs of each side,
+// minutes apart, moved the growth goal between 0.67 and 1.34 over phases 29 to 33, and to
+// 0.73 and 1.23 in two runs of one build). At 0 rows the tables are emptied before every
+// run, so that each run of the empty point starts on empty tables, as its name says (until
+// phase 34 the point's consumer found the limit's runs' rows, 480,000 of them); at a
+// pre-filled size they keep the runs' rows, as traffic would leave them.
 func benchGrowth(ctx context.Context, e *env, res *Results) error {
 	lc := e.bestLimit(res)
 	sizes := e.o.growthRows
