@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemd/idemd/deadletter"
+	"github.com/idemd/idemd/internal/pgarray"
 	"github.com/idemd/idemd/outbox"
 )
 
@@ -95,6 +96,7 @@ func (u *Unit) send(ctx context.Context, tx pgx.Tx, q *queue) error {
 	if q.batch.Len() == 0 {
 		return nil
 	}
+	pgarray.Reserve(tx.Conn(), &q.batch)
 	err := tx.SendBatch(ctx, &q.batch).Close()
 	q.batch = pgx.Batch{}
 	q.endSpans(err)
@@ -240,6 +242,7 @@ func (u *Unit) enqueue(ctx context.Context, tx pgx.Tx, q *queue, events []outbox
 	if err != nil {
 		return Permanent(err)
 	}
+	pgarray.Reserve(tx.Conn(), &b)
 	if err := tx.SendBatch(ctx, &b).Close(); err != nil {
 		return fmt.Errorf("error enqueueing outbox events: %w", err)
 	}

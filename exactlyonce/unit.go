@@ -36,6 +36,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemd/idemd/deadletter"
+	"github.com/idemd/idemd/internal/pgarray"
 	"github.com/idemd/idemd/internal/retry"
 	"github.com/idemd/idemd/internal/tracing"
 	"github.com/idemd/idemd/migrations"
@@ -434,6 +435,7 @@ func (u *Unit) sendCommit(ctx context.Context, tx pgx.Tx, q *queue, msgs []*Mess
 		u.cfg.BeforeCommit(msgs)
 	}
 	q.batch.Queue("COMMIT")
+	pgarray.Reserve(tx.Conn(), &q.batch)
 	err := tx.SendBatch(ctx, &q.batch).Close()
 	q.batch = pgx.Batch{}
 	q.endSpans(err)

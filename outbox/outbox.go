@@ -220,6 +220,7 @@ func (s *Store) EnqueueTx(ctx context.Context, tx pgx.Tx, events ...Event) error
 	if err := s.Queue(batch, events...); err != nil {
 		return err
 	}
+	pgarray.Reserve(tx.Conn(), batch)
 	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
 		return fmt.Errorf("error enqueueing outbox events: %w", err)
 	}

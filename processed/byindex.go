@@ -6,6 +6,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemd/idemd/internal/pgarray"
 )
 
 // idemd's statements on processed_messages find their rows by the primary key (or by the
@@ -45,6 +47,7 @@ func sendByIndex(ctx context.Context, tx pgx.Tx, queue func(*pgx.Batch)) error {
 	queueScansOff(b)
 	queue(b)
 	queueScansRestore(b)
+	pgarray.Reserve(tx.Conn(), b)
 	return tx.SendBatch(ctx, b).Close()
 }
 

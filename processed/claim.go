@@ -319,10 +319,12 @@ func (s *Store) claimBatch(ctx context.Context, tx pgx.Tx, begin *Begin, claims 
 		batch.Queue(`SELECT pg_current_xact_id()::text`).QueryRow(func(row pgx.Row) error { return row.Scan(xid) })
 	}
 	if begin == nil {
+		pgarray.Reserve(tx.Conn(), batch)
 		if err := tx.SendBatch(ctx, batch).Close(); err != nil {
 			return tx, nil, fmt.Errorf("error claiming messages: %w", err)
 		}
 	} else {
+		pgarray.Reserve(begin.Conn, batch)
 		br := begin.Conn.SendBatch(ctx, batch)
 		tx = br.Tx()
 		for range prelude {

@@ -74,6 +74,9 @@ type codec struct {
 func (c *codec) PlanEncode(m *pgtype.Map, oid uint32, format int16, value any) pgtype.EncodePlan {
 	if format == pgtype.BinaryFormatCode {
 		switch v := value.(type) {
+		case reserved:
+			// pgx keeps a plan per Go type: the array inside is looked at for each value.
+			return &encodeReserved{m: m, oid: oid, elem: c.elem}
 		case binaryArray:
 			if v.elemOK(c.elem) {
 				return encodeArray{elem: c.elem}
@@ -129,6 +132,26 @@ func (p encodeArray) Encode(value any, buf []byte) ([]byte, error) {
 	buf = slices.Grow(buf, arrayHeaderLen+n)
 	buf = appendHeader(buf, a.len(), hasNull, p.elem)
 	return a.appendElems(buf, p.elem), nil
+}
+
+// encodeReserved grows the buffer by a reserved argument's n, then encodes the array
+// inside it as it would be encoded alone.
+type encodeReserved struct {
+	m    *pgtype.Map
+	oid  uint32
+	elem uint32
+}
+
+func (p *encodeReserved) Encode(value any, buf []byte) ([]byte, error) {
+	r := value.(reserved)
+	if r.null() {
+		return nil, nil
+	}
+	buf = slices.Grow(buf, r.n)
+	if r.elemOK(p.elem) {
+		return encodeArray{elem: p.elem}.Encode(r.binaryArray, buf)
+	}
+	return p.m.Encode(p.oid, pgtype.BinaryFormatCode, r.binaryArray, buf)
 }
 
 // textual says whether strings are the binary form of the element type (text, varchar and

@@ -9,7 +9,9 @@
 //
 // On a connection where Register ran (the daemon's pool, from its AfterConnect) they skip
 // pgx's element-by-element encoding altogether: each array writes its binary form itself,
-// after one growth of pgx's buffer (binary.go).
+// after one growth of pgx's buffer (binary.go). Reserve, called before a batch is sent,
+// makes that one growth per statement, and grows pgx's write buffer once for the batch
+// (reserve.go).
 package pgarray
 
 import (
