@@ -72,11 +72,12 @@ type codec struct {
 }
 
 func (c *codec) PlanEncode(m *pgtype.Map, oid uint32, format int16, value any) pgtype.EncodePlan {
+	if _, ok := value.(reserved); ok {
+		// pgx keeps a plan per Go type: the array inside is looked at for each value.
+		return &encodeReserved{m: m, oid: oid, format: format, elem: c.elem}
+	}
 	if format == pgtype.BinaryFormatCode {
 		switch v := value.(type) {
-		case reserved:
-			// pgx keeps a plan per Go type: the array inside is looked at for each value.
-			return &encodeReserved{m: m, oid: oid, elem: c.elem}
 		case binaryArray:
 			if v.elemOK(c.elem) {
 				return encodeArray{elem: c.elem}
@@ -137,9 +138,10 @@ func (p encodeArray) Encode(value any, buf []byte) ([]byte, error) {
 // encodeReserved grows the buffer by a reserved argument's n, then encodes the array
 // inside it as it would be encoded alone.
 type encodeReserved struct {
-	m    *pgtype.Map
-	oid  uint32
-	elem uint32
+	m      *pgtype.Map
+	oid    uint32
+	format int16
+	elem   uint32
 }
 
 func (p *encodeReserved) Encode(value any, buf []byte) ([]byte, error) {
@@ -148,10 +150,10 @@ func (p *encodeReserved) Encode(value any, buf []byte) ([]byte, error) {
 		return nil, nil
 	}
 	buf = slices.Grow(buf, r.n)
-	if r.elemOK(p.elem) {
+	if p.format == pgtype.BinaryFormatCode && r.elemOK(p.elem) {
 		return encodeArray{elem: p.elem}.Encode(r.binaryArray, buf)
 	}
-	return p.m.Encode(p.oid, pgtype.BinaryFormatCode, r.binaryArray, buf)
+	return p.m.Encode(p.oid, p.format, r.binaryArray, buf)
 }
 
 // textual says whether strings are the binary form of the element type (text, varchar and

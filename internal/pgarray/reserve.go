@@ -34,29 +34,31 @@ const (
 )
 
 // Reserve readies conn to send b, a batch of statements, with its buffers grown once: the
-// first array argument of each statement that holds arrays reserves room in pgx's
-// parameter buffer for all of that statement's arguments, and the write buffer gets room
-// for the batch's messages. Call it just before conn.SendBatch(ctx, b) (or the SendBatch of
-// a transaction on conn). It changes no byte that reaches PostgreSQL. On a connection
-// where Register did not run it does nothing. A statement whose arguments hold no array of
-// this package is counted but not changed.
+// write buffer gets room for the batch's messages, and the first array argument of each
+// statement that holds arrays reserves room in pgx's parameter buffer for all of that
+// statement's arguments. Call it just before conn.SendBatch(ctx, b) (or the SendBatch of a
+// transaction on conn). It changes no byte that reaches PostgreSQL. The arguments are left
+// as they are where Register did not run on conn, and where pgx does not encode them by
+// the statement's description (a DefaultQueryExecMode of QueryExecModeExec or the simple
+// protocol, which a batch's statements all run in): there pgx takes an argument's type
+// from its Go value.
 func Reserve(conn *pgx.Conn, b *pgx.Batch) {
-	if conn == nil || !Registered(conn.TypeMap()) {
+	if conn == nil {
 		return
 	}
+	wrap := Registered(conn.TypeMap()) && described(conn.Config().DefaultQueryExecMode)
 	total := 0
 	for _, q := range b.QueuedQueries {
 		n, first := 0, -1
 		for i, arg := range q.Arguments {
 			if r, ok := arg.(reserved); ok {
-				arg = r.binaryArray // a batch sent before
-				q.Arguments[i] = arg
+				arg = r.binaryArray // a batch sent before: reserved again below
 			}
 			switch v := arg.(type) {
 			case binaryArray:
 				s, _ := v.size()
 				n += arrayHeaderLen + s
-				if first < 0 {
+				if first < 0 && !v.null() {
 					first = i
 				}
 			case []any:
@@ -73,14 +75,32 @@ func Reserve(conn *pgx.Conn, b *pgx.Batch) {
 				n += 16 // a scalar: at most a uuid's or an interval's 16 bytes
 			}
 		}
-		if first >= 0 && n > paramBufferKept {
-			q.Arguments[first] = reserved{binaryArray: q.Arguments[first].(binaryArray), n: n}
+		if wrap && first >= 0 && n > paramBufferKept {
+			// The caller's slice of arguments is left as it was.
+			args := slices.Clone(q.Arguments)
+			for i, arg := range args {
+				if r, ok := arg.(reserved); ok {
+					args[i] = r.binaryArray
+				}
+			}
+			args[first] = reserved{binaryArray: args[first].(binaryArray), n: n}
+			q.Arguments = args
 		}
 		total += bindOverhead + paramOverhead*len(q.Arguments) + n
 	}
 	if total > writeBufferKept {
 		conn.PgConn().Frontend().Send(reserveMessage(total))
 	}
+}
+
+// described says whether pgx encodes a statement's arguments, in mode, by the types of the
+// statement's description.
+func described(mode pgx.QueryExecMode) bool {
+	switch mode {
+	case pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe, pgx.QueryExecModeDescribeExec:
+		return true
+	}
+	return false
 }
 
 // reserved is an array argument that grows pgx's parameter buffer by n bytes, the encoded

@@ -14,10 +14,16 @@ import (
 	"github.com/idemd/idemd/internal/pgtest"
 )
 
-// connect opens a connection to the test server, registered (Register) or not.
-func connect(t *testing.T, registered bool) *pgx.Conn {
+// connect opens a connection to the test server, registered (Register) or not, in pgx's
+// default exec mode or in mode.
+func connect(t *testing.T, registered bool, mode ...pgx.QueryExecMode) *pgx.Conn {
 	t.Helper()
-	conn, err := pgx.Connect(context.Background(), pgtest.URL())
+	cfg, err := pgx.ParseConfig(pgtest.URL())
+	require.NoError(t, err)
+	for _, m := range mode {
+		cfg.DefaultQueryExecMode = m
+	}
+	conn, err := pgx.ConnectConfig(context.Background(), cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close(context.Background()) })
 	if registered {
@@ -28,9 +34,10 @@ func connect(t *testing.T, registered bool) *pgx.Conn {
 
 // reserveBatch is a batch shaped as the unit's: statements of several large arrays, one of
 // them passed for another element type than its own (JSONB for text[]: pgx's codec encodes
-// it), a NULL array, a multi-message effect's []any column and scalars. Each statement
-// returns the MD5 of the text form of what it received.
-func reserveBatch(n int, got *[]string) *pgx.Batch {
+// it), a NULL array, a multi-message effect's []any column (unless untyped: pgx encodes a
+// []any only where it knows the parameter's type) and scalars. Each statement returns the
+// MD5 of the text form of what it received.
+func reserveBatch(n int, got *[]string, untyped ...bool) *pgx.Batch {
 	ids, payloads, docs, col := make(pgarray.Text, n), make(pgarray.Bytes, n), make(pgarray.JSONB, n), make([]any, n)
 	for i := range n {
 		ids[i] = fmt.Sprintf("evt_%028d", i)
@@ -39,6 +46,10 @@ func reserveBatch(n int, got *[]string) *pgx.Batch {
 		if i%5 != 0 {
 			col[i] = ids[i]
 		}
+	}
+	var column any = col
+	if len(untyped) > 0 && untyped[0] {
+		column = pgarray.Text(ids)
 	}
 	b := &pgx.Batch{}
 	scan := func(row pgx.Row) error {
@@ -50,7 +61,7 @@ func reserveBatch(n int, got *[]string) *pgx.Batch {
 		return nil
 	}
 	b.Queue(`SELECT md5(concat_ws('|', $1::text[], $2::bytea[], $3::int8))`, ids, payloads, int64(n)).QueryRow(scan)
-	b.Queue(`SELECT md5(concat_ws('|', $1::text, $2::jsonb[], $3::text[], $4::text[], $5::text[]))`, "scope", docs, pgarray.JSONB(ids), col, pgarray.Text(nil)).QueryRow(scan)
+	b.Queue(`SELECT md5(concat_ws('|', $1::text, $2::jsonb[], $3::text[], $4::text[], $5::text[]))`, "scope", docs, pgarray.JSONB(ids), column, pgarray.Text(nil)).QueryRow(scan)
 	b.Queue(`SELECT $1::text`, "no array").QueryRow(scan)
 	return b
 }
@@ -83,17 +94,53 @@ func TestReserveChangesNoByte(t *testing.T) {
 	require.Equal(t, want, got)
 }
 
-// TestReserveLeavesUnregisteredConnections: without Register, pgx encodes the arrays
-// itself, and Reserve leaves the batch as it is.
-func TestReserveLeavesUnregisteredConnections(t *testing.T) {
-	conn := connect(t, false)
+// TestReserveLeavesArgumentsWherePgxTypesThem: without Register pgx encodes the arrays
+// itself, and in QueryExecModeExec and the simple protocol it takes their types from their
+// Go values: Reserve leaves those batches' arguments as they are, and they still send.
+func TestReserveLeavesArgumentsWherePgxTypesThem(t *testing.T) {
+	ctx := context.Background()
+	unchanged := func(t *testing.T, conn *pgx.Conn, b *pgx.Batch, got *[]string) {
+		t.Helper()
+		types := func() (ts []string) {
+			for _, q := range b.QueuedQueries {
+				for _, a := range q.Arguments {
+					ts = append(ts, fmt.Sprintf("%T", a))
+				}
+			}
+			return ts
+		}
+		before := types()
+		pgarray.Reserve(conn, b)
+		require.Equal(t, before, types())
+		require.NoError(t, conn.SendBatch(ctx, b).Close())
+		require.Len(t, *got, 3)
+	}
 	var got []string
-	b := reserveBatch(10, &got)
-	before := fmt.Sprintf("%#v", b.QueuedQueries[0].Arguments)
+	unchanged(t, connect(t, false), reserveBatch(500, &got), &got)
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol} {
+		got = nil
+		unchanged(t, connect(t, true, mode), reserveBatch(500, &got, true), &got)
+	}
+}
+
+// TestReserveLeavesTheCallersArguments: the arguments a statement was queued with, a slice
+// the caller may use again, keep their values; a NULL first array passes the reservation
+// on to the next.
+func TestReserveLeavesTheCallersArguments(t *testing.T) {
+	conn := connect(t, true)
+	payloads := make(pgarray.Bytes, 500)
+	for i := range payloads {
+		payloads[i] = []byte(strings.Repeat("p", 200))
+	}
+	args := []any{pgarray.Text(nil), payloads}
+	var n int
+	b := &pgx.Batch{}
+	b.Queue(`SELECT coalesce(cardinality($1::text[]), 0) + cardinality($2::bytea[])`, args...).QueryRow(func(row pgx.Row) error { return row.Scan(&n) })
 	pgarray.Reserve(conn, b)
-	require.Equal(t, before, fmt.Sprintf("%#v", b.QueuedQueries[0].Arguments))
+	require.Equal(t, []any{pgarray.Text(nil), payloads}, args)
+	require.NotEqual(t, fmt.Sprintf("%T", payloads), fmt.Sprintf("%T", b.QueuedQueries[0].Arguments[1]), "the payloads reserve")
 	require.NoError(t, conn.SendBatch(context.Background(), b).Close())
-	require.Len(t, got, 3)
+	require.Equal(t, 500, n)
 }
 
 // TestReserveAllocatesLess: pgx's buffers are grown once a statement and once a batch:
