@@ -46,6 +46,7 @@ func Reserve(conn *pgx.Conn, b *pgx.Batch) {
 	if conn == nil {
 		return
 	}
+	// Config copies the connection's configuration: a few allocations a batch.
 	wrap := Registered(conn.TypeMap()) && described(conn.Config().DefaultQueryExecMode)
 	total := 0
 	for _, q := range b.QueuedQueries {
