@@ -1,0 +1,5 @@
+//go:build !race
+
+package pgarray_test
+
+const raceDetector = false
