@@ -26,6 +26,12 @@ import (
 // longer recognises these types as arrays when it is given one as a string (the daemon
 // never does: its only COPY is the bench's, of no array column).
 func Register(m *pgtype.Map) {
+	if Registered(m) {
+		return
+	}
+	// First: a reservation (Reserve) is a struct, which pgx's own wrappers would take for a
+	// composite value.
+	m.TryWrapEncodePlanFuncs = append([]pgtype.TryWrapEncodePlanFunc{tryWrapReserved}, m.TryWrapEncodePlanFuncs...)
 	for _, a := range wrapped {
 		t, ok := m.TypeForOID(a.array)
 		if !ok {
@@ -72,10 +78,6 @@ type codec struct {
 }
 
 func (c *codec) PlanEncode(m *pgtype.Map, oid uint32, format int16, value any) pgtype.EncodePlan {
-	if _, ok := value.(reserved); ok {
-		// pgx keeps a plan per Go type: the array inside is looked at for each value.
-		return &encodeReserved{m: m, oid: oid, format: format, elem: c.elem}
-	}
 	if format == pgtype.BinaryFormatCode {
 		switch v := value.(type) {
 		case binaryArray:
@@ -133,27 +135,6 @@ func (p encodeArray) Encode(value any, buf []byte) ([]byte, error) {
 	buf = slices.Grow(buf, arrayHeaderLen+n)
 	buf = appendHeader(buf, a.len(), hasNull, p.elem)
 	return a.appendElems(buf, p.elem), nil
-}
-
-// encodeReserved grows the buffer by a reserved argument's n, then encodes the array
-// inside it as it would be encoded alone.
-type encodeReserved struct {
-	m      *pgtype.Map
-	oid    uint32
-	format int16
-	elem   uint32
-}
-
-func (p *encodeReserved) Encode(value any, buf []byte) ([]byte, error) {
-	r := value.(reserved)
-	if r.null() {
-		return nil, nil
-	}
-	buf = slices.Grow(buf, r.n)
-	if p.format == pgtype.BinaryFormatCode && r.elemOK(p.elem) {
-		return encodeArray{elem: p.elem}.Encode(r.binaryArray, buf)
-	}
-	return p.m.Encode(p.oid, p.format, r.binaryArray, buf)
 }
 
 // textual says whether strings are the binary form of the element type (text, varchar and

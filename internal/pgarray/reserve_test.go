@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -66,17 +67,41 @@ func reserveBatch(n int, got *[]string, untyped ...bool) *pgx.Batch {
 	return b
 }
 
+// reserveBatchMixed is reserveBatch with two more statements: []any columns first, as a
+// multi-message effect's, for types Register wraps and types it does not (int4[],
+// timestamptz[]); and arrays given to parameters of a scalar type whose codec takes any Go
+// value (jsonb, which marshals them).
+func reserveBatchMixed(n int, got *[]string) *pgx.Batch {
+	b := reserveBatch(n, got)
+	scan := b.QueuedQueries[0].Fn
+	ids, col := make(pgarray.Text, n), make([]any, n)
+	ints, times, nums := make([]any, n), make([]any, n), make([]any, n)
+	for i := range n {
+		ids[i] = fmt.Sprintf("evt_%028d", i)
+		if i%5 != 0 {
+			col[i] = ids[i]
+		}
+		ints[i], nums[i] = int32(i), int64(i)*1_000_003
+		times[i] = time.Date(2026, 12, 5, 0, 0, i%60, 0, time.UTC)
+	}
+	q := b.Queue(`SELECT md5(concat_ws('|', $1::text[], $2::int4[], $3::timestamptz[], $4::int8[]))`, col, ints, times, nums)
+	q.Fn = scan
+	q = b.Queue(`SELECT md5(concat_ws('|', $1::jsonb, $2::jsonb, $3::text))`, ids, col, "scope")
+	q.Fn = scan
+	return b
+}
+
 // TestReserveChangesNoByte: a batch sent after Reserve, and sent again after a second
 // Reserve, gives PostgreSQL what the same batch gives it without Reserve.
 func TestReserveChangesNoByte(t *testing.T) {
 	conn := connect(t, true)
 	ctx := context.Background()
 	var want []string
-	require.NoError(t, conn.SendBatch(ctx, reserveBatch(500, &want)).Close())
-	require.Len(t, want, 3)
+	require.NoError(t, conn.SendBatch(ctx, reserveBatchMixed(500, &want)).Close())
+	require.Len(t, want, 5)
 
 	var got []string
-	b := reserveBatch(500, &got)
+	b := reserveBatchMixed(500, &got)
 	for range 2 {
 		got = got[:0]
 		pgarray.Reserve(conn, b)
@@ -87,11 +112,48 @@ func TestReserveChangesNoByte(t *testing.T) {
 	tx, err := conn.Begin(ctx)
 	require.NoError(t, err)
 	got = got[:0]
-	b = reserveBatch(500, &got)
+	b = reserveBatchMixed(500, &got)
 	pgarray.Reserve(tx.Conn(), b)
 	require.NoError(t, tx.SendBatch(ctx, b).Close())
 	require.NoError(t, tx.Commit(ctx))
 	require.Equal(t, want, got)
+
+	// A batch whose reservation is above 1 KiB and whose messages are below it: pgx keeps
+	// the connection's write buffer as its own after the flush, and the statements that
+	// follow, in a batch or not, write into it.
+	scalars := make([]any, 60)
+	for i := range scalars {
+		scalars[i] = int64(i)
+	}
+	var sum int64
+	small := &pgx.Batch{}
+	small.Queue(`SELECT 0`+placeholders(1, 60), scalars...).QueryRow(func(row pgx.Row) error { return row.Scan(&sum) })
+	pgarray.Reserve(conn, small)
+	require.NoError(t, conn.SendBatch(ctx, small).Close())
+	require.EqualValues(t, 59*60/2, sum)
+	var echo string
+	require.NoError(t, conn.QueryRow(ctx, `SELECT $1::text`, strings.Repeat("e", 3000)).Scan(&echo))
+	require.Equal(t, strings.Repeat("e", 3000), echo)
+
+	// A smaller batch of other values, then a larger one, in the bytes the connection's
+	// earlier statements were encoded into.
+	for _, n := range []int{300, 700} {
+		var want, got []string
+		require.NoError(t, connect(t, true).SendBatch(ctx, reserveBatchMixed(n, &want)).Close())
+		b := reserveBatchMixed(n, &got)
+		pgarray.Reserve(conn, b)
+		require.NoError(t, conn.SendBatch(ctx, b).Close())
+		require.Equal(t, want, got, "%d messages", n)
+	}
+}
+
+// placeholders is " + $from::int8 + … + $to::int8".
+func placeholders(from, to int) string {
+	var b strings.Builder
+	for i := from; i <= to; i++ {
+		fmt.Fprintf(&b, " + $%d::int8", i)
+	}
+	return b.String()
 }
 
 // TestReserveLeavesArgumentsWherePgxTypesThem: without Register pgx encodes the arrays
@@ -143,10 +205,12 @@ func TestReserveLeavesTheCallersArguments(t *testing.T) {
 	require.Equal(t, 500, n)
 }
 
-// TestReserveAllocatesLess: pgx's buffers are grown once a statement and once a batch:
-// sending the batch allocates at most two thirds of the bytes it allocates without Reserve
-// (about half, measured when written), where every statement's arrays and then the batch's
-// messages were built up by doubling.
+// TestReserveAllocatesLess: the arrays are encoded into the connection's own parameter
+// buffer and the batch's messages into its own write buffer, both kept from batch to
+// batch: sending the batch allocates less than a tenth of the bytes it allocates without
+// Reserve (a twentieth, measured when written; half when each buffer was grown once a
+// statement or a batch instead, phase 35), where every statement's arrays and then the
+// batch's messages were built up by doubling.
 func TestReserveAllocatesLess(t *testing.T) {
 	if raceDetector {
 		t.Skip("the race detector allocates: allocations are counted without it")
@@ -176,5 +240,5 @@ func TestReserveAllocatesLess(t *testing.T) {
 	}
 	without, with := send(false), send(true)
 	t.Logf("bytes allocated per batch: %d without Reserve, %d with it", without, with)
-	require.Less(t, with*3, without*2)
+	require.Less(t, with*10, without)
 }
