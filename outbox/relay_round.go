@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/google/uuid"
@@ -558,6 +559,36 @@ func (r *Relay) mark(ctx context.Context, ids []int64) error {
 // kafkaOutlet publishes to Kafka with the relay's writer.
 type kafkaOutlet struct{ w Writer }
 
+// kafkaRound is the records of one publish and their headers' backing arrays, kept for the
+// next publish when the relay's own writer (tieredWriter) took them: a round's records
+// were a twentieth of the bytes the consumer's process allocated (BENCHMARKS.md, phase
+// 36). A kafka-go Writer that is not Async has let go of a call's records once the call
+// returned without an error: every batch it made of them is done. After an error it may
+// not be (the context ended while batches were in flight), and a writer given in
+// RelayConfig.Writer may keep what it is given: those records are left to the collector.
+type kafkaRound struct {
+	msgs []kafka.Message
+	hs   []kafka.Header
+	vals []byte
+}
+
+var kafkaRounds = sync.Pool{New: func() any { return new(kafkaRound) }}
+
+// kafkaRoundMax bounds the records of a kept kafkaRound (RelayConfig.BatchSize's default
+// is 4,000): a round of larger events must not pin its memory.
+const kafkaRoundMax = 1 << 20
+
+// put keeps kr's arrays for the next round, emptied so that they pin no event's bytes.
+func (kr *kafkaRound) put() {
+	if cap(kr.vals) > kafkaRoundMax || cap(kr.msgs) > relayHandoffRounds*RelayBatchSizeDefault {
+		return
+	}
+	clear(kr.msgs)
+	clear(kr.hs)
+	kr.msgs, kr.hs, kr.vals = kr.msgs[:0], kr.hs[:0], kr.vals[:0]
+	kafkaRounds.Put(kr)
+}
+
 func (o kafkaOutlet) publish(ctx context.Context, b *batch) []error {
 	errs := make([]error, len(b.events))
 	if o.w == nil {
@@ -566,13 +597,18 @@ func (o kafkaOutlet) publish(ctx context.Context, b *batch) []error {
 		}
 		return errs
 	}
-	msgs := make([]kafka.Message, len(b.events))
 	var nh, nb int
 	for i := range b.events {
 		n, bytes := headersSize(&b.events[i])
 		nh, nb = nh+n, nb+bytes
 	}
-	hs, vals := make([]kafka.Header, 0, nh), make([]byte, 0, nb)
+	_, keep := o.w.(*tieredWriter)
+	kr := &kafkaRound{}
+	if keep {
+		kr = kafkaRounds.Get().(*kafkaRound)
+	}
+	msgs := slices.Grow(kr.msgs[:0], len(b.events))[:len(b.events)]
+	hs, vals := slices.Grow(kr.hs[:0], nh), slices.Grow(kr.vals[:0], nb)
 	for i := range b.events {
 		e := &b.events[i]
 		start := len(hs)
@@ -581,6 +617,10 @@ func (o kafkaOutlet) publish(ctx context.Context, b *batch) []error {
 	}
 	err := o.w.WriteMessages(ctx, msgs...)
 	if err == nil {
+		if keep {
+			kr.msgs, kr.hs, kr.vals = msgs, hs, vals
+			kr.put()
+		}
 		return errs
 	}
 	// The writer reports one error per record (kafka.WriteErrors) when some partitions

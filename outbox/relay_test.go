@@ -220,11 +220,14 @@ func (o written) checkPublished(t *testing.T, records []kafka.Message) {
 		require.True(t, o.committed[p], "unknown record %s", p)
 		require.NotEmpty(t, kafkatest.Header(m, outbox.HeaderOperationID))
 		require.Equal(t, "p", kafkatest.Header(m, outbox.HeaderPipeline))
+		key, seqText, _ := strings.Cut(p, ":")
+		// Each record's headers are its row's (a round's records share their arrays).
+		require.True(t, strings.HasPrefix(kafkatest.Header(m, outbox.HeaderCausationID), key+"-"),
+			"record %s has causation-id %q", p, kafkatest.Header(m, outbox.HeaderCausationID))
 		if seen[p] {
 			continue
 		}
 		seen[p] = true
-		key, seqText, _ := strings.Cut(p, ":")
 		seq, _ := strconv.Atoi(seqText)
 		if last, ok := lastSeq[key]; ok {
 			require.Greater(t, seq, last, "key %s out of order", key)
