@@ -574,8 +574,9 @@ type kafkaRound struct {
 
 var kafkaRounds = sync.Pool{New: func() any { return new(kafkaRound) }}
 
-// kafkaRoundMax bounds the records of a kept kafkaRound (RelayConfig.BatchSize's default
-// is 4,000): a round of larger events must not pin its memory.
+// kafkaRoundMax bounds the header values' bytes of a kept kafkaRound, and
+// relayHandoffRounds × RelayBatchSizeDefault its records: a round of many or large events
+// must not pin its memory.
 const kafkaRoundMax = 1 << 20
 
 // put keeps kr's arrays for the next round, emptied so that they pin no event's bytes.

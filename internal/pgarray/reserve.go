@@ -57,7 +57,7 @@ func Reserve(conn *pgx.Conn, b *pgx.Batch) {
 	wrap := Registered(conn.TypeMap()) && described(conn.Config().DefaultQueryExecMode)
 	var params *paramBuffer
 	if wrap {
-		params = buffersOf(conn).params
+		params = buffersOf(conn).paramsBuf()
 	}
 	total := 0
 	for _, q := range b.QueuedQueries {
@@ -112,7 +112,7 @@ func Reserve(conn *pgx.Conn, b *pgx.Batch) {
 		total += bindOverhead + paramOverhead*len(q.Arguments) + n
 	}
 	if total > writeBufferKept {
-		conn.PgConn().Frontend().Send(reserveMessage{n: total, buf: buffersOf(conn).write})
+		conn.PgConn().Frontend().Send(reserveMessage{n: total, buf: buffersOf(conn).writeBuf()})
 	}
 }
 
@@ -200,7 +200,8 @@ func (p *reservePlan) Encode(value any, buf []byte) ([]byte, error) {
 //     into the same bytes again. Where pgx keeps it instead (a flush of 1 KiB or less, or
 //     an encoding error), it is the connection's own write buffer, used by it alone.
 //
-// A buffer above paramBufferMax is not kept: one huge batch must not pin its memory.
+// A buffer above paramBufferMax (1 MiB) is not kept: one huge batch must not pin its memory,
+// and a pool of the daemon's 20 connections keeps at most 40 MiB.
 type paramBuffer struct{ b []byte }
 
 // buffers are a connection's two paramBuffers: pgx copies one into the other.
@@ -208,18 +209,38 @@ type buffers struct{ params, write *paramBuffer }
 
 const (
 	buffersKey     = "idemd/pgarray.buffers"
-	paramBufferMax = 4 << 20
+	paramBufferMax = 1 << 20
 )
 
-// buffersOf is conn's buffers, made on first use.
+// buffersOf is conn's buffers, made on first use; nil where conn has no CustomData (a
+// PgConn built from a hijacked connection without one): pgx's buffers are then grown once,
+// not kept.
 func buffersOf(conn *pgx.Conn) *buffers {
 	data := conn.PgConn().CustomData()
+	if data == nil {
+		return nil
+	}
 	if b, ok := data[buffersKey].(*buffers); ok {
 		return b
 	}
 	b := &buffers{params: &paramBuffer{}, write: &paramBuffer{}}
 	data[buffersKey] = b
 	return b
+}
+
+// paramsBuf and writeBuf are b's buffers; nil (grown, not kept) when b is nil.
+func (b *buffers) paramsBuf() *paramBuffer {
+	if b == nil {
+		return nil
+	}
+	return b.params
+}
+
+func (b *buffers) writeBuf() *paramBuffer {
+	if b == nil {
+		return nil
+	}
+	return b.write
 }
 
 // take returns a buffer that holds prefix (what the statement's earlier arguments encoded
