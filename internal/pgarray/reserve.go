@@ -55,9 +55,10 @@ func Reserve(conn *pgx.Conn, b *pgx.Batch) {
 	}
 	// Config copies the connection's configuration: a few allocations a batch.
 	wrap := Registered(conn.TypeMap()) && described(conn.Config().DefaultQueryExecMode)
+	bufs := buffersOf(conn)
 	var params *paramBuffer
 	if wrap {
-		params = buffersOf(conn).paramsBuf()
+		params = bufs.paramsBuf()
 	}
 	total := 0
 	for _, q := range b.QueuedQueries {
@@ -112,7 +113,7 @@ func Reserve(conn *pgx.Conn, b *pgx.Batch) {
 		total += bindOverhead + paramOverhead*len(q.Arguments) + n
 	}
 	if total > writeBufferKept {
-		conn.PgConn().Frontend().Send(reserveMessage{n: total, buf: buffersOf(conn).writeBuf()})
+		conn.PgConn().Frontend().Send(reserveMessage{n: total, buf: bufs.writeBuf()})
 	}
 }
 
