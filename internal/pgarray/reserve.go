@@ -58,7 +58,7 @@ func Reserve(conn *pgx.Conn, b *pgx.Batch) {
 	bufs := buffersOf(conn)
 	var params *paramBuffer
 	if wrap {
-		params = bufs.paramsBuf()
+		params = bufs.params
 	}
 	total := 0
 	for _, q := range b.QueuedQueries {
@@ -113,7 +113,7 @@ func Reserve(conn *pgx.Conn, b *pgx.Batch) {
 		total += bindOverhead + paramOverhead*len(q.Arguments) + n
 	}
 	if total > writeBufferKept {
-		conn.PgConn().Frontend().Send(reserveMessage{n: total, buf: bufs.writeBuf()})
+		conn.PgConn().Frontend().Send(reserveMessage{n: total, buf: bufs.write})
 	}
 }
 
@@ -205,7 +205,9 @@ func (p *reservePlan) Encode(value any, buf []byte) ([]byte, error) {
 // and a pool of the daemon's 20 connections keeps at most 40 MiB.
 type paramBuffer struct{ b []byte }
 
-// buffers are a connection's two paramBuffers: pgx copies one into the other.
+// buffers are a connection's two paramBuffers: pgx copies one into the other. Both are nil
+// (pgx's buffers grown once, not kept) where the connection has no CustomData (a PgConn
+// built from a hijacked connection without one).
 type buffers struct{ params, write *paramBuffer }
 
 const (
@@ -213,35 +215,18 @@ const (
 	paramBufferMax = 1 << 20
 )
 
-// buffersOf is conn's buffers, made on first use; nil where conn has no CustomData (a
-// PgConn built from a hijacked connection without one): pgx's buffers are then grown once,
-// not kept.
-func buffersOf(conn *pgx.Conn) *buffers {
+// buffersOf is conn's buffers, made on first use.
+func buffersOf(conn *pgx.Conn) buffers {
 	data := conn.PgConn().CustomData()
 	if data == nil {
-		return nil
+		return buffers{}
 	}
-	if b, ok := data[buffersKey].(*buffers); ok {
+	if b, ok := data[buffersKey].(buffers); ok {
 		return b
 	}
-	b := &buffers{params: &paramBuffer{}, write: &paramBuffer{}}
+	b := buffers{params: &paramBuffer{}, write: &paramBuffer{}}
 	data[buffersKey] = b
 	return b
-}
-
-// paramsBuf and writeBuf are b's buffers; nil (grown, not kept) when b is nil.
-func (b *buffers) paramsBuf() *paramBuffer {
-	if b == nil {
-		return nil
-	}
-	return b.params
-}
-
-func (b *buffers) writeBuf() *paramBuffer {
-	if b == nil {
-		return nil
-	}
-	return b.write
 }
 
 // take returns a buffer that holds prefix (what the statement's earlier arguments encoded
