@@ -93,17 +93,19 @@ func (e *env) sizes(ctx context.Context, when string) (Sizes, error) {
 		return fmt.Sprintf("coalesce((SELECT sum(%s(relid)) FROM pg_partition_tree('%s.%s'::regclass) WHERE isleaf), 0)::float8 / %d", fn, e.q(), name, mib)
 	}
 	err := e.pool.QueryRow(ctx, `SELECT
-  (SELECT count(*) FROM `+e.q()+`.processed_messages), `+leaves("pg_relation_size", "processed_messages")+`, `+leaves("pg_relation_size", "processed_messages_pkey")+`,
+  p.rows, `+leaves("pg_relation_size", "processed_messages")+`, `+leaves("pg_relation_size", "processed_messages_pkey")+`,
   `+leaves("pg_relation_size", "processed_messages_expires_at_idx")+`, `+leaves("pg_total_relation_size", "processed_messages")+`,
   (SELECT count(*) FROM `+e.q()+`.outbox) + (SELECT count(*) FROM `+e.q()+`.outbox_published), `+rel("outbox")+`, `+rel("outbox_pkey")+`,
   pg_total_relation_size('`+e.q()+`.outbox_published'::regclass)::float8 / `+fmt.Sprint(mib)+`,
   (pg_total_relation_size('`+e.q()+`.outbox'::regclass) + pg_total_relation_size('`+e.q()+`.outbox_published'::regclass))::float8 / `+fmt.Sprint(mib)+`,
   coalesce((SELECT sum(n_dead_tup) FROM pg_stat_user_tables WHERE relid IN (SELECT relid FROM pg_partition_tree('`+e.q()+`.processed_messages'::regclass))), 0)::bigint,
   coalesce((SELECT sum(n_dead_tup) FROM pg_stat_user_tables WHERE schemaname = $1 AND relname IN ('outbox', 'outbox_published')), 0)::bigint,
-  (SELECT count(*) FROM `+e.q()+`.processed_messages WHERE expires_at > now())`, e.schema).Scan(
+  p.unexpired, p.held
+FROM (SELECT coalesce(sum(n), 0)::bigint AS rows, coalesce(sum(unexpired), 0)::bigint AS unexpired, coalesce(sum(n) FILTER (WHERE unexpired > 0), 0)::bigint AS held
+  FROM (SELECT count(*) AS n, count(*) FILTER (WHERE expires_at > now()) AS unexpired FROM `+e.q()+`.processed_messages GROUP BY tableoid) l) p`, e.schema).Scan(
 		&s.ProcessedRows, &s.ProcessedHeapMiB, &s.ProcessedPKeyMiB, &s.ProcessedExpMiB, &s.ProcessedTotalMiB,
 		&s.OutboxRows, &s.OutboxHeapMiB, &s.OutboxPKeyMiB, &s.OutboxPubMiB, &s.OutboxTotalMiB,
-		&s.ProcessedDead, &s.OutboxDead, &s.ProcessedUnexpired)
+		&s.ProcessedDead, &s.OutboxDead, &s.ProcessedUnexpired, &s.ProcessedEpochsHeld)
 	return s, err
 }
 

@@ -608,6 +608,7 @@ func benchPrune(ctx context.Context, e *env, res *Results) error {
 		Count: int(endCommitted - refCommitted), Seconds: lastAt.Sub(refAt).Seconds(), Unit: "msgs/s", PeakRSSMiB: rss, CPU: steadyCPU}
 	steady.Rate = float64(steady.Count) / steady.Seconds
 	res.PruneSteady = steady
+	res.PruneByEpochs = e.o.prunePartitions > 0
 
 	// The same consumer without the pruner, on the tables the steady state left, for half a
 	// period: the rate pruning costs, on (nearly) equal tables.
@@ -693,7 +694,7 @@ func benchPrune(ctx context.Context, e *env, res *Results) error {
 	steady.Note = fmt.Sprintf("%d records (%d distinct ids) produced in chunks of %d while the run went on, %s, and each event in the outbox or on its topic; %s; pruner every %s (the daemon's default is 1 min for 7 days of retention); the autovacuum emulation every %s: %s, %.0f µs of its backends' CPU per message over the whole run (not in the CPU column, which counts from two periods in to the end); the broker's records deleted as the run went on, so that it holds a long run: %d of the input below the group's commits, %d events after the check had read them (the reading in the bench's CPU)",
 		total, unique, pruneChunk, once, lead, e.o.pruneInterval, e.o.pruneNaptime, avNote, float64(avCPU.Microseconds())/float64(max(total, 1)),
 		trim.deleted(topic), trim.deleted(outTopic))
-	res.Notes = append(res.Notes, "prune: sizes in MiB of processed_messages and the outbox, each with its indexes and total (pg_total_relation_size), sampled every half retention period; live rows by count(*), dead rows pg_stat_user_tables.n_dead_tup; vacuums: how many VACUUMs the autovacuum emulation ran on each table so far; the goal compares the largest sizes of the run's second half with those of its first half from three periods in (half 2 and 1), see BENCHMARKS.md")
+	res.Notes = append(res.Notes, "prune: sizes in MiB of processed_messages and the outbox, each with its indexes and total (pg_total_relation_size), sampled every half retention period; live rows by count(*), dead rows pg_stat_user_tables.n_dead_tup, epochs held: the live rows of the partitions still holding an unexpired record (with epochs, what the pruner must keep); vacuums: how many VACUUMs the autovacuum emulation ran on each table so far; the goal compares the largest sizes of the run's second half with those of its first half from three periods in (half 2 and 1), per row of the epochs held with epochs (both ways), per unexpired row if more row by row, see BENCHMARKS.md")
 	return nil
 }
 
@@ -702,9 +703,11 @@ func benchPrune(ctx context.Context, e *env, res *Results) error {
 type pruneWindow struct {
 	total, heap, pkey, exp, outbox float64
 	unexpired                      int64
-	// held is the most dedup rows the table held in the window, live and dead.
-	held int64
-	n    int // samples
+	// held is the most dedup rows the table held in the window, live and dead;
+	// epochsHeld the most rows of its epochs that held an unexpired record
+	// (Sizes.ProcessedEpochsHeld).
+	held, epochsHeld int64
+	n                int // samples
 }
 
 func (w *pruneWindow) add(s Sizes, unexpired int64) {
@@ -715,6 +718,7 @@ func (w *pruneWindow) add(s Sizes, unexpired int64) {
 	w.outbox = max(w.outbox, s.OutboxTotalMiB)
 	w.unexpired = unexpired
 	w.held = max(w.held, s.ProcessedRows+s.ProcessedDead)
+	w.epochsHeld = max(w.epochsHeld, s.ProcessedEpochsHeld)
 	w.n++
 }
 

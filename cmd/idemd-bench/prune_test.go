@@ -32,30 +32,73 @@ func pruneGoalOf(t *testing.T, r *Results) Ratio {
 	return Ratio{}
 }
 
+// epochRun is pruneRun with epochs: each sample holds held rows in the epochs that have an
+// unexpired record, half of them unexpired, and a heap and an expires_at index in
+// proportion to its primary key (an epoch dropped whole takes its share of each).
+func epochRun(refPKey, endPKey float64, refHeld, endHeld int64) *Results {
+	r := pruneRun(refPKey, endPKey, refHeld/2, endHeld/2)
+	r.PruneByEpochs = true
+	for i := range r.PruneSizes {
+		s := &r.PruneSizes[i]
+		s.ProcessedEpochsHeld = s.ProcessedUnexpired * 2
+		s.ProcessedRows = s.ProcessedEpochsHeld
+		s.ProcessedHeapMiB, s.ProcessedExpMiB = s.ProcessedPKeyMiB/2, s.ProcessedPKeyMiB/20
+	}
+	return r
+}
+
 func TestPruneGoalSaysNoWhenAnIndexGrows(t *testing.T) {
+	// rows are the unexpired rows row by row, the rows of the epochs held with epochs.
 	cases := []struct {
-		name                     string
-		refPKey, endPKey         float64
-		refUnexpired, endUnexpir int64
-		met                      bool
+		name             string
+		epochs           bool
+		refPKey, endPKey float64
+		refRows, endRows int64
+		met              bool
 	}{
-		{"flat", 20, 20, 100000, 100000, true},
-		{"within the tolerance", 20, 20.3, 100000, 100000, true},
-		{"pkey grew, same rows", 20, 22, 100000, 100000, false},
-		{"pkey grew with the rows", 20, 22, 100000, 110000, true},
-		{"pkey grew more than the rows", 20, 24, 100000, 110000, false},
-		// Fewer rows at the end excuse nothing (a table does not shrink), nor do they
-		// count against it.
-		{"fewer rows, flat", 20, 20, 100000, 80000, true},
-		{"fewer rows, pkey grew", 20, 22, 100000, 80000, false},
+		{"flat", false, 20, 20, 100000, 100000, true},
+		{"within the tolerance", false, 20, 20.3, 100000, 100000, true},
+		{"pkey grew, same rows", false, 20, 22, 100000, 100000, false},
+		{"pkey grew with the rows", false, 20, 22, 100000, 110000, true},
+		{"pkey grew more than the rows", false, 20, 24, 100000, 110000, false},
+		// Row by row, fewer rows at the end excuse nothing (a table whose rows are
+		// deleted does not shrink), nor do they count against it.
+		{"fewer rows, flat", false, 20, 20, 100000, 80000, true},
+		{"fewer rows, pkey grew", false, 20, 22, 100000, 80000, false},
+
+		{"epochs, flat", true, 20, 20, 200000, 200000, true},
+		{"epochs, pkey grew, same rows", true, 20, 22, 200000, 200000, false},
+		{"epochs, pkey grew with the rows", true, 20, 22, 200000, 220000, true},
+		// An epoch dropped whole leaves nothing behind: fewer rows held make a smaller
+		// table, and a table as large with fewer rows is one that grew per row.
+		{"epochs, fewer rows, smaller", true, 20, 16, 200000, 160000, true},
+		{"epochs, fewer rows, flat", true, 20, 20, 200000, 160000, false},
 	}
 	for _, c := range cases {
-		g := pruneGoalOf(t, pruneRun(c.refPKey, c.endPKey, c.refUnexpired, c.endUnexpir))
+		run, want := pruneRun, "per unexpired row"
+		if c.epochs {
+			run, want = epochRun, "per row of the epochs held"
+		}
+		g := pruneGoalOf(t, run(c.refPKey, c.endPKey, c.refRows, c.endRows))
 		if g.Met != c.met {
 			t.Errorf("%s: goal %.3f met %v, want %v", c.name, g.Value, g.Met, c.met)
 		}
-		if !c.met && !strings.Contains(g.Name, "pkey") {
+		if !strings.Contains(g.Name, want) {
+			t.Errorf("%s: goal %q does not say it is %s", c.name, g.Name, want)
+		}
+		if !c.met && !c.epochs && !strings.Contains(g.Name, "pkey") {
 			t.Errorf("%s: worst relation %q, want the pkey", c.name, g.Name)
 		}
+	}
+	// A pruner that falls behind keeps an epoch it could drop: the rows held grow, the
+	// epochs held (those with an unexpired record) do not, and the goal says no.
+	r := epochRun(20, 22, 200000, 200000)
+	for i := range r.PruneSizes {
+		if s := &r.PruneSizes[i]; s.Half == 2 {
+			s.ProcessedRows = s.ProcessedEpochsHeld * 3 / 2
+		}
+	}
+	if g := pruneGoalOf(t, r); g.Met {
+		t.Errorf("a pruner behind: goal %.3f met", g.Value)
 	}
 }

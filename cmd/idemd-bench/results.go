@@ -63,12 +63,18 @@ type Sizes struct {
 	// ProcessedUnexpired are the live rows whose retention has not passed: what the
 	// table must hold whatever the pruner and VACUUM do.
 	ProcessedUnexpired int64 `json:"processed_unexpired_rows"`
-	ProcessedHeapMiB   float64
-	ProcessedPKeyMiB   float64
-	ProcessedExpMiB    float64
-	ProcessedTotalMiB  float64
-	OutboxRows         int64 `json:"outbox_rows"`
-	OutboxDead         int64 `json:"outbox_dead_rows"`
+	// ProcessedEpochsHeld are the live rows of the partitions that hold at least one
+	// unexpired row. With epochs (a partition dropped whole once every record in it has
+	// expired) they are the rows the pruner must leave, expired or not: the rows of an
+	// epoch it could drop and has not are not among them. Row by row (one partition), all
+	// the live rows.
+	ProcessedEpochsHeld int64 `json:"processed_epochs_held_rows"`
+	ProcessedHeapMiB    float64
+	ProcessedPKeyMiB    float64
+	ProcessedExpMiB     float64
+	ProcessedTotalMiB   float64
+	OutboxRows          int64 `json:"outbox_rows"`
+	OutboxDead          int64 `json:"outbox_dead_rows"`
 	// OutboxHeapMiB and OutboxPKeyMiB are the outbox's (the rows still to publish);
 	// OutboxPubMiB is outbox_published's with its indexes (published rows kept, migration
 	// 0008); OutboxRows, OutboxDead and OutboxTotalMiB count both tables.
@@ -153,7 +159,9 @@ type Results struct {
 	PruneSteady        *Row          `json:"prune_steady,omitempty"`
 	PruneOff           *Row          `json:"prune_off,omitempty"`
 	PruneSizes         []Sizes       `json:"prune_sizes,omitempty"`
-	Amplification      []*Row        `json:"amplification,omitempty"`
+	// PruneByEpochs says the prune section's pruner dropped epochs, not rows.
+	PruneByEpochs bool   `json:"prune_by_epochs,omitempty"`
+	Amplification []*Row `json:"amplification,omitempty"`
 	// Drop is the receiver while an expired epoch of DropRows records is dropped;
 	// DropDuringP99 and DropWorst are the latencies of the webhooks due during the drop,
 	// in ms.
@@ -352,14 +360,25 @@ func (r *Results) ratios() []Ratio {
 		// again, and the largest of some twenty samples is the sawtooth's height where the
 		// largest of three (the windows before phase 7: the period after the middle and the
 		// last period) was whichever tooth they fell on. A relation still growing at the
-		// end shows in its second half. More unexpired rows (the most seen until the
-		// window's end) excuse as much growth; fewer excuse nothing, since a table does not
-		// shrink. The goal is the relation that grew most; the outbox, a queue whose size
+		// end shows in its second half. Row by row, more unexpired rows (the most seen
+		// until the window's end) excuse as much growth; fewer excuse nothing, since a
+		// table whose rows are deleted does not shrink. With epochs, see below. The goal is the relation that grew most; the outbox, a queue whose size
 		// follows the relay's lag rather than the retention, both tables' total, the
 		// windows before phase 7 and the growth from the third period to the reference are
 		// shown beside it.
 		first, second := w.first, w.second
 		grown := max(1, float64(second.unexpired)/float64(max(first.unexpired, 1)))
+		per := "per unexpired row if more"
+		if r.PruneByEpochs && first.epochsHeld > 0 && second.epochsHeld > 0 {
+			// With epochs a table does shrink: an epoch is dropped whole and leaves
+			// nothing behind, so the sizes follow the rows of the epochs the pruner must
+			// keep (those holding an unexpired record), fewer as much as more. Divided by
+			// them both ways, the ratio is the growth per row held, which is what bloat
+			// would raise; the rows of an epoch the pruner could drop and has not are not
+			// in the divisor, so a pruner that falls behind raises it too.
+			grown = float64(second.epochsHeld) / float64(first.epochsHeld)
+			per = "per row of the epochs held"
+		}
 		rels := []struct {
 			name           string
 			second, first  float64
@@ -382,7 +401,7 @@ func (r *Results) ratios() []Ratio {
 			return worst, v
 		}
 		worst, v := worstOf(func(i int) float64 { return rels[i].second }, func(i int) float64 { return rels[i].first }, grown)
-		add(fmt.Sprintf("processed_messages, largest size in the second half / the first, per unexpired row if more (worst: %s)", worst), v, pruneGoal, v <= pruneTolerance)
+		add(fmt.Sprintf("processed_messages, largest size in the second half / the first, %s (worst: %s)", per, worst), v, pruneGoal, v <= pruneTolerance)
 		for i, p := range rels {
 			if i < 3 {
 				p.name = "processed_messages " + p.name
@@ -393,6 +412,9 @@ func (r *Results) ratios() []Ratio {
 		}
 		info(fmt.Sprintf("most unexpired dedup rows until the second half's end / the first's (%d / %d)", second.unexpired, first.unexpired), float64(second.unexpired)/float64(max(first.unexpired, 1)))
 		info(fmt.Sprintf("most dedup rows held (live + dead), second half / first half (%d / %d)", second.held, first.held), float64(second.held)/float64(max(first.held, 1)))
+		if r.PruneByEpochs {
+			info(fmt.Sprintf("most rows of the epochs held (those with an unexpired record), second half / first half (%d / %d)", second.epochsHeld, first.epochsHeld), float64(second.epochsHeld)/float64(max(first.epochsHeld, 1)))
+		}
 		if w.ref.total > 0 && w.end.total > 0 {
 			gr := max(1, float64(w.end.unexpired)/float64(max(w.ref.unexpired, 1)))
 			oldWorst, old := worstOf(func(i int) float64 { return rels[i].end }, func(i int) float64 { return rels[i].reference }, gr)
@@ -522,11 +544,11 @@ func (r *Results) print(w io.Writer) {
 	if len(r.PruneSizes) > 0 {
 		fmt.Fprintln(w)
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "prune (MiB)\tmsgs/s\tdedup rows\tunexpired\tdead\theap\tpkey\texpires_at idx\ttotal\tvacuums\toutbox rows\tdead\theap\ttotal\tvacuums\tboth\tbytes/dedup row\t\t")
+		fmt.Fprintln(tw, "prune (MiB)\tmsgs/s\tdedup rows\tunexpired\tepochs held\tdead\theap\tpkey\texpires_at idx\ttotal\tvacuums\toutbox rows\tdead\theap\ttotal\tvacuums\tboth\tbytes/dedup row\t\t")
 		for _, s := range r.PruneSizes {
 			both := s.ProcessedTotalMiB + s.OutboxTotalMiB
-			fmt.Fprintf(tw, "%s\t%.0f\t%d\t%d\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%d\t%d\t%d\t%.1f\t%.1f\t%d\t%.1f\t%s\t%s\t\n", s.When, s.Rate,
-				s.ProcessedRows, s.ProcessedUnexpired, s.ProcessedDead, s.ProcessedHeapMiB, s.ProcessedPKeyMiB, s.ProcessedExpMiB, s.ProcessedTotalMiB, s.ProcessedVacuums,
+			fmt.Fprintf(tw, "%s\t%.0f\t%d\t%d\t%d\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%d\t%d\t%d\t%.1f\t%.1f\t%d\t%.1f\t%s\t%s\t\n", s.When, s.Rate,
+				s.ProcessedRows, s.ProcessedUnexpired, s.ProcessedEpochsHeld, s.ProcessedDead, s.ProcessedHeapMiB, s.ProcessedPKeyMiB, s.ProcessedExpMiB, s.ProcessedTotalMiB, s.ProcessedVacuums,
 				s.OutboxRows, s.OutboxDead, s.OutboxHeapMiB, s.OutboxTotalMiB, s.OutboxVacuums, both, perRow(both, s.ProcessedRows), sampleRole(s))
 		}
 		_ = tw.Flush()
