@@ -66,7 +66,8 @@ type RelayConfig struct {
 	Brokers []string
 	// Writer overrides the Kafka writer built from Brokers. Defaults to kafka-go Writers
 	// with RequiredAcks all, the Java-compatible murmur2 balancer and BatchTimeout, of
-	// several BatchSizes, each round written by one that holds it whole (tieredWriter). A
+	// several BatchSizes, each round written by the smallest that holds the records it
+	// sends to any one partition (tieredWriter). A
 	// Writer of the caller's own should hold a round whole too (a BatchSize of BatchSize),
 	// so that a partition's records of a round go in one produce request.
 	Writer Writer
@@ -303,11 +304,13 @@ func NewRelay(pool *pgxpool.Pool, cfg *RelayConfig) (*Relay, error) {
 	if w == nil && len(c.Brokers) > 0 {
 		// DefaultTransport's settings, in a transport of the relay's own.
 		transport = &kafka.Transport{Dial: (&net.Dialer{Timeout: 3 * time.Second}).DialContext}
-		w = newTieredWriter(c.BatchSize, func(batchSize int) *kafka.Writer {
+		addr := kafka.TCP(c.Brokers...)
+		w = newTieredWriter(c.BatchSize, cachedPartitions(transport, addr), func(batchSize int) *kafka.Writer {
 			return &kafka.Writer{
-				Addr:         kafka.TCP(c.Brokers...),
-				Transport:    transport,
-				Balancer:     &kafka.Murmur2Balancer{},
+				Addr:      addr,
+				Transport: transport,
+				// Balancer: Java's murmur2 partitioner, as the tieredWriter's assign
+				// applies it (newTieredWriter sets it).
 				RequiredAcks: kafka.RequireAll,
 				BatchTimeout: c.BatchTimeout,
 				BatchSize:    batchSize,

@@ -2,8 +2,11 @@ package outbox
 
 import (
 	"context"
+	"net"
+	"slices"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/protocol/metadata"
 )
 
 // kafkaWriterTiers are the BatchSizes of the relay's Kafka writers below its largest, which
@@ -22,28 +25,46 @@ var kafkaWriterTiers = []int{64, 128, 256, 512, 1024, 2048}
 // the bytes the consumer's process allocated (BENCHMARKS.md, phase 23). A Writer with a
 // smaller BatchSize would split a larger round's partition into several produce requests,
 // and a later one could land while an earlier one failed, reordering a key. So each
-// WriteMessages goes to the smallest Writer whose BatchSize holds all of its records: every
-// partition's records still go in one batch, one produce request that the broker takes or
-// refuses whole (relayRoundBytes).
+// WriteMessages goes to the smallest Writer whose BatchSize holds all of the records that
+// go to any one partition: every partition's records still go in one batch, one produce
+// request that the broker takes or refuses whole (relayRoundBytes).
+//
+// To know how many records go to a partition before the write, the tieredWriter assigns
+// each record's partition itself (assign), as the Writers' murmur2 balancer would, from the
+// partition count their metadata cache holds; its Writers' balancer (assigned) then keeps
+// that partition. A topic's partitions are only ever added to, so if the count grows
+// between the two, the round still goes to the partitions it was counted for, one batch
+// each (phase 36 chose the Writer by the round's total for want of this: three to five
+// times the buffer a round of six partitions needs).
 type tieredWriter struct {
 	ws []*kafka.Writer // by BatchSize, ascending
+	// partitions is how many partitions a topic has, as the Writers read it; nil: each
+	// write goes to the smallest Writer that holds all of its records, balanced by the
+	// Writers.
+	partitions func(ctx context.Context, topic string) (int, error)
 }
 
 // newTieredWriter builds a Writer with each of kafkaWriterTiers below largest, and one of
-// largest, with mk(batchSize).
-func newTieredWriter(largest int, mk func(batchSize int) *kafka.Writer) *tieredWriter {
-	t := &tieredWriter{}
+// largest, with mk(batchSize), and sets each one's Balancer to assigned (see tieredWriter).
+func newTieredWriter(largest int, partitions func(ctx context.Context, topic string) (int, error), mk func(batchSize int) *kafka.Writer) *tieredWriter {
+	t := &tieredWriter{partitions: partitions}
+	add := func(n int) {
+		w := mk(n)
+		w.Balancer = assigned{}
+		t.ws = append(t.ws, w)
+	}
 	for _, n := range kafkaWriterTiers {
 		if n < largest {
-			t.ws = append(t.ws, mk(n))
+			add(n)
 		}
 	}
-	t.ws = append(t.ws, mk(largest))
+	add(largest)
 	return t
 }
 
-// writer is the Writer that takes n records: the smallest that holds them all, else the
-// largest (a round larger than BatchSize: one transaction's events handed over whole).
+// writer is the Writer that takes n records to a partition: the smallest that holds them
+// all, else the largest (a round larger than BatchSize: one transaction's events handed
+// over whole).
 func (t *tieredWriter) writer(n int) *kafka.Writer {
 	for _, w := range t.ws {
 		if n <= w.BatchSize {
@@ -53,9 +74,108 @@ func (t *tieredWriter) writer(n int) *kafka.Writer {
 	return t.ws[len(t.ws)-1]
 }
 
-// WriteMessages writes msgs with the smallest Writer that holds them all.
+// WriteMessages writes msgs with the smallest Writer that holds all of the records of any
+// one partition. It sets each record's Partition (msgs is the caller's, the relay's own).
 func (t *tieredWriter) WriteMessages(ctx context.Context, msgs ...kafka.Message) error {
-	return t.writer(len(msgs)).WriteMessages(ctx, msgs...)
+	return t.writer(t.assign(ctx, msgs)).WriteMessages(ctx, msgs...)
+}
+
+// unassigned is the Partition of a record that assigned balances itself.
+const unassigned = -1
+
+// partitionList is [0, 1, …]: the partitions a balancer is given (kafka-go's Writer gives
+// the same).
+var partitionList = func() []int {
+	l := make([]int, 256)
+	for i := range l {
+		l[i] = i
+	}
+	return l
+}()
+
+// assign gives each record of msgs its partition as the Writers' murmur2 balancer would,
+// over the partitions its topic has now, and returns the most records a partition gets.
+// When a topic's partition count cannot be read (an unknown topic, no partitions func),
+// it leaves every record unassigned and returns len(msgs): the Writers balance them and
+// report the error, and the write goes to the Writer that holds them all.
+func (t *tieredWriter) assign(ctx context.Context, msgs []kafka.Message) int {
+	for i := range msgs {
+		msgs[i].Partition = unassigned
+	}
+	if t.partitions == nil || len(msgs) == 0 {
+		return len(msgs)
+	}
+	// The relay writes one topic a call; a call of several counts each apart.
+	type topicCounts struct {
+		name   string
+		parts  []int
+		counts []int
+	}
+	var (
+		topics []topicCounts
+		most   int
+		bal    kafka.Murmur2Balancer
+	)
+	for i := range msgs {
+		k := slices.IndexFunc(topics, func(tc topicCounts) bool { return tc.name == msgs[i].Topic })
+		if k < 0 {
+			n, err := t.partitions(ctx, msgs[i].Topic)
+			if err != nil || n <= 0 {
+				for j := range msgs[:i] {
+					msgs[j].Partition = unassigned
+				}
+				return len(msgs)
+			}
+			parts := partitionList
+			if n > len(parts) {
+				parts = make([]int, n)
+				for j := range parts {
+					parts[j] = j
+				}
+			}
+			topics = append(topics, topicCounts{name: msgs[i].Topic, parts: parts[:n], counts: make([]int, n)})
+			k = len(topics) - 1
+		}
+		tc := &topics[k]
+		p := bal.Balance(msgs[i], tc.parts...)
+		msgs[i].Partition = p
+		tc.counts[p]++
+		most = max(most, tc.counts[p])
+	}
+	return most
+}
+
+// cachedPartitions reads a topic's partition count as kafka-go's Writer does before it
+// balances each record: a metadata request to transport, which answers it from its cache
+// of the cluster's metadata (refreshed in the background), without a round trip.
+func cachedPartitions(transport kafka.RoundTripper, addr net.Addr) func(ctx context.Context, topic string) (int, error) {
+	return func(ctx context.Context, topic string) (int, error) {
+		r, err := transport.RoundTrip(ctx, addr, &metadata.Request{TopicNames: []string{topic}})
+		if err != nil {
+			return 0, err
+		}
+		for _, t := range r.(*metadata.Response).Topics {
+			if t.Name == topic {
+				if t.ErrorCode != 0 {
+					return 0, kafka.Error(t.ErrorCode)
+				}
+				return len(t.Partitions), nil
+			}
+		}
+		return 0, kafka.UnknownTopicOrPartition
+	}
+}
+
+// assigned is the tieredWriter's Writers' balancer: a record goes to the partition assign
+// gave it, which its topic still has (partitions are only added); a record assign left
+// unassigned is balanced by murmur2, as the Writers would without it.
+type assigned struct{ murmur2 kafka.Murmur2Balancer }
+
+func (b assigned) Balance(msg kafka.Message, partitions ...int) int {
+	if msg.Partition >= 0 && msg.Partition < len(partitions) {
+		return partitions[msg.Partition]
+	}
+	return b.murmur2.Balance(msg, partitions...)
 }
 
 // Close closes every Writer (the Transport is the relay's to close).
