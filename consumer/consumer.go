@@ -486,9 +486,11 @@ type partitionKey struct {
 
 // process applies one partition's batch in one transaction and records the outcomes.
 func (c *Consumer) process(ctx context.Context, batch []*record) (err error) {
+	units, done := unitSlab(len(batch))
+	defer done()
 	msgs := make([]*exactlyonce.Message, len(batch))
 	for i, r := range batch {
-		msgs[i] = c.message(r)
+		msgs[i] = c.message(&units[i], r)
 	}
 	if spans := c.startRecords(batch, msgs); spans != nil {
 		defer func() { endRecords(spans, msgs, err) }()

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strconv"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
@@ -37,11 +39,11 @@ var ErrMalformedMessageID = errors.New("malformed message id: want 1-255 bytes o
 // Params are the named parameters a SQL effect may use (pgx named arguments, @name).
 var Params = effectsql.Params
 
-// message is the unit-of-work message of a record: its key, fingerprint, bound effect,
-// event, stale guard, and the dead letter it becomes if it fails.
-func (c *Consumer) message(r *record) *exactlyonce.Message {
+// message is the unit-of-work message of a record, built in u (zero): its key,
+// fingerprint, bound effect, event, stale guard, and the dead letter it becomes if it fails.
+func (c *Consumer) message(u *unitMessage, r *record) *exactlyonce.Message {
 	id, ok := r.id(c.cfg.MessageID)
-	return c.messageWithID(r, id, ok)
+	return c.messageWithID(u, r, id, ok)
 }
 
 // unitMessage is a record's unit message, and the Letterer that makes its dead letter
@@ -55,6 +57,31 @@ type unitMessage struct {
 	// events the events of up to len(events) publish targets.
 	args   [6]any
 	events [1]exactlyonce.Event
+}
+
+// unitSlabs keep a batch's unit messages for the next batch: allocated for each record,
+// they were a seventh of the bytes the consumer's process allocated (BENCHMARKS.md, phase
+// 37). A batch is done with them once process returns: the unit, the batch's spans and the
+// counting of its outcomes have read them, and nothing the effects, events, dead letters or
+// AfterCommit keep points into them (AfterCommit gets copies of the records' Messages).
+// They are put back cleared, so that they pin no record, and not when a batch was larger
+// than unitSlabMax.
+var unitSlabs = sync.Pool{New: func() any { return new([]unitMessage) }}
+
+const unitSlabMax = 4 * BatchSizeDefault
+
+// unitSlab is n zero unit messages, and the function that puts them back.
+func unitSlab(n int) ([]unitMessage, func()) {
+	slab := unitSlabs.Get().(*[]unitMessage)
+	us := slices.Grow((*slab)[:0], n)[:n]
+	return us, func() {
+		if cap(us) > unitSlabMax {
+			return
+		}
+		clear(us)
+		*slab = us[:0]
+		unitSlabs.Put(slab)
+	}
 }
 
 // letterParts are a dead letter and the record it came from, in one allocation.
@@ -76,10 +103,10 @@ func (u *unitMessage) DeadLetter(m *exactlyonce.Message) (*deadletter.Letter, []
 }
 
 // messageWithID is message for the id found (ok) in the record.
-func (c *Consumer) messageWithID(r *record, id string, ok bool) *exactlyonce.Message {
+func (c *Consumer) messageWithID(u *unitMessage, r *record, id string, ok bool) *exactlyonce.Message {
 	fp, isJSON := fingerprint.BodyJSON(r.msg.Value)
 	r.validJSON, r.validKnown = isJSON, true
-	u := &unitMessage{c: c, r: r}
+	u.c, u.r = c, r
 	m := &u.m
 	*m = exactlyonce.Message{
 		Scope:       c.cfg.Name,

@@ -50,7 +50,7 @@ func TestLetterAsBefore(t *testing.T) {
 	}
 	for name, r := range cases {
 		id, ok := r.id(nil)
-		m := c.messageWithID(r, id, ok)
+		m := c.messageWithID(new(unitMessage), r, id, ok)
 		require.Nil(t, m.Letter, name)
 		letter, events := m.Letterer.DeadLetter(m)
 		require.Empty(t, events, name)

@@ -14,16 +14,19 @@ import (
 
 // BenchmarkMessage builds the unit's message of a Kafka record as the bench's consumer
 // child configures it (a SQL effect, one publish target, no dead-letter topic), from the
-// fetched record on: newRecord and message. Its allocations per record are the door's share
-// of the consumer's garbage.
+// fetched record on: newRecord and message, in a batch's unit message kept from batch to
+// batch (unitSlab). Its allocations per record are the door's share of the consumer's
+// garbage.
 func BenchmarkMessage(b *testing.B) {
 	c := messageConsumer(b)
 	recs := benchRecords(1000)
 	now := time.Now()
 	b.ReportAllocs()
 	i := 0
+	var u unitMessage
 	for b.Loop() {
-		m := c.message(newRecord(c.cfg.Name, recs[i%len(recs)], now))
+		u = unitMessage{}
+		m := c.message(&u, newRecord(c.cfg.Name, recs[i%len(recs)], now))
 		if m.Invalid != nil {
 			b.Fatal(m.Invalid)
 		}
@@ -68,4 +71,20 @@ func benchRecords(n int) []kafka.Message {
 		}
 	}
 	return out
+}
+
+// TestUnitSlabComesBackZero: a batch's unit messages are handed out zero, whether the pool
+// gives back an earlier batch's (cleared when it was put back, so that it pins no record)
+// or new ones.
+func TestUnitSlabComesBackZero(t *testing.T) {
+	r := &record{}
+	for range 3 {
+		us, done := unitSlab(3)
+		require.Len(t, us, 3)
+		for i := range us {
+			require.Zero(t, us[i], "unit message %d", i)
+			us[i].r, us[i].m.ID = r, "id"
+		}
+		done()
+	}
 }

@@ -48,7 +48,7 @@ func (c *Consumer) replay(ctx context.Context, tx pgx.Tx, l *deadletter.Letter) 
 	if claim {
 		id, ok = r.id(c.cfg.MessageID)
 	}
-	m := c.messageWithID(r, id, ok)
+	m := c.messageWithID(new(unitMessage), r, id, ok)
 	if m.Invalid != nil {
 		if errors.Is(m.Invalid, ErrNoMessageID) {
 			return "", fmt.Errorf("dead letter %d: the pipeline still finds no message id in the record: %w", l.ID, m.Invalid)
