@@ -53,9 +53,8 @@ func Reserve(conn *pgx.Conn, b *pgx.Batch) {
 	if conn == nil {
 		return
 	}
-	// Config copies the connection's configuration: a few allocations a batch.
-	wrap := Registered(conn.TypeMap()) && described(conn.Config().DefaultQueryExecMode)
 	bufs := buffersOf(conn)
+	wrap := Registered(conn.TypeMap()) && bufs.described
 	var params *paramBuffer
 	if wrap {
 		params = bufs.params
@@ -208,7 +207,13 @@ type paramBuffer struct{ b []byte }
 // buffers are a connection's two paramBuffers: pgx copies one into the other. Both are nil
 // (pgx's buffers grown once, not kept) where the connection has no CustomData (a PgConn
 // built from a hijacked connection without one).
-type buffers struct{ params, write *paramBuffer }
+type buffers struct {
+	params, write *paramBuffer
+	// described says that the connection's DefaultQueryExecMode encodes arguments by the
+	// statement's description (see Reserve). It is read once per connection, whose
+	// configuration does not change: Conn.Config copies it, a few allocations a call.
+	described bool
+}
 
 const (
 	buffersKey     = "idemd/pgarray.buffers"
@@ -218,14 +223,14 @@ const (
 // buffersOf is conn's buffers, made on first use.
 func buffersOf(conn *pgx.Conn) buffers {
 	data := conn.PgConn().CustomData()
-	if data == nil {
-		return buffers{}
-	}
 	if b, ok := data[buffersKey].(buffers); ok {
 		return b
 	}
-	b := buffers{params: &paramBuffer{}, write: &paramBuffer{}}
-	data[buffersKey] = b
+	b := buffers{described: described(conn.Config().DefaultQueryExecMode)}
+	if data != nil {
+		b.params, b.write = &paramBuffer{}, &paramBuffer{}
+		data[buffersKey] = b
+	}
 	return b
 }
 
