@@ -34,8 +34,8 @@ var kafkaWriterTiers = []int{64, 128, 256, 512, 1024, 2048}
 // partition count their metadata cache holds; its Writers' balancer (assigned) then keeps
 // that partition. A topic's partitions are only ever added to, so if the count grows
 // between the two, the round still goes to the partitions it was counted for, one batch
-// each (phase 36 chose the Writer by the round's total for want of this: three to five
-// times the buffer a round of six partitions needs).
+// each. (Until phase 37 the Writer was chosen by the round's total for want of this: a
+// buffer about as many times too large as the topic has partitions.)
 type tieredWriter struct {
 	ws []*kafka.Writer // by BatchSize, ascending
 	// partitions is how many partitions a topic has, as the Writers read it; nil: each
@@ -116,8 +116,11 @@ func (t *tieredWriter) assign(ctx context.Context, msgs []kafka.Message) int {
 		most   int
 		bal    kafka.Murmur2Balancer
 	)
+	k := -1
 	for i := range msgs {
-		k := slices.IndexFunc(topics, func(tc topicCounts) bool { return tc.name == msgs[i].Topic })
+		if k < 0 || topics[k].name != msgs[i].Topic {
+			k = slices.IndexFunc(topics, func(tc topicCounts) bool { return tc.name == msgs[i].Topic })
+		}
 		if k < 0 {
 			n, err := t.partitions(ctx, msgs[i].Topic)
 			if err != nil || n <= 0 {

@@ -362,10 +362,11 @@ func (r *Results) ratios() []Ratio {
 		// last period) was whichever tooth they fell on. A relation still growing at the
 		// end shows in its second half. Row by row, more unexpired rows (the most seen
 		// until the window's end) excuse as much growth; fewer excuse nothing, since a
-		// table whose rows are deleted does not shrink. With epochs, see below. The goal is the relation that grew most; the outbox, a queue whose size
-		// follows the relay's lag rather than the retention, both tables' total, the
-		// windows before phase 7 and the growth from the third period to the reference are
-		// shown beside it.
+		// table whose rows are deleted does not shrink. With epochs, see below. The goal
+		// is the relation that grew most; the outbox, a queue whose size follows the
+		// relay's lag rather than the retention, both tables' total, the windows before
+		// phase 7 and the growth from the third period to the reference are shown beside
+		// it.
 		first, second := w.first, w.second
 		grown := max(1, float64(second.unexpired)/float64(max(first.unexpired, 1)))
 		per := "per unexpired row if more"
