@@ -307,8 +307,9 @@ func NewRelay(pool *pgxpool.Pool, cfg *RelayConfig) (*Relay, error) {
 		addr := kafka.TCP(c.Brokers...)
 		w = newTieredWriter(c.BatchSize, cachedPartitions(transport, addr), func(batchSize int) *kafka.Writer {
 			return &kafka.Writer{
-				Addr:      addr,
-				Transport: transport,
+				Addr: addr,
+				// The transport, and the partition counts the tieredWriter read.
+				Transport: countedTransport{transport},
 				// Balancer: Java's murmur2 partitioner, as the tieredWriter's assign
 				// applies it (newTieredWriter sets it).
 				RequiredAcks: kafka.RequireAll,

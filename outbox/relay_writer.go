@@ -76,8 +76,48 @@ func (t *tieredWriter) writer(n int) *kafka.Writer {
 
 // WriteMessages writes msgs with the smallest Writer that holds all of the records of any
 // one partition. It sets each record's Partition (msgs is the caller's, the relay's own).
+// The partition counts it assigned them by go to its Writers in ctx (countedTransport).
 func (t *tieredWriter) WriteMessages(ctx context.Context, msgs ...kafka.Message) error {
-	return t.writer(t.assign(ctx, msgs)).WriteMessages(ctx, msgs...)
+	most, counts := t.assign(ctx, msgs)
+	if len(counts) > 0 {
+		ctx = context.WithValue(ctx, countedKey{}, counts)
+	}
+	return t.writer(most).WriteMessages(ctx, msgs...)
+}
+
+// countedKey is the context key of the partition counts a tieredWriter's WriteMessages
+// assigned its records by: a counted.
+type countedKey struct{}
+
+// counted are, for each topic of a WriteMessages call whose partitions assign counted, a
+// metadata response that holds that topic with that many partitions.
+type counted []*metadata.Response
+
+// countedResponse is the metadata response of topic with n partitions, as kafka-go's
+// Writer reads it (the number of partitions, not their leaders).
+func countedResponse(topic string, n int) *metadata.Response {
+	return &metadata.Response{Topics: []metadata.ResponseTopic{{Name: topic, Partitions: make([]metadata.ResponsePartition, n)}}}
+}
+
+// countedTransport is the transport of a tieredWriter's Writers. kafka-go's Writer asks
+// its transport for the partition count of a record's topic once for every record of a
+// WriteMessages call (Writer.partitions: a metadata request, which kafka.Transport answers
+// from its cache with a copy of the cached response). Within a tieredWriter's call, the
+// count its assign read for the call answers instead: the same count, read once a topic a
+// call. Every other request goes to the transport.
+type countedTransport struct{ kafka.RoundTripper }
+
+func (c countedTransport) RoundTrip(ctx context.Context, addr net.Addr, req kafka.Request) (kafka.Response, error) {
+	if m, ok := req.(*metadata.Request); ok && len(m.TopicNames) == 1 {
+		if cs, ok := ctx.Value(countedKey{}).(counted); ok {
+			for _, r := range cs {
+				if r.Topics[0].Name == m.TopicNames[0] {
+					return r, nil
+				}
+			}
+		}
+	}
+	return c.RoundTripper.RoundTrip(ctx, addr, req)
 }
 
 // unassigned is the Partition of a record that assigned balances itself.
@@ -94,16 +134,17 @@ var partitionList = func() []int {
 }()
 
 // assign gives each record of msgs its partition as the Writers' murmur2 balancer would,
-// over the partitions its topic has now, and returns the most records a partition gets.
-// When a topic's partition count cannot be read (an unknown topic, no partitions func),
-// it leaves every record unassigned and returns len(msgs): the Writers balance them and
-// report the error, and the write goes to the Writer that holds them all.
-func (t *tieredWriter) assign(ctx context.Context, msgs []kafka.Message) int {
+// over the partitions its topic has now, and returns the most records a partition gets and
+// the counts it read. When a topic's partition count cannot be read (an unknown topic, no
+// partitions func), it leaves every record unassigned and returns len(msgs) and no counts:
+// the Writers balance them and report the error, and the write goes to the Writer that
+// holds them all.
+func (t *tieredWriter) assign(ctx context.Context, msgs []kafka.Message) (int, counted) {
 	for i := range msgs {
 		msgs[i].Partition = unassigned
 	}
 	if t.partitions == nil || len(msgs) == 0 {
-		return len(msgs)
+		return len(msgs), nil
 	}
 	// The relay writes one topic a call; a call of several counts each apart.
 	type topicCounts struct {
@@ -127,7 +168,7 @@ func (t *tieredWriter) assign(ctx context.Context, msgs []kafka.Message) int {
 				for j := range msgs[:i] {
 					msgs[j].Partition = unassigned
 				}
-				return len(msgs)
+				return len(msgs), nil
 			}
 			parts := partitionList
 			if n > len(parts) {
@@ -145,7 +186,11 @@ func (t *tieredWriter) assign(ctx context.Context, msgs []kafka.Message) int {
 		tc.counts[p]++
 		most = max(most, tc.counts[p])
 	}
-	return most
+	cs := make(counted, len(topics))
+	for i, tc := range topics {
+		cs[i] = countedResponse(tc.name, len(tc.parts))
+	}
+	return most, cs
 }
 
 // cachedPartitions reads a topic's partition count as kafka-go's Writer does before it

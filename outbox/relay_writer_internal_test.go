@@ -3,13 +3,16 @@ package outbox
 import (
 	"context"
 	"fmt"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/protocol/metadata"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemd/idemd/internal/kafkatest"
@@ -35,17 +38,63 @@ func TestTieredWriterTakesTheSmallestThatHoldsAWrite(t *testing.T) {
 // tieredOn is the relay's tieredWriter on the shared broker, its partition counts read by
 // partitions (the transport's cache when nil).
 func tieredOn(t *testing.T, partitions func(context.Context, string) (int, error)) *tieredWriter {
+	w, _ := tieredCounting(t, partitions)
+	return w
+}
+
+// metadataCounter is a transport that counts the metadata requests for one topic that
+// reach it.
+type metadataCounter struct {
+	kafka.RoundTripper
+	topicReads atomic.Int64
+}
+
+func (c *metadataCounter) RoundTrip(ctx context.Context, addr net.Addr, req kafka.Request) (kafka.Response, error) {
+	if m, ok := req.(*metadata.Request); ok && len(m.TopicNames) == 1 {
+		c.topicReads.Add(1)
+	}
+	return c.RoundTripper.RoundTrip(ctx, addr, req)
+}
+
+// tieredCounting is tieredOn, and the transport under its Writers and its counts.
+func tieredCounting(t *testing.T, partitions func(context.Context, string) (int, error)) (*tieredWriter, *metadataCounter) {
 	t.Helper()
 	transport := &kafka.Transport{}
+	counter := &metadataCounter{RoundTripper: transport}
 	addr := kafka.TCP(kafkatest.Brokers(t)...)
 	if partitions == nil {
-		partitions = cachedPartitions(transport, addr)
+		partitions = cachedPartitions(counter, addr)
 	}
 	w := newTieredWriter(4000, partitions, func(n int) *kafka.Writer {
-		return &kafka.Writer{Addr: addr, Transport: transport, BatchSize: n, BatchBytes: 64 << 20, BatchTimeout: time.Microsecond, RequiredAcks: kafka.RequireAll, MaxAttempts: 1}
+		return &kafka.Writer{Addr: addr, Transport: countedTransport{counter}, BatchSize: n, BatchBytes: 64 << 20, BatchTimeout: time.Microsecond, RequiredAcks: kafka.RequireAll, MaxAttempts: 1}
 	})
 	t.Cleanup(func() { _ = w.Close(); transport.CloseIdleConnections() })
-	return w
+	return w, counter
+}
+
+// TestTieredWriterReadsACountOnceAWrite: kafka-go's Writer reads its topic's partition
+// count for every record; a tieredWriter's Writers are answered with the count its assign
+// read, so a write of 600 records over two topics reads each topic's count once. A topic
+// whose count cannot be read is left to the transport, as before.
+func TestTieredWriterReadsACountOnceAWrite(t *testing.T) {
+	t.Parallel()
+	const parts, n = 6, 600
+	a, b := kafkatest.Topic(t, parts), kafkatest.Topic(t, parts)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	w, counter := tieredCounting(t, nil)
+	msgs := append(keyed(a, "", n/2), keyed(b, "", n/2)...)
+	require.NoError(t, w.WriteMessages(ctx, msgs...))
+	require.Equal(t, int64(2), counter.topicReads.Load(), "one read of each topic's count")
+	for i := range 3 {
+		require.NoError(t, w.WriteMessages(ctx, keyed(a, strconv.Itoa(i)+"-", n)...))
+	}
+	require.Equal(t, int64(5), counter.topicReads.Load(), "one read a write")
+	require.Len(t, kafkatest.ReadAll(t, a, n/2+3*n, 30*time.Second), n/2+3*n)
+
+	unknown, counter := tieredCounting(t, func(context.Context, string) (int, error) { return 0, kafka.UnknownTopicOrPartition })
+	require.NoError(t, unknown.WriteMessages(ctx, keyed(b, "u-", 10)...))
+	require.Equal(t, int64(10), counter.topicReads.Load(), "no count: the Writer reads the transport's for every record")
 }
 
 // keyed are n records of topic with distinct keys, in order, their values tag and their
