@@ -59,6 +59,9 @@ type childConfig struct {
 	RelayBatch int  `json:"relay_batch,omitempty"`
 	// KeepPublished is the relay's (-keep-published).
 	KeepPublished bool `json:"keep_published,omitempty"`
+	// RelayPool gives the relay a pool of its own, its connections' application_name
+	// AppName + relayAppSuffix (-relay-pool).
+	RelayPool bool `json:"relay_pool,omitempty"`
 	// NoHandoff runs the relay without the Handoff (-no-handoff): it reads back every row.
 	NoHandoff bool `json:"no_handoff,omitempty"`
 	// NoFilter runs the consumer and the receiver without the filter of the older epochs'
@@ -84,6 +87,9 @@ type childConfig struct {
 	// BareDelete makes the bare consumer delete its outbox rows once published (bare.go).
 	BareDelete bool `json:"bare_delete,omitempty"`
 }
+
+// relayAppSuffix ends the application_name of a relay's pool of its own (-relay-pool).
+const relayAppSuffix = "-relay"
 
 // effectSQL is the effect of every pipeline of the bench: one row per applied message.
 const effectSQL = `INSERT INTO %s.effects (message_id, payload, topic, part, off)
@@ -143,7 +149,20 @@ func serveChild(ctx context.Context, kind, raw string, stdout io.Writer) error {
 		handoff = outbox.NewHandoff()
 	}
 	if c.Relay || kind == "relay" {
-		rel, err = outbox.NewRelay(pool, &outbox.RelayConfig{
+		relayPool := pool
+		if c.RelayPool {
+			rcfg := pcfg.Copy()
+			rcfg.MaxConns = 4
+			rcfg.ConnConfig.RuntimeParams["application_name"] = c.AppName + relayAppSuffix
+			if relayPool, err = pgxpool.NewWithConfig(ctx, rcfg); err != nil {
+				return err
+			}
+			defer relayPool.Close()
+			if failed, err := pgpool.Warm(ctx, relayPool); err != nil {
+				return fmt.Errorf("opening %d of the relay pool's connections: %w", failed, err)
+			}
+		}
+		rel, err = outbox.NewRelay(relayPool, &outbox.RelayConfig{
 			Schema:        c.Schema,
 			Brokers:       c.Brokers,
 			BatchSize:     max(c.RelayBatch, c.Batch*boolInt(kind == "relay")),

@@ -14,7 +14,8 @@ import (
 // /proc: the idemd child, the PostgreSQL backends serving the child's connections (found by
 // their application_name), and the bench process itself (the load generator, and the
 // in-process broker when there is one). PostgreSQL's shared background work (WAL writer,
-// checkpointer) is not counted.
+// checkpointer) is not counted. With -relay-pool the backends of the relay's own pool are
+// counted in PostgresUs and shown apart.
 
 // CPU is the CPU time each side spent per message (microseconds). For the limit, which
 // runs in the bench process, IdemdUs is its pgx client and there is no generator.
@@ -22,14 +23,19 @@ type CPU struct {
 	IdemdUs     float64 `json:"idemd_us_per_msg"`
 	PostgresUs  float64 `json:"postgres_us_per_msg"`
 	GeneratorUs float64 `json:"generator_us_per_msg,omitempty"`
+	// RelayPostgresUs is the part of PostgresUs spent by the backends of the relay's pool
+	// of its own (-relay-pool).
+	RelayPostgresUs float64 `json:"relay_postgres_us_per_msg,omitempty"`
 }
 
 // cpuStart is the CPU use of a child's three sides when its load began.
 type cpuStart struct {
-	app       string
-	child     time.Duration
-	self      time.Duration
-	backends  map[int]time.Duration
+	app      string
+	child    time.Duration
+	self     time.Duration
+	backends map[int]time.Duration
+	// relay are the backends of the relay's pool of its own (-relay-pool), by pid.
+	relay     map[int]time.Duration
 	readError bool
 	// work are PostgreSQL's counters (pgwork.go); workEnd those once the child stopped.
 	work, workEnd *pgCounters
@@ -71,6 +77,11 @@ func (e *env) startCPU(ctx context.Context, c *child, app string) {
 	s.child, ok = proccpu.Of(c.cmd.Process.Pid)
 	s.backends, s.readError = e.backendCPU(ctx, app)
 	s.readError = !ok || !s.readError
+	if e.o.relayPool {
+		var read bool
+		s.relay, read = e.backendCPU(ctx, app+relayAppSuffix)
+		s.readError = s.readError || !read
+	}
 	s.work = e.pgCountersNow(ctx)
 	c.cpu = s
 }
@@ -87,12 +98,24 @@ func (e *env) cpuPerMessage(ctx context.Context, c *child, messages int) *CPU {
 	if !ok || !ok2 {
 		return nil
 	}
-	var pg time.Duration
-	for pid, d := range backends {
-		pg += d - s.backends[pid] // a backend that connected meanwhile started from 0
+	since := func(now, start map[int]time.Duration) time.Duration {
+		var d time.Duration
+		for pid, t := range now {
+			d += t - start[pid] // a backend that connected meanwhile started from 0
+		}
+		return d
+	}
+	pg := since(backends, s.backends)
+	var relay time.Duration
+	if s.relay != nil {
+		now, ok := e.backendCPU(ctx, s.app+relayAppSuffix)
+		if !ok {
+			return nil
+		}
+		relay = since(now, s.relay)
 	}
 	per := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(messages) }
-	return &CPU{IdemdUs: per(child - s.child), PostgresUs: per(pg), GeneratorUs: per(selfCPU() - s.self)}
+	return &CPU{IdemdUs: per(child - s.child), PostgresUs: per(pg + relay), GeneratorUs: per(selfCPU() - s.self), RelayPostgresUs: per(relay)}
 }
 
 func (c *CPU) String() string {
@@ -103,5 +126,9 @@ func (c *CPU) String() string {
 	if c.GeneratorUs > 0 {
 		gen = strconv.FormatFloat(c.GeneratorUs, 'f', 0, 64)
 	}
-	return strconv.FormatFloat(c.IdemdUs, 'f', 0, 64) + " / " + strconv.FormatFloat(c.PostgresUs, 'f', 0, 64) + " / " + gen
+	pg := strconv.FormatFloat(c.PostgresUs, 'f', 0, 64)
+	if c.RelayPostgresUs > 0 {
+		pg += " (relay " + strconv.FormatFloat(c.RelayPostgresUs, 'f', 1, 64) + ")"
+	}
+	return strconv.FormatFloat(c.IdemdUs, 'f', 0, 64) + " / " + pg + " / " + gen
 }

@@ -273,6 +273,7 @@ func (e *env) startChild(ctx context.Context, kind string, cfg childConfig) (*ch
 	cfg.KeepPublished = e.o.keepPublished
 	cfg.NoHandoff = e.o.noHandoff
 	cfg.NoFilter = e.o.noFilter
+	cfg.RelayPool = e.o.relayPool
 	if e.o.profileDir != "" {
 		cfg.ProfileDir = e.o.profileDir
 	}

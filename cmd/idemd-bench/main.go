@@ -78,6 +78,7 @@ type options struct {
 	keepPublished   bool
 	noHandoff       bool
 	noFilter        bool
+	relayPool       bool
 	childEnv        string
 	databaseURL     string
 	brokers         string
@@ -140,6 +141,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.childEnv, "child-env", "", "comma list of NAME=VALUE added to the environment of every idemd child only (not the bench's, not the peers'), e.g. GOGC=300,GOMEMLIMIT=120MiB to measure the daemon under the Go runtime's settings")
 	fs.BoolVar(&o.noFilter, "no-filter", false, "run the consumer and the receiver without the filter of the older epochs' ids (processed.EpochFilter, IDEMD_PROCESSED_FILTER_MAX_BYTES=0): every new id is looked up in the older epochs, as before phase 30")
 	fs.BoolVar(&o.noHandoff, "no-handoff", false, "run the relay without the Handoff of its process's doors (outbox.Handoff): it reads every row back from the table, as before phase 15")
+	fs.BoolVar(&o.relayPool, "relay-pool", false, "give the relay of each idemd child a pool of its own, whose PostgreSQL backends' CPU is shown apart (\"relay\" in the CPU column, counted in pg too); the daemon's relay shares the doors' pool")
 	fs.BoolVar(&o.keepPublished, "keep-published", false, "run the relay with KeepPublished (IDEMD_OUTBOX_KEEP_PUBLISHED: published rows kept, moved to outbox_published), and pre-fill published outbox rows for growth")
 	fs.StringVar(&o.databaseURL, "database-url", "", "PostgreSQL URL (default IDEMD_DATABASE_URL, else "+databaseURLDefault+")")
 	fs.StringVar(&o.brokers, "brokers", "", "Kafka brokers, comma list (default IDEMD_KAFKA_BROKERS, else an in-process kfake broker)")

@@ -180,6 +180,7 @@ func (e *env) loadReceiverSide(ctx context.Context, s *receiverSide, prefix stri
 		s.cpu.IdemdUs += cpu.IdemdUs * n
 		s.cpu.PostgresUs += cpu.PostgresUs * n
 		s.cpu.GeneratorUs += cpu.GeneratorUs * n
+		s.cpu.RelayPostgresUs += cpu.RelayPostgresUs * n
 	}
 	s.st.count(st)
 	s.st.elapsed += st.elapsed
@@ -225,7 +226,7 @@ func (s *receiverSide) row(e *env, turns int) *Row {
 	var cpu *CPU
 	if s.cpuKnown && s.st.ok > 0 {
 		n := float64(s.st.ok)
-		cpu = &CPU{IdemdUs: s.cpu.IdemdUs / n, PostgresUs: s.cpu.PostgresUs / n, GeneratorUs: s.cpu.GeneratorUs / n}
+		cpu = &CPU{IdemdUs: s.cpu.IdemdUs / n, PostgresUs: s.cpu.PostgresUs / n, GeneratorUs: s.cpu.GeneratorUs / n, RelayPostgresUs: s.cpu.RelayPostgresUs / n}
 	}
 	note := fmt.Sprintf("%d connections; every 200 is a committed processed row with its effect", e.o.concurrency)
 	if turns > 0 {
