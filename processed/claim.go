@@ -445,7 +445,7 @@ func (s *Store) lookup(ctx context.Context, tx pgx.Tx, r *claimRun, known []int,
 	}
 	var takeover []int
 	err := sendByIndex(ctx, tx, func(b *pgx.Batch) {
-		b.Queue(s.sql.lookup, append([]any{scopes, ids, fps}, filteredArgs(set, held, known)...)...).Query(func(rows pgx.Rows) error {
+		b.Queue(s.sql.lookup, append([]any{pgarray.Text(scopes), pgarray.Text(ids), pgarray.Bytes(fps)}, filteredArgs(set, held, known)...)...).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				i, ok := r.index(rows)
 				if !ok {
