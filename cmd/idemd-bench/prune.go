@@ -694,7 +694,7 @@ func benchPrune(ctx context.Context, e *env, res *Results) error {
 	steady.Note = fmt.Sprintf("%d records (%d distinct ids) produced in chunks of %d while the run went on, %s, and each event in the outbox or on its topic; %s; pruner every %s (the daemon's default is 1 min for 7 days of retention); the autovacuum emulation every %s: %s, %.0f µs of its backends' CPU per message over the whole run (not in the CPU column, which counts from two periods in to the end); the broker's records deleted as the run went on, so that it holds a long run: %d of the input below the group's commits, %d events after the check had read them (the reading in the bench's CPU)",
 		total, unique, pruneChunk, once, lead, e.o.pruneInterval, e.o.pruneNaptime, avNote, float64(avCPU.Microseconds())/float64(max(total, 1)),
 		trim.deleted(topic), trim.deleted(outTopic))
-	res.Notes = append(res.Notes, "prune: sizes in MiB of processed_messages and the outbox, each with its indexes and total (pg_total_relation_size), sampled every half retention period; live rows by count(*), dead rows pg_stat_user_tables.n_dead_tup, epochs held: the live rows of the partitions still holding an unexpired record (with epochs, what the pruner must keep); vacuums: how many VACUUMs the autovacuum emulation ran on each table so far; the goal compares the largest sizes of the run's second half with those of its first half from three periods in (half 2 and 1), per row of the epochs held with epochs (both ways), per unexpired row if more row by row, see BENCHMARKS.md")
+	res.Notes = append(res.Notes, "prune: sizes in MiB of processed_messages and the outbox, each with its indexes and total (pg_total_relation_size), sampled every half retention period; live rows by count(*), dead rows pg_stat_user_tables.n_dead_tup, epochs held: the live rows of the partitions still holding an unexpired record (with epochs, what the pruner must keep); vacuums: how many VACUUMs the autovacuum emulation ran on each table so far; the goal compares the largest sizes of the run's second half with those of its first half from three periods in (half 2 and 1), per row of the epochs held with epochs (both ways, over the samples where no expired epoch waited for the pruner's next pass when each half has some), per unexpired row if more row by row, see BENCHMARKS.md")
 	return nil
 }
 
@@ -708,9 +708,29 @@ type pruneWindow struct {
 	// (Sizes.ProcessedEpochsHeld).
 	held, epochsHeld int64
 	n                int // samples
+	// caught is the window over its samples where no epoch waited for the pruner's next
+	// pass (every live row in an epoch that holds an unexpired record; with epochs only),
+	// nil when there was none; waiting counts the others.
+	caught  *pruneWindow
+	waiting int
 }
 
 func (w *pruneWindow) add(s Sizes, unexpired int64) {
+	w.take(s, unexpired)
+	if s.ProcessedEpochsHeld > 0 {
+		if s.ProcessedRows > s.ProcessedEpochsHeld {
+			w.waiting++
+		} else {
+			if w.caught == nil {
+				w.caught = new(pruneWindow)
+			}
+			w.caught.take(s, unexpired)
+		}
+	}
+}
+
+// take counts s in the window's sizes and rows.
+func (w *pruneWindow) take(s Sizes, unexpired int64) {
 	w.total = max(w.total, s.ProcessedTotalMiB+s.OutboxTotalMiB)
 	w.heap = max(w.heap, s.ProcessedHeapMiB)
 	w.pkey = max(w.pkey, s.ProcessedPKeyMiB)

@@ -101,4 +101,25 @@ func TestPruneGoalSaysNoWhenAnIndexGrows(t *testing.T) {
 	if g := pruneGoalOf(t, r); g.Met {
 		t.Errorf("a pruner behind: goal %.3f met", g.Value)
 	}
+	// The same with sizes that grew with every row the table holds: per row in the
+	// table they are flat, per row held they are not. No sample of the second half has
+	// the pruner caught up, so the goal compares every sample.
+	r = epochRun(20, 30, 200000, 200000)
+	for i := range r.PruneSizes {
+		if s := &r.PruneSizes[i]; s.Half == 2 {
+			s.ProcessedRows = s.ProcessedEpochsHeld * 3 / 2
+		}
+	}
+	if g := pruneGoalOf(t, r); g.Met {
+		t.Errorf("a pruner behind, sizes in proportion to the rows left: goal %.3f met", g.Value)
+	}
+	// A pruner that keeps up drops an expired epoch on its next pass: a sample taken before
+	// it holds that epoch's rows too, in a larger table. With other samples in each half,
+	// the goal leaves it out (phase 38).
+	r = epochRun(20, 20, 200000, 200000)
+	r.PruneSizes = append(r.PruneSizes, Sizes{Half: 2, ProcessedHeapMiB: 15, ProcessedPKeyMiB: 30, ProcessedExpMiB: 1.5,
+		ProcessedTotalMiB: 46.5, OutboxTotalMiB: 2, ProcessedUnexpired: 100000, ProcessedEpochsHeld: 200000, ProcessedRows: 300000})
+	if g := pruneGoalOf(t, r); !g.Met {
+		t.Errorf("an expired epoch waiting for the pruner's next pass: goal %.3f not met", g.Value)
+	}
 }
