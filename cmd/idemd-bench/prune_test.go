@@ -92,24 +92,14 @@ func TestPruneGoalSaysNoWhenAnIndexGrows(t *testing.T) {
 	}
 	// A pruner that falls behind keeps an epoch it could drop: the rows held grow, the
 	// epochs held (those with an unexpired record) do not, and the goal says no.
-	r := epochRun(20, 22, 200000, 200000)
-	for i := range r.PruneSizes {
-		if s := &r.PruneSizes[i]; s.Half == 2 {
-			s.ProcessedRows = s.ProcessedEpochsHeld * 3 / 2
-		}
-	}
+	r := prunerBehind(epochRun(20, 22, 200000, 200000))
 	if g := pruneGoalOf(t, r); g.Met {
 		t.Errorf("a pruner behind: goal %.3f met", g.Value)
 	}
 	// The same with sizes that grew with every row the table holds: per row in the
 	// table they are flat, per row held they are not. No sample of the second half has
 	// the pruner caught up, so the goal compares every sample.
-	r = epochRun(20, 30, 200000, 200000)
-	for i := range r.PruneSizes {
-		if s := &r.PruneSizes[i]; s.Half == 2 {
-			s.ProcessedRows = s.ProcessedEpochsHeld * 3 / 2
-		}
-	}
+	r = prunerBehind(epochRun(20, 30, 200000, 200000))
 	if g := pruneGoalOf(t, r); g.Met {
 		t.Errorf("a pruner behind, sizes in proportion to the rows left: goal %.3f met", g.Value)
 	}
@@ -122,4 +112,15 @@ func TestPruneGoalSaysNoWhenAnIndexGrows(t *testing.T) {
 	if g := pruneGoalOf(t, r); !g.Met {
 		t.Errorf("an expired epoch waiting for the pruner's next pass: goal %.3f not met", g.Value)
 	}
+}
+
+// prunerBehind makes every sample of r's second half hold half as many rows again as its
+// epochs held: an epoch the pruner could drop and has not, at every sample.
+func prunerBehind(r *Results) *Results {
+	for i := range r.PruneSizes {
+		if s := &r.PruneSizes[i]; s.Half == 2 {
+			s.ProcessedRows = s.ProcessedEpochsHeld * 3 / 2
+		}
+	}
+	return r
 }
