@@ -411,6 +411,32 @@ func startProfiles(c childConfig) (func() error, error) {
 	}, nil
 }
 
+// profileSelf starts a CPU profile of the bench process itself (the load generator, its
+// polls and the in-process broker) into the profile directory as name, when one is set;
+// the returned function stops it. It does nothing while another profile of the process
+// runs.
+func (e *env) profileSelf(name string) func() {
+	if e.o.profileDir == "" {
+		return func() {}
+	}
+	f, err := os.Create(filepath.Join(e.o.profileDir, name+".cpu.pprof"))
+	if err == nil {
+		if err = pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+		}
+	}
+	if err != nil {
+		e.logf("no profile of the bench process: %v", err)
+		return func() {}
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			e.logf("profile of the bench process: %v", err)
+		}
+	}
+}
+
 // pruneLoop is the daemon's pruner role as far as the bench's tables go: every interval,
 // the expired dedup records and the outbox rows published more than outboxRetention ago,
 // through the stores' Prune methods (their default batch size, as the daemon's); with

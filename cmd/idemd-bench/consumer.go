@@ -274,6 +274,7 @@ func (e *env) runConsumer(ctx context.Context, m consumerRun) (*Row, error) {
 	if err != nil {
 		return nil, err
 	}
+	stopSelf := e.profileSelf(fmt.Sprintf("loadgen-%s-%s-batch%d", kind, tag, m.batch))
 	begin := time.Now()
 	var (
 		counted int
@@ -316,6 +317,7 @@ func (e *env) runConsumer(ctx context.Context, m consumerRun) (*Row, error) {
 		}
 	}
 	cpu := e.cpuPerMessage(ctx, c, len(recs))
+	stopSelf()
 	var rss float64
 	if m.bare {
 		rss, err = e.checkBare(ctx, c, before, outTopic, m.partitions, unique, m.bareDelete)

@@ -136,7 +136,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	sqsPollers := fs.String("sqs-pollers", "1,8", "concurrent ReceiveMessage pollers of the broker-only SQS client (comma list; the fastest is its baseline)")
 	fs.StringVar(&o.only, "only", "", "comma list of sections to run: "+strings.Join(sections, ",")+" (default all)")
 	fs.BoolVar(&o.jsonOut, "json", false, "print the results as JSON instead of a table")
-	fs.StringVar(&o.profileDir, "profile-dir", "", "write CPU, heap, allocation and block profiles of each idemd child process into this directory")
+	fs.StringVar(&o.profileDir, "profile-dir", "", "write CPU, heap, allocation and block profiles of each idemd child process into this directory, and a CPU profile of the bench process (load generator and in-process broker) over each consumer run (loadgen-*)")
 	fs.BoolVar(&o.keepSchema, "keep-schema", false, "do not drop the bench schema at the end (inspection)")
 	fs.StringVar(&o.childEnv, "child-env", "", "comma list of NAME=VALUE added to the environment of every idemd child only (not the bench's, not the peers'), e.g. GOGC=300,GOMEMLIMIT=120MiB to measure the daemon under the Go runtime's settings")
 	fs.BoolVar(&o.noFilter, "no-filter", false, "run the consumer and the receiver without the filter of the older epochs' ids (processed.EpochFilter, IDEMD_PROCESSED_FILTER_MAX_BYTES=0): every new id is looked up in the older epochs, as before phase 30")
