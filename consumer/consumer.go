@@ -286,6 +286,9 @@ type Consumer struct {
 	stmt   *effectsql.Statement
 	tracer *tracing.Tracer
 	sqsURL string // the SQS queue's URL, once resolved (guarded by mu)
+	// fetchDialer opens the partition readers' connections: cfg.Dialer with a read buffer
+	// under each (readbuffer.go).
+	fetchDialer *kafka.Dialer
 }
 
 // New checks cfg, fills its defaults, and checks that the SQL effect prepares.
@@ -380,6 +383,9 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Consumer, error) {
 		return nil, fmt.Errorf("consumer %s: %w", c.Name, err)
 	}
 	con := &Consumer{cfg: c, pool: pool, log: log, stmt: stmt, tracer: tracing.NewTracer(c.TracerProvider, tracerScope)}
+	if door == DoorKafka {
+		con.fetchDialer = FetchDialer(c.Dialer)
+	}
 	con.unit, err = exactlyonce.New(pool, &exactlyonce.Config{
 		Schema:     c.Schema,
 		Processed:  store,

@@ -125,7 +125,7 @@ func (b *bare) partition(ctx context.Context, gen *kafka.Generation, pa kafka.Pa
 	r := kafka.NewReader(kafka.ReaderConfig{
 		Brokers: b.brokers, Topic: b.topic, Partition: pa.ID,
 		MinBytes: 1, MaxBytes: 10 << 20, MaxWait: consumer.FetchMaxWaitDefault + consumer.FetchAnswerMargin,
-		QueueCapacity: b.batch, ReadLagInterval: -1,
+		QueueCapacity: b.batch, ReadLagInterval: -1, Dialer: consumer.FetchDialer(nil),
 	})
 	defer r.Close() //nolint:errcheck // a reader
 	if err := r.SetOffset(pa.Offset); err != nil {
