@@ -29,7 +29,7 @@ func (c countingConn) Read(p []byte) (int, error) {
 
 // A partition reader's connection takes a fetch answer in reads of up to 64 KiB, however
 // small the reads kafka-go makes above it (4 KiB), and returns every byte in order.
-func TestBufferedDialerReadsTheNetworkInLargeReads(t *testing.T) {
+func TestFetchDialerReadsTheNetworkInLargeReads(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer ln.Close()
@@ -85,7 +85,7 @@ func readSmall(t *testing.T, conn net.Conn, n int) []byte {
 
 // A read that needs the network still sees the read deadline kafka-go sets; bytes already
 // buffered are returned.
-func TestBufferedDialerKeepsTheReadDeadline(t *testing.T) {
+func TestFetchDialerKeepsTheReadDeadline(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer ln.Close()
