@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -413,8 +414,8 @@ func startProfiles(c childConfig) (func() error, error) {
 
 // profileSelf starts a CPU profile of the bench process itself (the load generator, its
 // polls and the in-process broker) into the profile directory as name, when one is set;
-// the returned function stops it. It does nothing while another profile of the process
-// runs.
+// the returned function stops it, once however often it is called. It does nothing while
+// another profile of the process runs.
 func (e *env) profileSelf(name string) func() {
 	if e.o.profileDir == "" {
 		return func() {}
@@ -429,12 +430,12 @@ func (e *env) profileSelf(name string) func() {
 		e.logf("no profile of the bench process: %v", err)
 		return func() {}
 	}
-	return func() {
+	return sync.OnceFunc(func() {
 		pprof.StopCPUProfile()
 		if err := f.Close(); err != nil {
 			e.logf("profile of the bench process: %v", err)
 		}
-	}
+	})
 }
 
 // pruneLoop is the daemon's pruner role as far as the bench's tables go: every interval,

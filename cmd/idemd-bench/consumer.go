@@ -275,6 +275,7 @@ func (e *env) runConsumer(ctx context.Context, m consumerRun) (*Row, error) {
 		return nil, err
 	}
 	stopSelf := e.profileSelf(fmt.Sprintf("loadgen-%s-%s-batch%d", kind, tag, m.batch))
+	defer stopSelf() // on the way out of a failed run; after the load otherwise
 	begin := time.Now()
 	var (
 		counted int
