@@ -21,6 +21,7 @@ import (
 
 	"github.com/idemd/idemd/internal/kafkatest"
 	"github.com/idemd/idemd/internal/pgtest"
+	"github.com/idemd/idemd/internal/proctest"
 	"github.com/idemd/idemd/internal/testsignal"
 	"github.com/idemd/idemd/outbox"
 )
@@ -320,11 +321,11 @@ func TestRelayLeadership(t *testing.T) {
 func TestRelayBrokerOutage(t *testing.T) {
 	t.Parallel()
 	// This test owns its broker: it has to stop and start it.
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr := proctest.FreeAddr(t)
+	_, ps, err := net.SplitHostPort(addr)
 	require.NoError(t, err)
-	port := l.Addr().(*net.TCPAddr).Port
-	require.NoError(t, l.Close())
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	port, err := strconv.Atoi(ps)
+	require.NoError(t, err)
 
 	b := &relayBundle{db: pgtest.New(t), topic: "outage"}
 	b.store = outbox.New(&outbox.Config{Schema: b.db.Schema})

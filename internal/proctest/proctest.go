@@ -12,11 +12,13 @@ package proctest
 import (
 	"bytes"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -223,15 +225,64 @@ func (p *Proc) WaitLog(sub string, n int, timeout time.Duration) error {
 	}
 }
 
-// FreeAddr returns a loopback address with a port free right now.
+// FreeAddr returns a loopback address with a port free right now, for a process the test
+// starts (and may restart on the same address). The port is taken below the kernel's range
+// of ephemeral ports: a port from that range, once free, may become the local end of any
+// outbound connection (the tests open many, to PostgreSQL and the brokers) before the
+// process it was meant for binds it, which then fails with "address already in use". No
+// port is given twice by one test binary.
 func FreeAddr(tb testing.TB) string {
 	tb.Helper()
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	if lo, hi := freePortsFrom, ephemeralLow(); hi-lo >= 1000 {
+		for range 100 {
+			port := lo + rand.IntN(hi-lo)
+			if portsGiven[port] {
+				continue
+			}
+			addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+			ln, err := net.Listen("tcp", addr)
+			if err != nil {
+				continue
+			}
+			_ = ln.Close()
+			portsGiven[port] = true
+			return addr
+		}
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatalf("proctest: %v", err)
 	}
 	defer ln.Close()
 	return ln.Addr().String()
+}
+
+// freePortsFrom is the lowest port FreeAddr gives: above the well-known services' ports.
+const freePortsFrom = 20000
+
+var (
+	portsMu    sync.Mutex
+	portsGiven = map[int]bool{}
+)
+
+// ephemeralLow is the first port of the kernel's ephemeral range (Linux's default 32768
+// where it cannot be read).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 32768
+	}
+	lo, err := strconv.Atoi(f[0])
+	if err != nil {
+		return 32768
+	}
+	return lo
 }
 
 // buffer is a bytes.Buffer safe for a writer and readers at once, which tells readers that
