@@ -147,6 +147,7 @@ func (c *Consumer) partition(stop, work context.Context, gen *kafka.Generation, 
 		return
 	}
 	in := make(chan *record, c.cfg.BatchSize)
+	received := metrics.Received.WithLabelValues(c.cfg.Name, DoorKafka)
 	go func() {
 		defer close(in)
 		for {
@@ -163,7 +164,7 @@ func (c *Consumer) partition(stop, work context.Context, gen *kafka.Generation, 
 				}
 				continue
 			}
-			metrics.Received.WithLabelValues(c.cfg.Name, "kafka").Inc()
+			received.Inc()
 			select {
 			case in <- newRecord(c.cfg.Name, m, time.Now()):
 			case <-stop.Done(): // not handed over: not committed, redelivered

@@ -443,7 +443,11 @@ func (s *Store) lookup(ctx context.Context, tx pgx.Tx, r *claimRun, known []int,
 		c := &r.claims[i]
 		scopes[j], ids[j], fps[j] = c.Scope, c.MessageID, c.Fingerprint
 	}
-	var takeover []int
+	var (
+		takeover  []int
+		claimable bool
+	)
+	sc := newRecordScanner(&claimable)
 	err := sendByIndex(ctx, tx, func(b *pgx.Batch) {
 		b.Queue(s.sql.lookup, append([]any{pgarray.Text(scopes), pgarray.Text(ids), pgarray.Bytes(fps)}, filteredArgs(set, held, known)...)...).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
@@ -451,8 +455,7 @@ func (s *Store) lookup(ctx context.Context, tx pgx.Tx, r *claimRun, known []int,
 				if !ok {
 					continue
 				}
-				var claimable bool
-				rec, err := scanRecord(rows, &claimable)
+				rec, err := sc.scan(rows)
 				if err != nil {
 					return err
 				}
@@ -575,21 +578,41 @@ func durationOr(d, def time.Duration) time.Duration {
 
 // scanRecord reads a record row (recordColumns), then the columns after it into extra.
 func scanRecord(rows pgx.Rows, extra ...any) (*Record, error) {
-	var (
-		r       Record
-		state   string
-		status  *int32
-		headers map[string]string
-		body    []byte
-	)
-	dest := append([]any{&r.Scope, &r.MessageID, &r.Fingerprint, &state, &status, &headers, &body,
-		&r.ReceivedAt, &r.CompletedAt, &r.ExpiresAt, &r.LeaseUntil}, extra...)
-	if err := rows.Scan(dest...); err != nil {
+	return newRecordScanner(extra...).scan(rows)
+}
+
+// recordScanner reads record rows (recordColumns, then extra) into new Records through
+// one list of destinations for all the rows of a statement: built for each row, the list
+// and the variables it points at were most of the bytes the lookup of redelivered ids
+// allocated (BENCHMARKS.md, phase 40).
+type recordScanner struct {
+	r       Record
+	state   string
+	status  *int32
+	headers map[string]string
+	body    []byte
+	dest    []any
+}
+
+func newRecordScanner(extra ...any) *recordScanner {
+	s := &recordScanner{}
+	s.dest = append([]any{&s.r.Scope, &s.r.MessageID, &s.r.Fingerprint, &s.state, &s.status, &s.headers, &s.body,
+		&s.r.ReceivedAt, &s.r.CompletedAt, &s.r.ExpiresAt, &s.r.LeaseUntil}, extra...)
+	return s
+}
+
+// scan reads the current row into a new Record. Every destination is emptied first, so
+// that no value of a row depends on the row before's, whatever pgx does with a destination
+// that already holds one.
+func (s *recordScanner) scan(rows pgx.Rows) (*Record, error) {
+	s.r, s.state, s.status, s.headers, s.body = Record{}, "", nil, nil, nil
+	if err := rows.Scan(s.dest...); err != nil {
 		return nil, err
 	}
-	r.State = State(state)
-	if status != nil {
-		r.Response = &Response{Status: int(*status), Headers: headers, Body: body}
+	r := s.r
+	r.State = State(s.state)
+	if s.status != nil {
+		r.Response = &Response{Status: int(*s.status), Headers: s.headers, Body: s.body}
 	}
 	return &r, nil
 }

@@ -78,8 +78,9 @@ func (s *Store) ListRecords(ctx context.Context, pool *pgxpool.Pool, f RecordFil
 	}
 	defer rows.Close()
 	var out []*Record
+	sc := newRecordScanner()
 	for rows.Next() {
-		r, err := scanRecord(rows)
+		r, err := sc.scan(rows)
 		if err != nil {
 			return nil, fmt.Errorf("error listing processed records: %w", err)
 		}

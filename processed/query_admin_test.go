@@ -60,3 +60,36 @@ FROM unnest(ARRAY['hooks', 'orders'||chr(31)||'acme', 'orders'||chr(31)||'globex
 	require.NoError(t, err)
 	require.Empty(t, none)
 }
+
+// The records of one listing are read through one list of destinations: each keeps its own
+// values, and a NULL column reads as nil after a row that had one (and the other way round).
+func TestListedRecordsKeepTheirOwnValues(t *testing.T) {
+	t.Parallel()
+	b := setup(t, pgtest.Options{}, processed.Config{})
+	ctx := context.Background()
+	b.db.Exec(t, b.db.Q(`INSERT INTO {schema}.processed_messages (scope, message_id, fingerprint, status, expires_at,
+    response_status, response_headers, response_body, completed_at, lease_until)
+VALUES ('s', 'a', '\x01', 'done', now() + interval '1 day', 201, '{"Location": "/a"}', 'body-a', now() - interval '1 hour', NULL),
+       ('s', 'b', '\x02', 'in_flight', now() + interval '1 day', NULL, NULL, NULL, NULL, now() + interval '1 minute'),
+       ('s', 'c', '\x03', 'done', now() + interval '1 day', 409, NULL, 'body-c', now(), NULL)`))
+	got := map[string]*processed.Record{}
+	for _, id := range []string{"a", "b", "c"} {
+		rs, err := b.store.ListRecords(ctx, b.db.Pool, processed.RecordFilter{MessageID: id})
+		require.NoError(t, err)
+		require.Len(t, rs, 1)
+		got[id] = rs[0]
+	}
+	all, err := b.store.ListRecords(ctx, b.db.Pool, processed.RecordFilter{Pipeline: "s"})
+	require.NoError(t, err)
+	require.Len(t, all, 3)
+	for _, r := range all {
+		require.Equal(t, got[r.MessageID], r, "record %s listed with the others", r.MessageID)
+	}
+	require.Equal(t, &processed.Response{Status: 201, Headers: map[string]string{"Location": "/a"}, Body: []byte("body-a")}, got["a"].Response)
+	require.Nil(t, got["b"].Response)
+	require.Nil(t, got["b"].CompletedAt)
+	require.NotNil(t, got["b"].LeaseUntil)
+	require.Equal(t, &processed.Response{Status: 409, Body: []byte("body-c")}, got["c"].Response)
+	require.Equal(t, []byte{0x03}, got["c"].Fingerprint)
+	require.Nil(t, got["c"].LeaseUntil)
+}

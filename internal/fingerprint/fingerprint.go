@@ -243,7 +243,7 @@ func (c *canon) value(lo, hi int) bool {
 		if !ok {
 			return false
 		}
-		return c.writeString(c.in[start:end], escaped)
+		return c.writeString(start, end, escaped)
 	case b == '-' || (b >= '0' && b <= '9'):
 		start := c.pos
 		if !c.number() {
@@ -442,19 +442,18 @@ func unescape(dst, raw []byte) ([]byte, bool) {
 
 const hexDigits = "0123456789abcdef"
 
-// writeString writes a string whose contents in the input are raw, escaped exactly as
-// encoding/json's encoder (HTML escaping off) escapes its decoded text; escaped is str's.
-func (c *canon) writeString(raw []byte, escaped bool) bool {
+// writeString writes the string whose contents are c.in[start:end] (str's span), escaped
+// exactly as encoding/json's encoder (HTML escaping off) escapes its decoded text; escaped
+// is str's.
+func (c *canon) writeString(start, end int, escaped bool) bool {
 	if !escaped {
 		// str has seen no '"', '\\', control character, or 0xE2 (U+2028 and U+2029 are
-		// E2 80 A8 and E2 80 A9): nothing is written otherwise than it is.
-		c.out = append(c.out, '"')
-		c.out = append(c.out, raw...)
-		c.out = append(c.out, '"')
+		// E2 80 A8 and E2 80 A9): the string is written as it is, quotes included.
+		c.out = append(c.out, c.in[start-1:end+1]...)
 		return true
 	}
 	var ok bool
-	if c.text, ok = unescape(c.text[:0], raw); !ok {
+	if c.text, ok = unescape(c.text[:0], c.in[start:end]); !ok {
 		return false
 	}
 	c.out = appendQuoted(c.out, c.text)
@@ -632,7 +631,7 @@ func (c *canon) object(lo, hi int) bool {
 			c.out = append(c.out, ',')
 		}
 		m.start = int32(len(c.out))
-		if !c.writeString(c.in[ks:ke], escaped) {
+		if !c.writeString(ks, ke, escaped) {
 			return false
 		}
 		c.out = append(c.out, ':')
