@@ -27,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -282,10 +283,11 @@ type Consumer struct {
 	pool  *pgxpool.Pool
 	unit  *exactlyonce.Unit
 	log   *logrus.Entry
-	// stmt is the SQL effect, compiled once at New.
-	stmt   *effectsql.Statement
-	tracer *tracing.Tracer
-	sqsURL string // the SQS queue's URL, once resolved (guarded by mu)
+	// stmt is the SQL effect, compiled once at New; stmtHeaders, whether it reads @headers.
+	stmt        *effectsql.Statement
+	stmtHeaders bool
+	tracer      *tracing.Tracer
+	sqsURL      string // the SQS queue's URL, once resolved (guarded by mu)
 	// fetchDialer opens the partition readers' connections: cfg.Dialer with a read buffer
 	// under each (readbuffer.go).
 	fetchDialer *kafka.Dialer
@@ -383,6 +385,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Consumer, error) {
 		return nil, fmt.Errorf("consumer %s: %w", c.Name, err)
 	}
 	con := &Consumer{cfg: c, pool: pool, log: log, stmt: stmt, tracer: tracing.NewTracer(c.TracerProvider, tracerScope)}
+	con.stmtHeaders = stmt != nil && slices.Contains(stmt.Params, "headers")
 	if door == DoorKafka {
 		con.fetchDialer = FetchDialer(c.Dialer)
 	}
@@ -512,6 +515,7 @@ func (c *Consumer) process(ctx context.Context, batch []*record) (err error) {
 	if c.cfg.AfterCommit != nil {
 		out := make([]Message, len(batch))
 		for i, r := range batch {
+			r.headers()
 			out[i] = r.msg
 		}
 		c.cfg.AfterCommit(out)

@@ -152,8 +152,11 @@ func (c *Consumer) bind(u *unitMessage, r *record) {
 	if c.stmt != nil {
 		m.Effect.SQL, m.Effect.Many = c.stmt.SQL, c.stmt.Many
 		v := &effectsql.Values{
-			MessageID: r.msg.ID, Payload: r.msg.Value, Headers: r.msg.Headers, Source: c.cfg.Name, Key: r.msg.Key,
+			MessageID: r.msg.ID, Payload: r.msg.Value, Source: c.cfg.Name, Key: r.msg.Key,
 			ReceivedAt: r.msg.ReceivedAt,
+		}
+		if c.stmtHeaders {
+			v.Headers = r.headers()
 		}
 		if r.msg.Door == DoorKafka { // Pub/Sub and SQS have no position: NULL
 			v.Position = effectsql.Position{Topic: r.msg.Topic, Partition: r.msg.Partition, Offset: r.msg.Offset}
@@ -161,6 +164,7 @@ func (c *Consumer) bind(u *unitMessage, r *record) {
 		m.Effect.Args = c.stmt.AppendArgs(u.args[:0], v)
 	}
 	if h := c.cfg.Handler; h != nil {
+		r.headers()
 		msg := r.msg
 		m.Effect.Func = func(ctx context.Context, tx pgx.Tx) (any, error) { return nil, h(ctx, tx, msg) }
 	}
@@ -189,8 +193,8 @@ func (c *Consumer) guard(r *record) (*exactlyonce.Guard, error) {
 // JSON content type: they share jsonOnly, which nothing writes to (routing clones it for a
 // second target, tracing copies it), instead of a map each.
 func passHeaders(r *record) map[string]string {
-	ct, hasCT := r.msg.Headers[outbox.HeaderContentType]
-	et, hasET := r.msg.Headers[outbox.HeaderEventType]
+	ct, hasCT := r.header(outbox.HeaderContentType)
+	et, hasET := r.header(outbox.HeaderEventType)
 	if !hasCT {
 		// json.Valid rather than r.json(): knowing that the value is JSON does not need
 		// the decoded document, which costs an allocation per node. Invalid UTF-8 is not

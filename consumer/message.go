@@ -93,7 +93,7 @@ func (r *record) Field(f *pipeline.Field) (string, bool) {
 	case f.Header != "" || f.Attribute != "":
 		// Headers of a Kafka record, attributes of a Pub/Sub or SQS message: the
 		// pipeline's validation lets each door name only its own (header, attribute).
-		v, ok := r.msg.Headers[f.Header+f.Attribute]
+		v, ok := r.header(f.Header + f.Attribute)
 		return v, ok && v != ""
 	case f.Key:
 		return string(r.msg.Key), len(r.msg.Key) > 0
@@ -112,7 +112,37 @@ func (r *record) Field(f *pipeline.Field) (string, bool) {
 }
 
 // EventType is the record's event-type header (pipeline.Message).
-func (r *record) EventType() string { return r.msg.Headers[outbox.HeaderEventType] }
+func (r *record) EventType() string {
+	v, _ := r.header(outbox.HeaderEventType)
+	return v
+}
+
+// header is the first value of the named header of a Kafka record, or the named attribute
+// of a Pub/Sub or SQS message. A Kafka record's headers are read where they lie until
+// something needs them as a map (headers).
+func (r *record) header(name string) (string, bool) {
+	if r.msg.Headers != nil || r.msg.Door != DoorKafka {
+		v, ok := r.msg.Headers[name]
+		return v, ok
+	}
+	for _, h := range r.raw.Headers {
+		if h.Key == name {
+			return string(h.Value), true
+		}
+	}
+	return "", false
+}
+
+// headers is Message.Headers, made for a Kafka record the first time something needs the
+// map: a Go handler, AfterCommit, an effect that reads @headers, a record with a trace
+// context. The map was a tenth of the bytes the Kafka door allocated per record, for
+// pipelines that read one header or none (BENCHMARKS.md, phase 40).
+func (r *record) headers() map[string]string {
+	if r.msg.Headers == nil && r.msg.Door == DoorKafka {
+		r.msg.Headers = headerMap(r.raw.Headers)
+	}
+	return r.msg.Headers
+}
 
 // id returns the message id by spec, or when spec is nil by the default: the broker's id on
 // Pub/Sub and SQS, the default header chain on Kafka.
@@ -124,7 +154,7 @@ func (r *record) id(spec *pipeline.Field) (string, bool) {
 		return r.msg.BrokerID, r.msg.BrokerID != ""
 	}
 	for _, h := range DefaultIDHeaders {
-		if v := r.msg.Headers[h]; v != "" {
+		if v, _ := r.header(h); v != "" {
 			return v, true
 		}
 	}
@@ -136,7 +166,7 @@ func newRecord(pipeline string, m kafka.Message, now time.Time) *record {
 		raw: m,
 		msg: Message{
 			Pipeline: pipeline, Door: DoorKafka, Topic: m.Topic, Partition: m.Partition, Offset: m.Offset,
-			Key: m.Key, Value: m.Value, Headers: headerMap(m.Headers), Time: m.Time, ReceivedAt: now,
+			Key: m.Key, Value: m.Value, Time: m.Time, ReceivedAt: now, // Headers: headers()
 		},
 	}
 }

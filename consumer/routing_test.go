@@ -2,10 +2,12 @@ package consumer_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/require"
 
@@ -98,4 +100,75 @@ VALUES (@message_id, to_jsonb(@payload::text), @topic, @partition, @offset)`)}
 	}
 	require.NoError(t, rows.Err())
 	require.Equal(t, want, got)
+}
+
+// TestKafkaHeadersAsEveryReaderSeesThem: a Kafka record's headers, first value of each name,
+// reach each reader the same: the id (default chain), @headers of the effect, the event-type
+// filter of a target, the published content type, a Go handler's and AfterCommit's
+// Message.Headers (never nil, even for a record without headers).
+func TestKafkaHeadersAsEveryReaderSeesThem(t *testing.T) {
+	t.Parallel()
+	hs := []kafka.Header{
+		{Key: "message-id", Value: []byte("m-1")}, {Key: "event-type", Value: []byte("order.created")},
+		{Key: "content-type", Value: []byte("application/x-order")},
+		{Key: "dup", Value: []byte("first")}, {Key: "dup", Value: []byte("second")},
+	}
+	want := map[string]string{"message-id": "m-1", "event-type": "order.created", "content-type": "application/x-order", "dup": "first"}
+
+	t.Run("effect SQL", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 1)
+		cfg := b.config()
+		cfg.Effect = consumer.Effect{SQL: b.db.Q(`INSERT INTO {schema}.effects (message_id, payload, topic, part, off)
+VALUES (@message_id, @headers::jsonb, @topic, @partition, @offset)`)}
+		cfg.Publish = pipeline.Targets{{Topic: "ledger.orders", Filter: &pipeline.Filter{Type: []string{"order.*"}}}}
+		var after []consumer.Message
+		var mu sync.Mutex
+		cfg.AfterCommit = func(ms []consumer.Message) { mu.Lock(); after = append(after, ms...); mu.Unlock() }
+		produce(t, b.brokers, b.topic, kafka.Message{Value: []byte(`{"n":1}`), Headers: hs},
+			kafka.Message{Value: []byte(`{"n":2}`), Headers: []kafka.Header{{Key: "operation-id", Value: []byte("m-2")}}})
+		start(t, b.db, cfg)
+		b.waitCommitted(t, 60*time.Second, func(offs []int64) bool { return offs[0] == 2 })
+
+		var got map[string]string
+		require.NoError(t, b.db.Pool.QueryRow(context.Background(), b.db.Q(`SELECT payload FROM {schema}.effects WHERE message_id = 'm-1'`)).Scan(&got))
+		require.Equal(t, want, got, "@headers")
+		require.Equal(t, 1, b.db.Count(t, "{schema}.outbox WHERE topic = 'ledger.orders' AND causation_id = 'm-1' AND headers->>'content-type' = 'application/x-order'"),
+			"the event-type filter passed it, its content type passed on")
+		require.Equal(t, 0, b.db.Count(t, "{schema}.outbox WHERE causation_id = 'm-2'"), "no event-type: filtered out")
+		mu.Lock()
+		defer mu.Unlock()
+		require.Len(t, after, 2)
+		require.Equal(t, want, after[0].Headers, "AfterCommit")
+		require.Equal(t, map[string]string{"operation-id": "m-2"}, after[1].Headers)
+	})
+
+	t.Run("handler", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 1)
+		cfg := b.config()
+		cfg.Effect = consumer.Effect{}
+		cfg.MessageID = &pipeline.Field{Key: true}
+		seen := make(chan consumer.Message, 4)
+		cfg.Handler = func(_ context.Context, _ pgx.Tx, m consumer.Message) error {
+			seen <- m
+			return nil
+		}
+		produce(t, b.brokers, b.topic, kafka.Message{Key: []byte("k-1"), Value: []byte(`{}`), Headers: hs},
+			kafka.Message{Key: []byte("k-2"), Value: []byte(`{}`)})
+		start(t, b.db, cfg)
+		for range 2 {
+			select {
+			case m := <-seen:
+				if m.ID == "k-1" {
+					require.Equal(t, want, m.Headers)
+				} else {
+					require.NotNil(t, m.Headers, "a record without headers")
+					require.Empty(t, m.Headers)
+				}
+			case <-time.After(60 * time.Second):
+				t.Fatal("the handler did not run")
+			}
+		}
+	})
 }

@@ -33,13 +33,13 @@ func (c *Consumer) startRecords(batch []*record, msgs []*exactlyonce.Message) []
 	tr, ok := c.tracer.Get()
 	if !ok {
 		for i, r := range batch {
-			msgs[i].Trace = tracing.FromMap(r.msg.Headers)
+			msgs[i].Trace = r.traceContext()
 		}
 		return nil
 	}
 	spans := make([]trace.Span, len(batch))
 	for i, r := range batch {
-		ctx := tracing.Parent(context.Background(), tracing.FromMap(r.msg.Headers))
+		ctx := tracing.Parent(context.Background(), r.traceContext())
 		attrs := []attribute.KeyValue{
 			semconv.MessagingOperationTypeProcess, semconv.MessagingOperationName("process"),
 			semconv.MessagingDestinationName(r.msg.Topic), semconv.MessagingMessageBodySize(len(r.msg.Value)),
@@ -75,4 +75,13 @@ func endRecords(spans []trace.Span, msgs []*exactlyonce.Message, err error) {
 		}
 		tracing.End(span, err)
 	}
+}
+
+// traceContext is the trace context of the record's traceparent (and tracestate) header or
+// attribute; the headers' map is made only for a record that has one.
+func (r *record) traceContext() trace.SpanContext {
+	if tp, _ := r.header("traceparent"); tp == "" {
+		return trace.SpanContext{}
+	}
+	return tracing.FromMap(r.headers())
 }
