@@ -51,6 +51,9 @@ type Handoff struct {
 	maxBytes int // eventSize summed over rows
 	bytes    int
 	rows     []handedRow
+	// spare is the array of rows a round took and gave back (recycle), for the rows handed
+	// next: a round that takes every waiting row takes rows' array itself.
+	spare []handedRow
 	// overflow: rows were turned away since the relay last took some; it reads the table.
 	overflow bool
 	// overflows counts the times rows were first turned away (tests, the bench).
@@ -174,11 +177,31 @@ func (h *Handoff) take(maxRows, maxBytes int) (rows []handedRow, overflow bool) 
 	if n == 0 {
 		return nil, false
 	}
-	rows = slices.Clone(h.rows[:n])
-	h.rows = slices.Delete(h.rows, 0, n)
+	if n == len(h.rows) {
+		// Every row waiting, as under steady load: the array itself, none copied.
+		rows, h.rows, h.spare = h.rows, h.spare, nil
+	} else {
+		rows = slices.Clone(h.rows[:n])
+		h.rows = slices.Delete(h.rows, 0, n)
+	}
 	h.bytes -= bytes
 	slices.SortFunc(rows, func(a, b handedRow) int { return cmp.Compare(a.id, b.id) })
 	return rows, false
+}
+
+// recycle gives back the array of rows a round took, once the round is done with them (a
+// putBack copies them), for the rows handed next. It is emptied first, so that it pins no
+// event; a large one is left to the collector.
+func (h *Handoff) recycle(rows []handedRow) {
+	if cap(rows) > relayHandoffRounds*RelayBatchSizeDefault {
+		return
+	}
+	clear(rows)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.spare == nil {
+		h.spare = rows[:0]
+	}
 }
 
 // putBack returns rows taken and not published to the head of the queue.
@@ -385,10 +408,13 @@ func (r *Relay) publishHanded(ctx context.Context, rows []handedRow) (*round, er
 		return rd, fmt.Errorf("error taking %d handed outbox rows: %w", len(ids), err)
 	}
 	slices.Sort(taken)
-	round := make([]handedRow, 0, len(taken)+len(olderRows))
-	for _, row := range rows {
-		if _, found := slices.BinarySearch(taken, row.id); found {
-			round = append(round, row)
+	round := rows // every row taken and none older, as under steady load: no copy
+	if len(taken) < len(rows) || len(olderRows) > 0 {
+		round = make([]handedRow, 0, len(taken)+len(olderRows))
+		for _, row := range rows {
+			if _, found := slices.BinarySearch(taken, row.id); found {
+				round = append(round, row)
+			}
 		}
 	}
 	if len(olderRows) > 0 {

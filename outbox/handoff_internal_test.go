@@ -217,3 +217,43 @@ func BenchmarkHolesBelow(b *testing.B) {
 		}
 	}
 }
+
+// TestHandoffRecyclesTakenRows: a round that takes every waiting row takes the Handoff's
+// array itself, and gives it back once done, emptied, for the rows handed next: under
+// steady load handing and taking copy no row into a new array. A round put back, or a
+// round that took only part of the rows, leaves the Handoff's rows as they were.
+func TestHandoffRecyclesTakenRows(t *testing.T) {
+	h := NewHandoff()
+	h.attach(func() {}, 1000, 1<<30)
+	batch := []*Handed{handedOf(1, 2, 3, 4)}
+	round := func() {
+		if !h.hand(batch) {
+			t.Fatal("not handed")
+		}
+		rows, _ := h.take(100, 1<<20)
+		if len(rows) != 4 {
+			t.Fatalf("took %d rows", len(rows))
+		}
+		h.recycle(rows)
+	}
+	round()
+	require.Zero(t, testing.AllocsPerRun(100, round), "hand, take and recycle every row")
+
+	require.True(t, h.hand([]*Handed{handedOf(5, 6, 7)}))
+	rows, _ := h.take(100, 1<<20)
+	require.Equal(t, []int64{5, 6, 7}, idsOf(rows))
+	require.Empty(t, h.waiting())
+	require.True(t, h.hand([]*Handed{handedOf(8)}), "handed while the round runs: into the spare array")
+	h.putBack(rows)
+	h.recycle(rows)
+	require.Equal(t, []int64{5, 6, 7, 8}, h.waiting(), "the round put back, with the row handed meanwhile")
+	for _, row := range rows[:cap(rows)] {
+		require.Zero(t, row, "a recycled array pins no event")
+	}
+
+	part, _ := h.take(2, 1<<20)
+	require.Equal(t, []int64{5, 6}, idsOf(part))
+	h.recycle(part)
+	rest, _ := h.take(100, 1<<20)
+	require.Equal(t, []int64{7, 8}, idsOf(rest), "a partial round copied its rows: the others are intact")
+}

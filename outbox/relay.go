@@ -633,6 +633,7 @@ func (r *Relay) lead(ctx context.Context) error {
 			rd = &round{FromHandoff: true}
 		case handed:
 			rd, err = r.publishHanded(ctx, rows)
+			r.cfg.Handoff.recycle(rows)
 		default:
 			r.lastSelect = time.Now()
 			rd, err = r.publishRound(ctx)
