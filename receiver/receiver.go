@@ -32,6 +32,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemd/idemd/exactlyonce"
+	"github.com/idemd/idemd/internal/fingerprint"
 	"github.com/idemd/idemd/internal/jsonpointer"
 	"github.com/idemd/idemd/internal/metrics"
 	"github.com/idemd/idemd/internal/tracing"
@@ -297,6 +298,13 @@ func (r *Receiver) serve(w http.ResponseWriter, req *http.Request, src *source, 
 	}
 	c := &call{src: src, req: rq, body: &parsedBody{raw: body}, scope: processed.Scope(src.name, tenant),
 		trace: requestTrace(req), span: trace.SpanFromContext(req.Context())}
+	if !src.api && act == actApply {
+		// A webhook's fingerprint, verified body and all, before its fields are read: its
+		// canonical form says the body is valid JSON, which the reads need to know.
+		var canonical bool
+		c.fp, canonical = fingerprint.BodyCanonical(body, src.ignore...)
+		c.body.checkedBy(canonical)
+	}
 	c.eventType = src.eventType(req.Header, c.body)
 	switch {
 	case act == actLookup:

@@ -187,6 +187,15 @@ type parsedBody struct {
 	ok   bool
 }
 
+// checkedBy takes the verdict of a webhook's fingerprint, computed first: a body that has a
+// canonical form is valid (fingerprint.BodyCanonical), so that it is not read a second time
+// to say so; for one that has none, valid asks jsonpointer.Valid.
+func (p *parsedBody) checkedBy(canonical bool) {
+	if canonical {
+		p.done, p.ok = true, true
+	}
+}
+
 // valid reports whether the body is one JSON value of valid text and nothing after it.
 // encoding/json would turn invalid UTF-8 and unpaired surrogates into U+FFFD, so two
 // different ids could read as one: jsonpointer.Valid refuses them.
@@ -269,6 +278,8 @@ type call struct {
 	req       *Request
 	body      *parsedBody
 	eventType string
+	// fp is a webhook's fingerprint, computed as the call is made (newWebhookCall).
+	fp []byte
 	// scope is the dedup scope (pipeline, tenant); it also keys the operation ids.
 	scope string
 	// trace is the message's trace context (the request's span, or its traceparent), and
@@ -311,7 +322,10 @@ func (s *source) message(c *call) *exactlyonce.Message {
 		}
 		return m
 	}
-	m.Fingerprint = fingerprint.Body(c.req.Body, s.ignore...)
+	m.Fingerprint = c.fp
+	if m.Fingerprint == nil { // a replayed letter's call
+		m.Fingerprint = fingerprint.Body(c.req.Body, s.ignore...)
+	}
 	if s.order != nil {
 		if entity, version, err := s.order.Read(c.Field); err != nil {
 			m.Invalid = err // dead-lettered, replayable once the sender's data or the order is fixed

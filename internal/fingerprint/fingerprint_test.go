@@ -159,6 +159,11 @@ func compareWithReference(t testing.TB, body []byte, ignore ...string) {
 	// The doors read ids from the same bodies that fingerprint as JSON.
 	_, decodeOK := jsonpointer.Decode(body)
 	require.Equal(t, gotOK, decodeOK, "%q: Canonical and jsonpointer.Decode disagree", body)
+	// The receiver takes a webhook's canonical form for jsonpointer.Valid's verdict.
+	require.Equal(t, gotOK, jsonpointer.Valid(body), "%q: Canonical and jsonpointer.Valid disagree", body)
+	fp, canonical := BodyCanonical(body, ignore...)
+	require.Equal(t, gotOK, canonical, "%q: BodyCanonical's verdict", body)
+	require.Equal(t, Body(body, ignore...), fp)
 	if wantOK && !gotOK {
 		// The one difference: an unpaired surrogate, which the reference decoded as U+FFFD.
 		require.Contains(t, string(want), "\ufffd", "%q is JSON to the reference only", body)
