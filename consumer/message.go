@@ -166,7 +166,7 @@ func newRecord(pipeline string, m kafka.Message, now time.Time) *record {
 		raw: m,
 		msg: Message{
 			Pipeline: pipeline, Door: DoorKafka, Topic: m.Topic, Partition: m.Partition, Offset: m.Offset,
-			Key: m.Key, Value: m.Value, Time: m.Time, ReceivedAt: now, // Headers: headers()
+			Key: m.Key, Value: m.Value, Time: m.Time, ReceivedAt: now, // Headers: made when needed (headers)
 		},
 	}
 }

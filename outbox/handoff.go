@@ -156,6 +156,7 @@ func (h *Handoff) detach() {
 }
 
 // take returns up to maxRows handed rows within maxBytes (at least one row), in id order.
+// They are the caller's until it gives their array back with recycle.
 // After an overflow it forgets every waiting row and reports it: the relay then reads the
 // table, where those rows are.
 func (h *Handoff) take(maxRows, maxBytes int) (rows []handedRow, overflow bool) {

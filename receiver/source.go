@@ -278,7 +278,8 @@ type call struct {
 	req       *Request
 	body      *parsedBody
 	eventType string
-	// fp is a webhook's fingerprint, computed as the call is made (newWebhookCall).
+	// fp is a webhook's fingerprint, computed as Receiver.serve makes the call; nil for an
+	// API request and a replayed letter, whose message computes its own.
 	fp []byte
 	// scope is the dedup scope (pipeline, tenant); it also keys the operation ids.
 	scope string
