@@ -13,7 +13,10 @@
 // acknowledges: the messages are released (Pub/Sub Nack, SQS visibility) for redelivery.
 // Nothing that a crash could lose lives only in memory.
 //
-// Order: a Kafka partition is applied in order, partitions in parallel. On Pub/Sub and SQS,
+// Order: a Kafka partition is applied in order. A member's partitions are dealt out to at
+// most Config.BatchesInFlight workers, which run in parallel; a worker's batches may hold
+// records of several of its partitions, and commit each one's offset after the batch's
+// transaction. On Pub/Sub and SQS,
 // the messages of one lane (a Pub/Sub ordering key, an SQS FIFO MessageGroupId) are applied
 // in delivery order, and when one is released those held behind it in its lane are released
 // too; other messages are applied in parallel batches (Config.BatchesInFlight). A batch that
@@ -131,12 +134,15 @@ type Config struct {
 	// SQSClient receives an SQS queue. Required by Run for one (not by replays);
 	// *sqs.Client of aws-sdk-go-v2 satisfies it.
 	SQSClient SQSClient `yaml:"-"`
-	// BatchSize is the most records of one partition (Kafka) or messages (Pub/Sub, SQS) in
-	// one transaction. Defaults to 500.
+	// BatchSize is the most records (Kafka) or messages (Pub/Sub, SQS) in one transaction.
+	// Defaults to 500.
 	BatchSize int `yaml:"-"`
-	// BatchesInFlight bounds the batches of a Pub/Sub or SQS subscription applied at once
-	// (each holds a database connection); the lanes keep their order across them. Defaults
-	// to 4.
+	// BatchesInFlight bounds the batches applied at once (each holds a database
+	// connection). Kafka: the partitions this member holds are dealt out to at most
+	// BatchesInFlight workers, in turn; each reads its partitions and applies their records
+	// in batches that may hold several of them (each partition's records in order), then
+	// commits the offsets of the partitions in the batch. Pub/Sub and SQS: the lanes keep
+	// their order across the batches. Defaults to 4.
 	BatchesInFlight int `yaml:"-"`
 	// Receivers is how many receives a Pub/Sub or SQS subscription keeps going at once:
 	// Pub/Sub, the streaming pulls the client opens (ReceiveSettings.NumGoroutines), under
@@ -157,7 +163,7 @@ type Config struct {
 	// BacklogInterval is how often a running SQS subscription exports its queue's backlog
 	// (idemd_subscription_backlog, Backlog). Defaults to 15 s.
 	BacklogInterval time.Duration `yaml:"-"`
-	// Linger is how long a partition's batch waits for more records once it has one.
+	// Linger is how long a batch waits for more records once it has one.
 	// Defaults to 5 ms.
 	Linger time.Duration `yaml:"-"`
 	// FetchMaxWait is how long the broker may hold a fetch that finds no new records.
@@ -493,7 +499,7 @@ type partitionKey struct {
 	partition int
 }
 
-// process applies one partition's batch in one transaction and records the outcomes.
+// process applies one batch in one transaction and records the outcomes.
 func (c *Consumer) process(ctx context.Context, batch []*record) (err error) {
 	units, done := unitSlab(len(batch))
 	defer done()

@@ -309,3 +309,71 @@ func TestDuplicatesAcrossPartitions(t *testing.T) {
 	require.Equal(t, 200, b.effects(t))
 	require.Equal(t, 200, b.distinctEffects(t))
 }
+
+// TestBatchesSpanPartitions: one worker reads three partitions, so its transactions hold
+// records of several partitions (one transaction id on the effect rows of several
+// partitions); each partition's records are still applied in order, an id repeated across
+// partitions is applied once, and every partition's offset is committed to its end.
+func TestBatchesSpanPartitions(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 3)
+	b.db.Exec(t, b.db.Q(`ALTER TABLE {schema}.effects ADD COLUMN seq bigserial`))
+	var msgs []kafka.Message
+	for i, id := range ids("a", 300) {
+		msgs = append(msgs, msg(id, i%3, ""))
+		if i%10 == 0 { // an id seen again on the next partition
+			msgs = append(msgs, msg(id, (i+1)%3, ""))
+		}
+	}
+	produce(t, b.brokers, b.topic, msgs...)
+	cfg := b.config()
+	cfg.BatchesInFlight = 1
+	cfg.Linger = 100 * time.Millisecond
+	start(t, b.db, cfg)
+
+	want := make([]int64, 3)
+	for _, m := range msgs {
+		want[m.Partition]++
+	}
+	b.waitCommitted(t, 30*time.Second, func(offs []int64) bool {
+		return offs[0] == want[0] && offs[1] == want[1] && offs[2] == want[2]
+	})
+	require.Equal(t, 300, b.effects(t))
+	require.Equal(t, 300, b.distinctEffects(t))
+	spanning := b.db.Count(t, `(SELECT xmin::text FROM {schema}.effects GROUP BY 1
+HAVING count(DISTINCT part) > 1) x`)
+	require.Positive(t, spanning, "no transaction held records of more than one partition")
+	outOfOrder := b.db.Count(t, `(SELECT 1 FROM (SELECT part, off,
+    lag(off) OVER (PARTITION BY part ORDER BY seq) AS prev FROM {schema}.effects) e
+WHERE off < prev) x`)
+	require.Zero(t, outOfOrder, "a partition's records applied out of order")
+}
+
+// TestBatchesInFlightBoundsKafkaWorkers: with two workers for four partitions, a
+// transaction holds records of the two partitions of its worker, never of the other's.
+func TestBatchesInFlightBoundsKafkaWorkers(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 4)
+	var msgs []kafka.Message
+	for i, id := range ids("a", 400) {
+		msgs = append(msgs, msg(id, i%4, ""))
+	}
+	produce(t, b.brokers, b.topic, msgs...)
+	cfg := b.config()
+	cfg.BatchesInFlight = 2
+	// Room for both of a worker's partitions in a batch, and time for them to arrive.
+	cfg.BatchSize, cfg.Linger = 1000, 100*time.Millisecond
+	start(t, b.db, cfg)
+
+	b.waitCommitted(t, 30*time.Second, func(offs []int64) bool {
+		return offs[0] == 100 && offs[1] == 100 && offs[2] == 100 && offs[3] == 100
+	})
+	require.Equal(t, 400, b.distinctEffects(t))
+	// Partitions are dealt in turn: 0 and 2 to one worker, 1 and 3 to the other.
+	mixed := b.db.Count(t, `(SELECT xmin::text FROM {schema}.effects GROUP BY 1
+HAVING count(DISTINCT part % 2) > 1 OR count(DISTINCT part) > 2) x`)
+	require.Zero(t, mixed, "a transaction held records of both workers' partitions")
+	spanning := b.db.Count(t, `(SELECT xmin::text FROM {schema}.effects GROUP BY 1
+HAVING count(DISTINCT part) > 1) x`)
+	require.Positive(t, spanning, "no transaction held records of both of a worker's partitions")
+}

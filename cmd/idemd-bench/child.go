@@ -45,7 +45,9 @@ type childConfig struct {
 	Group       string   `json:"group,omitempty"`
 	OutboxTopic string   `json:"outbox_topic,omitempty"`
 	Batch       int      `json:"batch,omitempty"`
-	Secret      string   `json:"secret,omitempty"`
+	// InFlight is the consumer's BatchesInFlight (0: its default).
+	InFlight int    `json:"in_flight,omitempty"`
+	Secret   string `json:"secret,omitempty"`
 	// Source is the receiver's (and the naive receiver's) source name, its dedup scope and
 	// its path /webhooks/{Source}; "" is defaultSource.
 	Source string `json:"source,omitempty"`
@@ -212,17 +214,18 @@ func serveChild(ctx context.Context, kind, raw string, stdout io.Writer) error {
 	switch kind {
 	case "consumer":
 		cfg := &consumer.Config{
-			Name:      "bench",
-			Brokers:   c.Brokers,
-			Schema:    c.Schema,
-			Effect:    consumer.Effect{SQL: fmt.Sprintf(effectSQL, q)},
-			Publish:   pipeline.Targets{{Topic: c.OutboxTopic}},
-			BatchSize: c.Batch,
-			Lease:     c.Lease,
-			Retention: c.Retention,
-			Logger:    log,
-			Handoff:   handoff,
-			Filter:    filter,
+			Name:            "bench",
+			Brokers:         c.Brokers,
+			Schema:          c.Schema,
+			Effect:          consumer.Effect{SQL: fmt.Sprintf(effectSQL, q)},
+			Publish:         pipeline.Targets{{Topic: c.OutboxTopic}},
+			BatchSize:       c.Batch,
+			BatchesInFlight: c.InFlight,
+			Lease:           c.Lease,
+			Retention:       c.Retention,
+			Logger:          log,
+			Handoff:         handoff,
+			Filter:          filter,
 		}
 		clients := brokerenv.New(func(name string) (string, bool) { v, ok := c.BrokerEnv[name]; return v, ok })
 		defer clients.Close() //nolint:errcheck // the clients of the bench's fakes

@@ -268,7 +268,7 @@ func (e *env) runConsumer(ctx context.Context, m consumerRun) (*Row, error) {
 	}
 	c, err := e.startChild(ctx, kind, childConfig{
 		MaxConns: int32(m.partitions + 4), Topic: topic, Group: group, OutboxTopic: outTopic,
-		Batch: m.batch, Relay: m.relay, RelayBatch: e.o.relayBatch, Prune: m.prune, BareDelete: m.bareDelete,
+		Batch: m.batch, InFlight: e.o.inFlight, Relay: m.relay, RelayBatch: e.o.relayBatch, Prune: m.prune, BareDelete: m.bareDelete,
 		ProfileName: fmt.Sprintf("%s-%s-batch%d", kind, tag, m.batch),
 	})
 	if err != nil {

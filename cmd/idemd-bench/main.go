@@ -31,10 +31,12 @@ import (
 
 // options are the command-line flags of a bench run.
 type options struct {
-	messages       int
-	messagesOne    int
-	partitions     int
-	batch          int
+	messages    int
+	messagesOne int
+	partitions  int
+	batch       int
+	// inFlight is the consumer's BatchesInFlight (0: its default).
+	inFlight       int
 	limitBatches   []int
 	limitWorkers   []int
 	duration       time.Duration
@@ -100,7 +102,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.messages, "messages", 100000, "messages pre-produced for the batched consumer and the batched limit (20% of them duplicates for the consumer)")
 	fs.IntVar(&o.messagesOne, "messages-one", 4000, "messages for the one-transaction-per-message consumer and limit")
 	fs.IntVar(&o.partitions, "partitions", 4, "partitions of the consumer and relay topics; also the limit's concurrent workers")
-	fs.IntVar(&o.batch, "batch", 500, "consumer BatchSize (records of one partition per transaction)")
+	fs.IntVar(&o.batch, "batch", 500, "consumer BatchSize (records per transaction)")
+	fs.IntVar(&o.inFlight, "in-flight", 0, "consumer BatchesInFlight: the Kafka door's workers, over which a member's partitions are spread, each applying batches that may span its partitions (0: the consumer's default)")
 	limitBatches := fs.String("limit-batches", "100,500,1000", "batch sizes (messages per transaction) the limit tries with each method")
 	limitWorkers := fs.String("limit-workers", "2,4,8", "worker counts the limit's best method and batch size is tried with")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "how long the receiver is loaded with group commit")

@@ -508,7 +508,7 @@ func benchPrune(ctx context.Context, e *env, res *Results) error {
 	}()
 	cfg := childConfig{
 		MaxConns: int32(parts + 4), Topic: topic, Group: group, OutboxTopic: outTopic,
-		Batch: e.o.batch, Relay: true, RelayBatch: e.o.relayBatch, Retention: retention,
+		Batch: e.o.batch, InFlight: e.o.inFlight, Relay: true, RelayBatch: e.o.relayBatch, Retention: retention,
 		Prune: true, PruneInterval: e.o.pruneInterval, PartitionInterval: e.o.prunePartitions, OutboxRetention: retention,
 		ProfileName: "consumer-prune",
 	}

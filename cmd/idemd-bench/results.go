@@ -446,7 +446,7 @@ func (r *Results) ratios() []Ratio {
 		info("receiver's worst latency ms while it dropped", r.DropWorst)
 	}
 	var peak float64
-	for _, row := range r.all() {
+	for _, row := range r.idemdRows() {
 		peak = max(peak, row.PeakRSSMiB)
 	}
 	if peak > 0 {
@@ -524,6 +524,23 @@ func (r *Results) all() []*Row {
 		}
 	}
 	return out
+}
+
+// idemdRows are the rows of the run that measured idemd: all but its baselines' (the bare
+// consumer, the naive receiver, the peers), whose memory is not idemd's.
+func (r *Results) idemdRows() []*Row {
+	others := map[*Row]bool{r.ConsumerBare: true, r.ConsumerBareDelete: true, r.Naive: true,
+		r.PeersWatermill: true, r.PeersKafkaGo: true}
+	for _, g := range r.Growth {
+		others[g.Naive] = true
+	}
+	var rows []*Row
+	for _, row := range r.all() {
+		if !others[row] {
+			rows = append(rows, row)
+		}
+	}
+	return rows
 }
 
 func human(n int) string {

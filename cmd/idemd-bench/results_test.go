@@ -31,3 +31,25 @@ func TestRatiosByCPU(t *testing.T) {
 		}
 	}
 }
+
+// TestPeakRSSIsIdemds: the peak RSS goal is over idemd's loads only, not its baselines'
+// (with sixteen partitions the bare consumer peaked at 262 MiB, idemd at 113).
+func TestPeakRSSIsIdemds(t *testing.T) {
+	r := &Results{
+		Consumer:           &Row{Rate: 1, PeakRSSMiB: 113},
+		ConsumerBare:       &Row{Rate: 1, PeakRSSMiB: 226},
+		ConsumerBareDelete: &Row{Rate: 1, PeakRSSMiB: 262},
+		Naive:              &Row{Rate: 1, PeakRSSMiB: 300},
+		Receiver:           &Row{Rate: 1, PeakRSSMiB: 90},
+		Growth:             []GrowthPoint{{Naive: &Row{Rate: 1, PeakRSSMiB: 400}}},
+	}
+	for _, ra := range r.ratios() {
+		if strings.HasPrefix(ra.Name, "peak RSS") {
+			if ra.Value != 113 {
+				t.Fatalf("%s = %v, want 113 (the consumer's)", ra.Name, ra.Value)
+			}
+			return
+		}
+	}
+	t.Fatal("no peak RSS figure")
+}
