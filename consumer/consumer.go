@@ -141,8 +141,9 @@ type Config struct {
 	// connection). Kafka: the partitions this member holds are dealt out to at most
 	// BatchesInFlight workers, in turn; each reads its partitions and applies their records
 	// in batches that may hold several of them (each partition's records in order), then
-	// commits the offsets of the partitions in the batch. Pub/Sub and SQS: the lanes keep
-	// their order across the batches. Defaults to 4.
+	// commits the offsets of the partitions in the batch; a batch retrying a transient
+	// failure holds back its worker's partitions, not the other workers'. Pub/Sub and SQS:
+	// the lanes keep their order across the batches. Defaults to 4.
 	BatchesInFlight int `yaml:"-"`
 	// Receivers is how many receives a Pub/Sub or SQS subscription keeps going at once:
 	// Pub/Sub, the streaming pulls the client opens (ReceiveSettings.NumGoroutines), under

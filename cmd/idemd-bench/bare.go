@@ -1,11 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
 	"os"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -23,8 +26,8 @@ import (
 
 // The bare consumer is the consumer section's ceiling: the least a consumer of that load
 // does on this machine, written plainly. It reads the topic as idemd's Kafka door does (a
-// kafka-go consumer group, one Reader per assigned partition, the door's fetch settings
-// and linger), writes each batch with the limit's unnest statement (a dedup row, an effect
+// kafka-go consumer group, one Reader per assigned partition, the partitions dealt out to
+// as many workers as the door's BatchesInFlight, the door's fetch settings and linger), writes each batch with the limit's unnest statement (a dedup row, an effect
 // row and an outbox row per new id; a repeat writes nothing), publishes the new ids'
 // events once that transaction has committed, with a kafka-go Writer set as idemd's
 // relay's is, and then commits the batch's offset.
@@ -48,6 +51,8 @@ type bare struct {
 	sql     string
 	del     string
 	batch   int
+	// workers is how many workers the partitions are dealt out to, as in idemd's door.
+	workers int
 	topic   string // the effects' topic column: the topic read
 	out     string
 	// deletes removes each batch's outbox rows once published (BareDelete).
@@ -72,7 +77,7 @@ func serveBare(c childConfig, pool *pgxpool.Pool) (func(context.Context) error, 
 		},
 		// The limit's statement, telling which ids were new: their events are published.
 		sql:   limitSQL(quote(c.Schema), limitConfig{method: methodUnnest}) + "\nRETURNING causation_id, id",
-		batch: c.Batch, topic: c.Topic, out: c.OutboxTopic, deletes: c.BareDelete,
+		batch: c.Batch, workers: cmp.Or(c.InFlight, consumer.BatchesInFlightDefault), topic: c.Topic, out: c.OutboxTopic, deletes: c.BareDelete,
 		del: "DELETE FROM " + quote(c.Schema) + ".outbox WHERE id = ANY($1)",
 	}
 	run := func(ctx context.Context) error {
@@ -105,9 +110,17 @@ func (b *bare) run(ctx context.Context, group string) error {
 			}
 			continue
 		}
-		for _, pa := range gen.Assignments[b.topic] {
+		// As idemd's door deals them (consumer.Config.BatchesInFlight): with as many
+		// partitions as workers or fewer, a worker each.
+		parts := gen.Assignments[b.topic]
+		slices.SortFunc(parts, func(x, y kafka.PartitionAssignment) int { return cmp.Compare(x.ID, y.ID) })
+		workers := make([][]kafka.PartitionAssignment, min(b.workers, len(parts)))
+		for i, pa := range parts {
+			workers[i%len(workers)] = append(workers[i%len(workers)], pa)
+		}
+		for _, w := range workers {
 			gen.Start(func(gctx context.Context) {
-				if err := b.partition(gctx, gen, pa); err != nil && gctx.Err() == nil {
+				if err := b.partitions(gctx, gen, w); err != nil && gctx.Err() == nil {
 					fail(err)
 				}
 			})
@@ -120,53 +133,64 @@ func (b *bare) run(ctx context.Context, group string) error {
 	return cerr
 }
 
-// partition applies one partition's records in batches from its assigned offset.
-func (b *bare) partition(ctx context.Context, gen *kafka.Generation, pa kafka.PartitionAssignment) error {
-	r := kafka.NewReader(kafka.ReaderConfig{
-		Brokers: b.brokers, Topic: b.topic, Partition: pa.ID,
-		MinBytes: 1, MaxBytes: 10 << 20, MaxWait: consumer.FetchMaxWaitDefault + consumer.FetchAnswerMargin,
-		QueueCapacity: b.batch, ReadLagInterval: -1, Dialer: consumer.FetchDialer(nil),
-	})
-	defer r.Close() //nolint:errcheck // a reader
-	if err := r.SetOffset(pa.Offset); err != nil {
-		return err
-	}
+// partitions applies its partitions' records in batches from their assigned offsets,
+// each batch in one transaction that may hold records of several of them.
+func (b *bare) partitions(ctx context.Context, gen *kafka.Generation, parts []kafka.PartitionAssignment) error {
 	in := make(chan kafka.Message, b.batch)
-	go func() {
-		defer close(in)
-		for {
-			m, err := r.FetchMessage(ctx)
-			if err != nil {
-				if ctx.Err() != nil {
+	var fetchers sync.WaitGroup
+	for _, pa := range parts {
+		r := kafka.NewReader(kafka.ReaderConfig{
+			Brokers: b.brokers, Topic: b.topic, Partition: pa.ID,
+			MinBytes: 1, MaxBytes: 10 << 20, MaxWait: consumer.FetchMaxWaitDefault + consumer.FetchAnswerMargin,
+			QueueCapacity: b.batch, ReadLagInterval: -1, Dialer: consumer.FetchDialer(nil),
+		})
+		defer r.Close() //nolint:errcheck // a reader
+		if err := r.SetOffset(pa.Offset); err != nil {
+			return err
+		}
+		fetchers.Go(func() {
+			for {
+				m, err := r.FetchMessage(ctx)
+				if err != nil {
+					if ctx.Err() != nil {
+						return
+					}
+					time.Sleep(100 * time.Millisecond)
+					continue
+				}
+				select {
+				case in <- m:
+				case <-ctx.Done():
 					return
 				}
-				time.Sleep(100 * time.Millisecond)
-				continue
 			}
-			select {
-			case in <- m:
-			case <-ctx.Done():
-				return
-			}
-		}
+		})
+	}
+	go func() {
+		fetchers.Wait()
+		close(in)
 	}()
 	var s bareBatch
+	offsets := map[int]int64{}
 	for {
 		batch, open := collect.Batch(in, b.batch, consumer.LingerDefault, s.msgs[:0])
 		s.msgs = batch
 		if len(batch) > 0 {
 			if err := b.apply(ctx, &s); err != nil {
-				return fmt.Errorf("bare consumer, partition %d: %w", pa.ID, err)
+				return fmt.Errorf("bare consumer: %w", err)
 			}
-			last := batch[len(batch)-1]
-			if err := gen.CommitOffsets(map[string]map[int]int64{b.topic: {pa.ID: last.Offset + 1}}); err != nil && ctx.Err() == nil {
-				return fmt.Errorf("bare consumer, committing partition %d: %w", pa.ID, err)
+			clear(offsets)
+			for _, m := range batch {
+				offsets[m.Partition] = m.Offset + 1
+			}
+			if err := gen.CommitOffsets(map[string]map[int]int64{b.topic: offsets}); err != nil && ctx.Err() == nil {
+				return fmt.Errorf("bare consumer, committing partitions' offsets %v: %w", offsets, err)
 			}
 		}
 		if !open {
 			if len(s.done) > 0 {
 				if _, err := b.pool.Exec(context.WithoutCancel(ctx), b.del, s.done); err != nil {
-					return fmt.Errorf("bare consumer, partition %d: deleting %d published outbox rows: %w", pa.ID, len(s.done), err)
+					return fmt.Errorf("bare consumer: deleting %d published outbox rows: %w", len(s.done), err)
 				}
 			}
 			return nil
@@ -174,7 +198,7 @@ func (b *bare) partition(ctx context.Context, gen *kafka.Generation, pa kafka.Pa
 	}
 }
 
-// bareBatch is one partition's batch and its columns, reused from batch to batch.
+// bareBatch is one worker's batch and its columns, reused from batch to batch.
 type bareBatch struct {
 	msgs   []kafka.Message
 	first  map[string]int // id → its column index

@@ -103,7 +103,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.messagesOne, "messages-one", 4000, "messages for the one-transaction-per-message consumer and limit")
 	fs.IntVar(&o.partitions, "partitions", 4, "partitions of the consumer and relay topics; also the limit's concurrent workers")
 	fs.IntVar(&o.batch, "batch", 500, "consumer BatchSize (records per transaction)")
-	fs.IntVar(&o.inFlight, "in-flight", 0, "consumer BatchesInFlight: the Kafka door's workers, over which a member's partitions are spread, each applying batches that may span its partitions (0: the consumer's default)")
+	fs.IntVar(&o.inFlight, "in-flight", 0, "consumer BatchesInFlight: the Kafka door's workers, over which a member's partitions are dealt, each applying batches that may span its partitions; the bare consumer's workers too (0: the consumer's default, 4)")
 	limitBatches := fs.String("limit-batches", "100,500,1000", "batch sizes (messages per transaction) the limit tries with each method")
 	limitWorkers := fs.String("limit-workers", "2,4,8", "worker counts the limit's best method and batch size is tried with")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "how long the receiver is loaded with group commit")
