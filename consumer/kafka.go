@@ -174,7 +174,7 @@ func (c *Consumer) partitions(stop context.Context, halt context.CancelFunc, wor
 				if work.Err() == nil {
 					fail(fmt.Errorf("error applying a batch of %s: %w", batchPartitions(batch), err))
 				} else {
-					log.WithField("messages", len(batch)).WithField("partitions", batchPartitions(batch)).
+					log.WithField("messages", len(batch)).WithField("batch_partitions", batchPartitions(batch)).
 						Warn("shutdown timeout: batch rolled back, left for redelivery")
 				}
 				halt()
@@ -270,7 +270,7 @@ func (c *Consumer) commit(ctx context.Context, gen *kafka.Generation, batch []*r
 		}
 	}
 	if err != nil {
-		log.WithError(err).WithField("partitions", batchPartitions(batch)).Warn("offsets not committed")
+		log.WithError(err).WithField("batch_partitions", batchPartitions(batch)).Warn("offsets not committed")
 		return
 	}
 	if c.cfg.OnOffsetCommit != nil {
