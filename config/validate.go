@@ -280,6 +280,9 @@ func (p *parser) subscription(w *where, s *consumer.Config, names map[string]str
 	if s.DeadLetter.MaxAttempts < 0 || (w.set("dead_letter.max_attempts") && s.DeadLetter.MaxAttempts == 0) {
 		p.errf(w, "dead_letter.max_attempts", "must be at least 1")
 	}
+	if s.BatchesInFlight < 0 || (w.set("batches_in_flight") && s.BatchesInFlight == 0) {
+		p.errf(w, "batches_in_flight", "must be at least 1 (each batch in flight holds a database connection)")
+	}
 }
 
 // subscriptionSource checks the subscription's source — exactly one of topics (Kafka),

@@ -144,7 +144,7 @@ type Config struct {
 	// commits the offsets of the partitions in the batch; a batch retrying a transient
 	// failure holds back its worker's partitions, not the other workers'. Pub/Sub and SQS:
 	// the lanes keep their order across the batches. Defaults to 4.
-	BatchesInFlight int `yaml:"-"`
+	BatchesInFlight int `yaml:"batches_in_flight"`
 	// Receivers is how many receives a Pub/Sub or SQS subscription keeps going at once:
 	// Pub/Sub, the streaming pulls the client opens (ReceiveSettings.NumGoroutines), under
 	// one flow control of MaxOutstandingMessages; SQS, the ReceiveMessage calls (10
