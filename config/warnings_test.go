@@ -76,3 +76,27 @@ func TestEpochsWarnings(t *testing.T) {
 	require.EqualError(t, warnings[0], `IDEMD_PROCESSED_PARTITION_INTERVAL: 960h0m0s is longer than the longest retention (30d), and a record stays until its epoch is dropped, up to one interval past its retention; the longest retention (30d, the default, auto) keeps records at most one retention past it`)
 	require.Empty(t, (&File{}).EpochsWarnings(time.Hour), "no pipeline, no retention to compare with")
 }
+
+// TestPoolWarnings: the subscriptions' batches in flight (4 each by default) taking every
+// connection of the pool is a warning; fewer, or no subscriptions, is none.
+func TestPoolWarnings(t *testing.T) {
+	t.Parallel()
+	f, err := Parse("p.yaml", []byte(`subscriptions:
+  - name: a
+    topics: [a]
+  - name: b
+    topics: [b]
+    batches_in_flight: 12
+`), lookup)
+	require.NoError(t, err)
+	require.Empty(t, f.PoolWarnings(17))
+	warnings := f.PoolWarnings(16)
+	require.Len(t, warnings, 1)
+	require.EqualError(t, warnings[0], `IDEMD_DB_MAX_CONNS: 16 connections, and the subscriptions apply up to 16 batches at once (batches_in_flight, 4 each by default), each holding one while it runs: while they all run, the receiver's and the relay's transactions wait for a connection; raise IDEMD_DB_MAX_CONNS above 16, or lower batches_in_flight`)
+	sources, err := Parse("s.yaml", []byte(`sources:
+  - name: stripe
+    verify: {scheme: stripe, secrets_env: STRIPE_WEBHOOK_SECRET}
+`), lookup)
+	require.NoError(t, err)
+	require.Empty(t, sources.PoolWarnings(2))
+}

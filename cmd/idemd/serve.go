@@ -232,6 +232,11 @@ func (c *cli) check(args []string) int {
 	for _, w := range append(f.Warnings(), f.EpochsWarnings(e.PartitionInterval.For(f))...) {
 		warnings.add(w)
 	}
+	if slices.Contains(e.roles, roleConsumer) {
+		for _, w := range f.PoolWarnings(e.DBMaxConns) {
+			warnings.add(w)
+		}
+	}
 	// What serve refuses before connecting: roles, the brokers its roles need, the TLS
 	// pair, the database URL. The daemon is built and dropped: nothing connects.
 	quiet := logrus.New()
