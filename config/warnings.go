@@ -112,18 +112,18 @@ func (f *File) EpochsWarnings(interval time.Duration) []error {
 	return out
 }
 
-// PoolWarnings warn when the subscriptions' batches in flight (batches_in_flight, each
-// holding a connection while it runs) could take every connection of a pool of maxConns
-// (IDEMD_DB_MAX_CONNS): while they all run, the receiver's, the relay's and the pruner's
-// transactions wait for one.
+// PoolWarnings warn when the subscriptions apply more batches at once (batches_in_flight,
+// each holding a connection while it runs) than a pool of maxConns (IDEMD_DB_MAX_CONNS)
+// has connections: batches then wait for one, and the receiver's, the relay's and the
+// pruner's transactions wait with them.
 func (f *File) PoolWarnings(maxConns int32) []error {
 	n := 0
 	for _, s := range f.Subscriptions {
 		n += cmp.Or(s.BatchesInFlight, consumer.BatchesInFlightDefault)
 	}
-	if n == 0 || n < int(maxConns) {
+	if n <= int(maxConns) {
 		return nil
 	}
-	return []error{fmt.Errorf("IDEMD_DB_MAX_CONNS: %d connections, and the subscriptions apply up to %d batches at once (batches_in_flight, %d each by default), each holding one while it runs: while they all run, the receiver's and the relay's transactions wait for a connection; raise IDEMD_DB_MAX_CONNS above %d, or lower batches_in_flight",
+	return []error{fmt.Errorf("IDEMD_DB_MAX_CONNS: %d connections, and the subscriptions apply up to %d batches at once (batches_in_flight, %d each by default), each holding one while it runs: batches wait for a connection, and the receiver's and the relay's transactions with them; raise IDEMD_DB_MAX_CONNS to more than %d, or lower batches_in_flight",
 		maxConns, n, consumer.BatchesInFlightDefault, n)}
 }

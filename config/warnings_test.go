@@ -77,8 +77,8 @@ func TestEpochsWarnings(t *testing.T) {
 	require.Empty(t, (&File{}).EpochsWarnings(time.Hour), "no pipeline, no retention to compare with")
 }
 
-// TestPoolWarnings: the subscriptions' batches in flight (4 each by default) taking every
-// connection of the pool is a warning; fewer, or no subscriptions, is none.
+// TestPoolWarnings: the subscriptions' batches in flight (4 each by default) outnumbering
+// the pool's connections is a warning; as many or fewer, or no subscriptions, is none.
 func TestPoolWarnings(t *testing.T) {
 	t.Parallel()
 	f, err := Parse("p.yaml", []byte(`subscriptions:
@@ -89,10 +89,10 @@ func TestPoolWarnings(t *testing.T) {
     batches_in_flight: 12
 `), lookup)
 	require.NoError(t, err)
-	require.Empty(t, f.PoolWarnings(17))
-	warnings := f.PoolWarnings(16)
+	require.Empty(t, f.PoolWarnings(16))
+	warnings := f.PoolWarnings(15)
 	require.Len(t, warnings, 1)
-	require.EqualError(t, warnings[0], `IDEMD_DB_MAX_CONNS: 16 connections, and the subscriptions apply up to 16 batches at once (batches_in_flight, 4 each by default), each holding one while it runs: while they all run, the receiver's and the relay's transactions wait for a connection; raise IDEMD_DB_MAX_CONNS above 16, or lower batches_in_flight`)
+	require.EqualError(t, warnings[0], `IDEMD_DB_MAX_CONNS: 15 connections, and the subscriptions apply up to 16 batches at once (batches_in_flight, 4 each by default), each holding one while it runs: batches wait for a connection, and the receiver's and the relay's transactions with them; raise IDEMD_DB_MAX_CONNS to more than 16, or lower batches_in_flight`)
 	sources, err := Parse("s.yaml", []byte(`sources:
   - name: stripe
     verify: {scheme: stripe, secrets_env: STRIPE_WEBHOOK_SECRET}
