@@ -90,7 +90,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	return nil
 }
 
-// startGeneration starts the generation's workers: its partitions are spread over at most
+// startGeneration starts the generation's workers: its partitions are dealt out to at most
 // BatchesInFlight workers, each of which reads its partitions and applies their records in
 // batches that may span them. Each worker ends when the generation ends (a rebalance) or
 // ctx ends (shutdown, failure), after finishing the batch it holds.
@@ -123,7 +123,7 @@ func (c *Consumer) startGeneration(ctx, workCtx context.Context, gen *kafka.Gene
 	slices.SortFunc(parts, func(a, b assigned) int {
 		return cmp.Or(strings.Compare(a.topic, b.topic), cmp.Compare(a.ID, b.ID))
 	})
-	workers := spread(parts, c.cfg.BatchesInFlight)
+	workers := collect.Deal(parts, c.cfg.BatchesInFlight)
 	for _, w := range workers {
 		gen.Start(func(genCtx context.Context) {
 			stop, cancel := context.WithCancel(genCtx)
@@ -140,15 +140,6 @@ func (c *Consumer) startGeneration(ctx, workCtx context.Context, gen *kafka.Gene
 type assigned struct {
 	topic string
 	kafka.PartitionAssignment
-}
-
-// spread deals parts out to at most n workers, in turn.
-func spread(parts []assigned, n int) [][]assigned {
-	workers := make([][]assigned, min(n, len(parts)))
-	for i, p := range parts {
-		workers[i%len(workers)] = append(workers[i%len(workers)], p)
-	}
-	return workers
 }
 
 // partitions reads its partitions from their assigned offsets until stop ends, applying

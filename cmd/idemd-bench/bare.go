@@ -27,10 +27,11 @@ import (
 // The bare consumer is the consumer section's ceiling: the least a consumer of that load
 // does on this machine, written plainly. It reads the topic as idemd's Kafka door does (a
 // kafka-go consumer group, one Reader per assigned partition, the partitions dealt out to
-// as many workers as the door's BatchesInFlight, the door's fetch settings and linger), writes each batch with the limit's unnest statement (a dedup row, an effect
-// row and an outbox row per new id; a repeat writes nothing), publishes the new ids'
-// events once that transaction has committed, with a kafka-go Writer set as idemd's
-// relay's is, and then commits the batch's offset.
+// as many workers as the door's BatchesInFlight, the door's fetch settings and linger),
+// writes each batch with the limit's unnest statement (a dedup row, an effect row and an
+// outbox row per new id; a repeat writes nothing), publishes the new ids' events once
+// that transaction has committed, with a kafka-go Writer set as idemd's relay's is, and
+// then commits the offsets of the batch's partitions.
 //
 // It keeps none of idemd's promises but the dedup: the body's fingerprint is its SHA-256,
 // a conflict is not told from a repeat, nothing is retried, and an event is lost if the
@@ -114,11 +115,7 @@ func (b *bare) run(ctx context.Context, group string) error {
 		// partitions as workers or fewer, a worker each.
 		parts := gen.Assignments[b.topic]
 		slices.SortFunc(parts, func(x, y kafka.PartitionAssignment) int { return cmp.Compare(x.ID, y.ID) })
-		workers := make([][]kafka.PartitionAssignment, min(b.workers, len(parts)))
-		for i, pa := range parts {
-			workers[i%len(workers)] = append(workers[i%len(workers)], pa)
-		}
-		for _, w := range workers {
+		for _, w := range collect.Deal(parts, b.workers) {
 			gen.Start(func(gctx context.Context) {
 				if err := b.partitions(gctx, gen, w); err != nil && gctx.Err() == nil {
 					fail(err)

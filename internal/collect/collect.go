@@ -1,5 +1,6 @@
 // Package collect gathers what a channel delivers into batches: the consumer's doors batch
-// their messages with it (BatchSize, Linger).
+// their messages with it (BatchSize, Linger); and deals items out to workers (the Kafka
+// door's partitions).
 package collect
 
 import "time"
@@ -40,4 +41,14 @@ func Batch[T any](in <-chan T, size int, linger time.Duration, batch []T) (_ []T
 		}
 	}
 	return batch, true
+}
+
+// Deal deals items out to at most n hands, in turn: item i goes to hand i mod the number
+// of hands, which is n, or fewer when there are fewer items.
+func Deal[T any](items []T, n int) [][]T {
+	hands := make([][]T, min(n, len(items)))
+	for i, v := range items {
+		hands[i%len(hands)] = append(hands[i%len(hands)], v)
+	}
+	return hands
 }

@@ -34,3 +34,17 @@ func TestBatch(t *testing.T) {
 		t.Fatalf("closed and empty: %d values, open %v", len(batch), open)
 	}
 }
+
+// TestDeal: items go to the hands in turn; no more hands than items, none for no items.
+func TestDeal(t *testing.T) {
+	got := Deal([]int{0, 1, 2, 3, 4}, 2)
+	if len(got) != 2 || len(got[0]) != 3 || got[0][2] != 4 || len(got[1]) != 2 || got[1][1] != 3 {
+		t.Fatalf("five items to two hands: %v", got)
+	}
+	if got := Deal([]int{7, 8}, 4); len(got) != 2 || got[0][0] != 7 || got[1][0] != 8 {
+		t.Fatalf("two items to four hands: %v", got)
+	}
+	if got := Deal([]int(nil), 4); len(got) != 0 {
+		t.Fatalf("no items: %v", got)
+	}
+}
