@@ -19,6 +19,7 @@ import (
 	"github.com/idemd/idemd/internal/effectsql"
 	"github.com/idemd/idemd/internal/fingerprint"
 	"github.com/idemd/idemd/outbox"
+	"github.com/idemd/idemd/pipeline"
 	"github.com/idemd/idemd/processed"
 )
 
@@ -173,7 +174,8 @@ func (c *Consumer) bind(u *unitMessage, r *record) {
 	}
 	// Each target's event has its own operation id (pipeline.Targets), set explicitly: the
 	// events of a whole batch are enqueued in one call.
-	routed := c.cfg.Publish.Route(c.cfg.Name, c.cfg.Name, r.msg.ID, outbox.Event{Payload: r.msg.Value, Headers: passHeaders(r)}, r)
+	var buf [2]pipeline.Routed // most pipelines publish to one or two targets
+	routed := c.cfg.Publish.AppendRoute(buf[:0], c.cfg.Name, c.cfg.Name, r.msg.ID, outbox.Event{Payload: r.msg.Value, Headers: passHeaders(r)}, r)
 	m.Events = u.events[:0]
 	for _, e := range routed {
 		m.Events = append(m.Events, exactlyonce.Event{Event: e.Event})
@@ -250,12 +252,12 @@ func (c *Consumer) letter(r *record, dedupID string) *deadletter.Letter {
 	*src = deadletter.Record{Key: r.msg.Key, Time: r.msg.Time}
 	if r.msg.Door == DoorKafka {
 		src.Topic, src.Partition, src.Offset = r.msg.Topic, r.msg.Partition, r.msg.Offset
-		if n := len(r.raw.Headers); n > 0 {
+		if n := len(r.rawHeaders); n > 0 {
 			src.Headers = p.headers[:0]
 			if n > len(p.headers) {
 				src.Headers = make([]deadletter.Header, 0, n)
 			}
-			for _, h := range r.raw.Headers {
+			for _, h := range r.rawHeaders {
 				src.Headers = append(src.Headers, deadletter.Header(h))
 			}
 		}

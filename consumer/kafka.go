@@ -232,7 +232,7 @@ func (c *Consumer) fetch(stop context.Context, log *logrus.Entry, p assigned, in
 func batchPartitions(batch []*record) string {
 	var names []string
 	for _, r := range batch {
-		name := r.raw.Topic + "/" + strconv.Itoa(r.raw.Partition)
+		name := r.msg.Topic + "/" + strconv.Itoa(r.msg.Partition)
 		if !slices.Contains(names, name) {
 			names = append(names, name)
 		}
@@ -248,10 +248,10 @@ func batchPartitions(batch []*record) string {
 func (c *Consumer) commit(ctx context.Context, gen *kafka.Generation, batch []*record, log *logrus.Entry) {
 	offsets := map[string]map[int]int64{}
 	for _, r := range batch { // each partition's records are in order: its last one wins
-		if offsets[r.raw.Topic] == nil {
-			offsets[r.raw.Topic] = map[int]int64{}
+		if offsets[r.msg.Topic] == nil {
+			offsets[r.msg.Topic] = map[int]int64{}
 		}
-		offsets[r.raw.Topic][r.raw.Partition] = r.raw.Offset + 1
+		offsets[r.msg.Topic][r.msg.Partition] = r.msg.Offset + 1
 	}
 	var err error
 	for attempt := 0; attempt < 3; attempt++ {

@@ -96,8 +96,8 @@ func oldLetter(c *Consumer, r *record, dedupID string) *deadletter.Letter {
 	var headers map[string][]string
 	meta := map[string]any{"timestamp": r.msg.Time.UTC().Format(time.RFC3339Nano)}
 	if r.msg.Door == DoorKafka {
-		headers = make(map[string][]string, len(r.raw.Headers))
-		for _, h := range r.raw.Headers {
+		headers = make(map[string][]string, len(r.rawHeaders))
+		for _, h := range r.rawHeaders {
 			headers[h.Key] = append(headers[h.Key], string(h.Value))
 		}
 		meta["topic"], meta["partition"], meta["offset"] = r.msg.Topic, r.msg.Partition, r.msg.Offset

@@ -61,13 +61,15 @@ var DefaultIDHeaders = []string{"operation-id", "message-id", "idempotency-key"}
 // record is one fetched message on its way through a batch: a Kafka record (raw), or a
 // Pub/Sub or SQS message (broker).
 type record struct {
-	msg    Message
-	raw    kafka.Message
-	broker *brokerMessage // nil for Kafka and for a replayed letter
-	seq    uint64         // broker doors: the order of receipt (lanes)
-	parsed bool
-	doc    any // the decoded value, nil when it is not JSON
-	isJSON bool
+	msg Message
+	// rawHeaders are a Kafka record's headers as kafka-go read them; the rest of the
+	// kafka.Message is in msg (keeping the whole of it made a record a third larger).
+	rawHeaders []kafka.Header
+	broker     *brokerMessage // nil for Kafka and for a replayed letter
+	seq        uint64         // broker doors: the order of receipt (lanes)
+	parsed     bool
+	doc        any // the decoded value, nil when it is not JSON
+	isJSON     bool
 	// validKnown: validJSON is json.Valid && utf8.Valid of the value (fingerprint.BodyJSON).
 	validKnown, validJSON bool
 }
@@ -125,7 +127,7 @@ func (r *record) header(name string) (string, bool) {
 		v, ok := r.msg.Headers[name]
 		return v, ok
 	}
-	for _, h := range r.raw.Headers {
+	for _, h := range r.rawHeaders {
 		if h.Key == name {
 			return string(h.Value), true
 		}
@@ -139,7 +141,7 @@ func (r *record) header(name string) (string, bool) {
 // pipelines that read one header or none (BENCHMARKS.md, phase 40).
 func (r *record) headers() map[string]string {
 	if r.msg.Headers == nil && r.msg.Door == DoorKafka {
-		r.msg.Headers = headerMap(r.raw.Headers)
+		r.msg.Headers = headerMap(r.rawHeaders)
 	}
 	return r.msg.Headers
 }
@@ -163,7 +165,7 @@ func (r *record) id(spec *pipeline.Field) (string, bool) {
 
 func newRecord(pipeline string, m kafka.Message, now time.Time) *record {
 	return &record{
-		raw: m,
+		rawHeaders: m.Headers,
 		msg: Message{
 			Pipeline: pipeline, Door: DoorKafka, Topic: m.Topic, Partition: m.Partition, Offset: m.Offset,
 			Key: m.Key, Value: m.Value, Time: m.Time, ReceivedAt: now, // Headers: made when needed (headers)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/trace"
@@ -197,7 +198,7 @@ func (u *Unit) apply(ctx context.Context, tx pgx.Tx, m *Message, q *queue) error
 	// A business answer (not 2xx) is the request's answer, not its success: what the
 	// effect wrote commits, but nothing is published.
 	if len(m.Events) > 0 && (res.reply == nil || res.reply.Status/100 == 2) {
-		events := make([]outbox.Event, len(m.Events))
+		events := q.make(len(m.Events))
 		for i, e := range m.Events {
 			events[i] = e.Event
 			if e.FromResult {
@@ -226,15 +227,26 @@ func (u *Unit) sendIf(ctx context.Context, tx pgx.Tx, q *queue) error {
 	return u.send(ctx, tx, q)
 }
 
-// enqueue writes events to the outbox, or queues them.
+// make returns room for n events of a message, which enqueue then writes or queues. On a
+// queue that is not direct the room is at the end of q.events, so that the events are
+// queued as they are made, with no copy; a try's first events make room for as many for
+// each of its messages: one allocation rather than a slice doubling through the batch.
+func (q *queue) make(n int) []outbox.Event {
+	if q.direct {
+		return make([]outbox.Event, n)
+	}
+	if q.events == nil && q.size > 1 {
+		q.events = make([]outbox.Event, 0, q.size*n)
+	}
+	k := len(q.events)
+	q.events = slices.Grow(q.events, n)[:k+n]
+	return q.events[k:]
+}
+
+// enqueue writes events, made by q.make, to the outbox; on a queue that is not direct
+// they are queued already.
 func (u *Unit) enqueue(ctx context.Context, tx pgx.Tx, q *queue, events []outbox.Event) error {
 	if !q.direct {
-		if q.events == nil && q.size > 1 {
-			// Room for as many events for each message of the try: one allocation
-			// rather than a slice doubling through the batch.
-			q.events = make([]outbox.Event, 0, q.size*len(events))
-		}
-		q.events = append(q.events, events...)
 		return nil
 	}
 	var b pgx.Batch
@@ -342,7 +354,7 @@ func (u *Unit) deadLetter(ctx context.Context, tx pgx.Tx, m *Message, q *queue) 
 		}
 	}
 	if len(m.LetterEvents) > 0 {
-		events := make([]outbox.Event, len(m.LetterEvents))
+		events := q.make(len(m.LetterEvents))
 		for i, e := range m.LetterEvents {
 			e.Headers = maps.Clone(e.Headers)
 			if e.Headers == nil {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -229,6 +230,56 @@ func TestEventsCommitWithTheEffect(t *testing.T) {
 	require.Equal(t, 1, b.db.Count(t, `{schema}.outbox WHERE causation_id = 'c' AND payload = '{"id":"c"}'`), "the effect's row is the payload")
 	require.Equal(t, 0, b.db.Count(t, `{schema}.outbox WHERE causation_id = 'bad' AND topic = 'out'`), "a failed effect's events roll back with it")
 	require.Equal(t, 1, b.db.Count(t, `{schema}.outbox WHERE topic = 'dlq' AND headers->>'idemd-dead-letter-reason' LIKE '%23514%'`))
+}
+
+// TestEventsQueuedInPlace: on a batch's fast path, the events of applied messages and the
+// letter events of an invalid one are made where they wait to be queued (phase 43): each
+// message's own, none overwritten by the next one's, the letter's with its reason.
+func TestEventsQueuedInPlace(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var batch []*exactlyonce.Message
+	for i := range 40 {
+		id := fmt.Sprintf("m-%d", i)
+		m := b.msg(id, i)
+		m.Answer = nil
+		if i%10 == 3 {
+			m.Invalid = errors.New("no message id")
+			m.Letter = &deadletter.Letter{Pipeline: "s", Origin: deadletter.Origin{Door: deadletter.DoorKafka}, Scope: "s"}
+			m.LetterEvents = []outbox.Event{{Topic: "dlq", Pipeline: "s", CausationID: id, Payload: []byte(`"letter"`)}}
+		} else {
+			for k := range 2 {
+				m.Events = append(m.Events, exactlyonce.Event{Event: outbox.Event{Topic: "out", Pipeline: "s", CausationID: id,
+					Payload: fmt.Appendf(nil, `{"n":%d,"k":%d}`, i, k), OperationID: outbox.OperationID("s", id, k)}})
+			}
+		}
+		batch = append(batch, m)
+	}
+	require.NoError(t, b.unit.Apply(context.Background(), batch))
+	want := map[uuid.UUID]string{}
+	for _, m := range batch {
+		for _, e := range m.Events {
+			want[e.OperationID] = e.CausationID + " " + string(e.Payload)
+		}
+	}
+	rows, err := b.db.Pool.Query(context.Background(), `SELECT operation_id, causation_id || ' ' || convert_from(payload, 'UTF8')
+FROM `+b.db.Schema+`.outbox WHERE topic = 'out'`)
+	require.NoError(t, err)
+	got := map[uuid.UUID]string{}
+	for rows.Next() {
+		var op uuid.UUID
+		var row string
+		require.NoError(t, rows.Scan(&op, &row))
+		got[op] = row
+	}
+	require.NoError(t, rows.Err())
+	require.Len(t, want, 72)
+	require.Equal(t, want, got)
+	// On the fast path: no savepoint, whose subtransactions would give the rows xmins of
+	// their own (a bad event there is retried message by message, which would hide it).
+	require.Equal(t, 1, b.db.Count(t, `(SELECT DISTINCT xmin::text FROM {schema}.outbox) x`))
+	require.Equal(t, 4, b.db.Count(t, `{schema}.outbox WHERE topic = 'dlq' AND payload = '"letter"'
+  AND causation_id IN ('m-3', 'm-13', 'm-23', 'm-33')`))
 }
 
 // TestInvalidIsDeadLetteredAtOnce: a message the door could not read is dead-lettered

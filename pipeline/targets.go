@@ -105,14 +105,20 @@ type Routed struct {
 // causation) sent to the target: its destination (Publish.Destination) and endpoint, its
 // key, its operation id.
 func (ts Targets) Route(pipeline, scope, id string, base outbox.Event, msg Message) []Routed {
-	var out []Routed
+	return ts.AppendRoute(nil, pipeline, scope, id, base, msg)
+}
+
+// AppendRoute is Route appending the events to dst, so that a caller may route into room
+// it has (the Kafka door routes each record into a buffer on its stack).
+func (ts Targets) AppendRoute(dst []Routed, pipeline, scope, id string, base outbox.Event, msg Message) []Routed {
+	out, first := dst, len(dst)
 	for i := range ts {
 		t := &ts[i]
 		if t.Filter != nil && !t.Filter.Match(msg) {
 			continue
 		}
 		ev := base
-		if len(out) > 0 {
+		if len(out) > first {
 			// The first event keeps base's map (one target: no copy); the others get theirs.
 			ev.Headers = maps.Clone(base.Headers)
 		}
