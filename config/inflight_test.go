@@ -1,36 +1,50 @@
 package config
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 )
 
-// TestBatchesInFlight: batches_in_flight loads for any subscription and defaults to the
-// consumer's (0 here, filled by consumer.New); 0 or less is refused, naming the file, the
-// subscription and the key.
-func TestBatchesInFlight(t *testing.T) {
+// TestSubscriptionBatchKeys: batch_size and batches_in_flight load for any subscription and
+// default to the consumer's (0 here, filled by consumer.New); a value out of range is
+// refused, naming the file, the subscription and the key.
+func TestSubscriptionBatchKeys(t *testing.T) {
 	t.Parallel()
-	f, err := Load(write(t, valid), lookup)
-	require.NoError(t, err)
-	require.Zero(t, f.Subscriptions[0].BatchesInFlight)
+	for _, k := range []struct {
+		key      string
+		get      func(f *File, i int) int
+		good     string
+		bad      map[string]string // value: what the error says
+		goodBrok string
+	}{
+		{"batch_size", func(f *File, i int) int { return f.Subscriptions[i].BatchSize }, "1000",
+			map[string]string{"0": "must be at least 1", "-5": "must be at least 1", "10001": "must be at most 10000"}, "100"},
+		{"batches_in_flight", func(f *File, i int) int { return f.Subscriptions[i].BatchesInFlight }, "16",
+			map[string]string{"0": "must be at least 1", "-1": "must be at least 1"}, "2"},
+	} {
+		f, err := Load(write(t, valid), lookup)
+		require.NoError(t, err)
+		require.Zero(t, k.get(f, 0), k.key)
 
-	set := func(v string) string {
-		return strings.Replace(valid, "    retention: 7d\n", "    retention: 7d\n    batches_in_flight: "+v+"\n", 1)
-	}
-	f, err = Load(write(t, set("16")), lookup)
-	require.NoError(t, err)
-	require.Equal(t, 16, f.Subscriptions[0].BatchesInFlight)
-	f, err = Load(write(t, strings.Replace(brokers, "    sqs: {queue: payments.fifo}\n", "    sqs: {queue: payments.fifo}\n    batches_in_flight: 2\n", 1)), lookup)
-	require.NoError(t, err)
-	require.Equal(t, 2, f.Subscriptions[1].BatchesInFlight)
+		set := func(v string) string {
+			return strings.Replace(valid, "    retention: 7d\n", "    retention: 7d\n    "+k.key+": "+v+"\n", 1)
+		}
+		f, err = Load(write(t, set(k.good)), lookup)
+		require.NoError(t, err, k.key)
+		require.Equal(t, k.good, strconv.Itoa(k.get(f, 0)), k.key)
+		f, err = Load(write(t, strings.Replace(brokers, "    sqs: {queue: payments.fifo}\n", "    sqs: {queue: payments.fifo}\n    "+k.key+": "+k.goodBrok+"\n", 1)), lookup)
+		require.NoError(t, err, k.key)
+		require.Equal(t, k.goodBrok, strconv.Itoa(k.get(f, 1)), k.key)
 
-	for _, v := range []string{"0", "-1"} {
-		path, err := loadErr(t, set(v))
-		require.Error(t, err, v)
-		for _, want := range []string{path, `subscriptions[0] "ledger"`, "batches_in_flight:", "must be at least 1"} {
-			require.Contains(t, err.Error(), want, v)
+		for v, msg := range k.bad {
+			path, err := loadErr(t, set(v))
+			require.Error(t, err, k.key+": "+v)
+			for _, want := range []string{path, `subscriptions[0] "ledger"`, k.key + ":", msg} {
+				require.Contains(t, err.Error(), want, k.key+": "+v)
+			}
 		}
 	}
 }

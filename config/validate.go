@@ -280,10 +280,20 @@ func (p *parser) subscription(w *where, s *consumer.Config, names map[string]str
 	if s.DeadLetter.MaxAttempts < 0 || (w.set("dead_letter.max_attempts") && s.DeadLetter.MaxAttempts == 0) {
 		p.errf(w, "dead_letter.max_attempts", "must be at least 1")
 	}
+	switch {
+	case s.BatchSize < 0 || (w.set("batch_size") && s.BatchSize == 0):
+		p.errf(w, "batch_size", "must be at least 1")
+	case s.BatchSize > BatchSizeMax:
+		p.errf(w, "batch_size", "must be at most %d (a batch is one transaction, and each Kafka partition's reader queues as many records)", BatchSizeMax)
+	}
 	if s.BatchesInFlight < 0 || (w.set("batches_in_flight") && s.BatchesInFlight == 0) {
 		p.errf(w, "batches_in_flight", "must be at least 1 (each batch in flight holds a database connection)")
 	}
 }
+
+// BatchSizeMax is the largest batch_size a subscription may set: a batch is one
+// transaction, and each Kafka partition's reader queues up to batch_size records.
+const BatchSizeMax = 10000
 
 // subscriptionSource checks the subscription's source — exactly one of topics (Kafka),
 // pubsub and sqs — and returns its door.
