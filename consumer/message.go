@@ -58,12 +58,12 @@ const (
 // Config.MessageID is not set.
 var DefaultIDHeaders = []string{"operation-id", "message-id", "idempotency-key"}
 
-// record is one fetched message on its way through a batch: a Kafka record (raw), or a
-// Pub/Sub or SQS message (broker).
+// record is one fetched message on its way through a batch: a Kafka record (msg and
+// rawHeaders), or a Pub/Sub or SQS message (broker).
 type record struct {
 	msg Message
 	// rawHeaders are a Kafka record's headers as kafka-go read them; the rest of the
-	// kafka.Message is in msg (keeping the whole of it made a record a third larger).
+	// kafka.Message is in msg (keeping the whole of it too cost 128 bytes a record).
 	rawHeaders []kafka.Header
 	broker     *brokerMessage // nil for Kafka and for a replayed letter
 	seq        uint64         // broker doors: the order of receipt (lanes)

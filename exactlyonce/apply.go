@@ -198,7 +198,7 @@ func (u *Unit) apply(ctx context.Context, tx pgx.Tx, m *Message, q *queue) error
 	// A business answer (not 2xx) is the request's answer, not its success: what the
 	// effect wrote commits, but nothing is published.
 	if len(m.Events) > 0 && (res.reply == nil || res.reply.Status/100 == 2) {
-		events := q.make(len(m.Events))
+		events := q.room(len(m.Events))
 		for i, e := range m.Events {
 			events[i] = e.Event
 			if e.FromResult {
@@ -227,11 +227,11 @@ func (u *Unit) sendIf(ctx context.Context, tx pgx.Tx, q *queue) error {
 	return u.send(ctx, tx, q)
 }
 
-// make returns room for n events of a message, which enqueue then writes or queues. On a
+// room returns room for n events of a message, which enqueue then writes or queues. On a
 // queue that is not direct the room is at the end of q.events, so that the events are
 // queued as they are made, with no copy; a try's first events make room for as many for
 // each of its messages: one allocation rather than a slice doubling through the batch.
-func (q *queue) make(n int) []outbox.Event {
+func (q *queue) room(n int) []outbox.Event {
 	if q.direct {
 		return make([]outbox.Event, n)
 	}
@@ -243,7 +243,7 @@ func (q *queue) make(n int) []outbox.Event {
 	return q.events[k:]
 }
 
-// enqueue writes events, made by q.make, to the outbox; on a queue that is not direct
+// enqueue writes events, made in q.room, to the outbox; on a queue that is not direct
 // they are queued already.
 func (u *Unit) enqueue(ctx context.Context, tx pgx.Tx, q *queue, events []outbox.Event) error {
 	if !q.direct {
@@ -354,7 +354,7 @@ func (u *Unit) deadLetter(ctx context.Context, tx pgx.Tx, m *Message, q *queue) 
 		}
 	}
 	if len(m.LetterEvents) > 0 {
-		events := q.make(len(m.LetterEvents))
+		events := q.room(len(m.LetterEvents))
 		for i, e := range m.LetterEvents {
 			e.Headers = maps.Clone(e.Headers)
 			if e.Headers == nil {

@@ -542,10 +542,10 @@ type progress struct {
 
 // committedPoll is how often waitCommitted asks for the committed offsets. Each poll is a
 // FindCoordinator and an OffsetFetch, served by the in-process broker's one loop beside
-// the consumer's fetches and produces, on the cores the consumer runs on: every 2 ms
-// (until phase 43) they were about a sixth of the load generator's CPU during a consumer
-// run, which the limit does not pay. Every 10 ms, a run's window of some 10 s is off by
-// at most 0.1 % at each end, in either direction.
+// the consumer's fetches and produces, on the cores the consumer runs on: polled every
+// 2 ms (until phase 43), the load generator's process took a half more CPU during a
+// consumer run than it does now, which the limit does not pay. A run's window is off by at
+// most the poll at each end, in either direction: 0.1 % of a 10 s run.
 const committedPoll = 10 * time.Millisecond
 
 // waitCommitted polls the group's committed offsets until every partition's reaches want.
