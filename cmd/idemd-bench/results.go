@@ -3,7 +3,9 @@ package main
 import (
 	"fmt"
 	"io"
+	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -543,6 +545,15 @@ func (r *Results) idemdRows() []*Row {
 	return rows
 }
 
+// figure prints a ratio or a latency with two decimals, and one under 0.01 with two
+// significant digits: the Pub/Sub fake's rate over the limit's (0.0033) printed as 0.00.
+func figure(v float64) string {
+	if v != 0 && math.Abs(v) < 0.01 {
+		return strconv.FormatFloat(v, 'g', 2, 64)
+	}
+	return strconv.FormatFloat(v, 'f', 2, 64)
+}
+
 func human(n int) string {
 	switch {
 	case n >= 1000000 && n%1000000 == 0:
@@ -598,7 +609,7 @@ func (r *Results) print(w io.Writer) {
 		if ra.Goal == "(info)" {
 			met = ""
 		}
-		fmt.Fprintf(tw, "%s\t%.2f\t%s\t%s\n", ra.Name, ra.Value, ra.Goal, met)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", ra.Name, figure(ra.Value), ra.Goal, met)
 	}
 	_ = tw.Flush()
 	var notes []string

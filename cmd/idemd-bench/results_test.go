@@ -53,3 +53,13 @@ func TestPeakRSSIsIdemds(t *testing.T) {
 	}
 	t.Fatal("no peak RSS figure")
 }
+
+// TestFigure: ratios print with two decimals, and those under 0.01 with two significant
+// digits rather than as 0.00.
+func TestFigure(t *testing.T) {
+	for v, want := range map[float64]string{0.54: "0.54", 22.434: "22.43", 0: "0.00", 0.0033: "0.0033", 0.01: "0.01", 0.00012345: "0.00012"} {
+		if got := figure(v); got != want {
+			t.Errorf("figure(%v) = %q, want %q", v, got, want)
+		}
+	}
+}
