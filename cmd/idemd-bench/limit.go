@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -283,7 +284,12 @@ func (e *env) runLimit(ctx context.Context, in *limitInput, c limitConfig) (limi
 			if !pending {
 				break
 			}
-			time.Sleep(2 * time.Millisecond)
+			select {
+			case err := <-pubDone: // the loop ended: it will not catch up
+				pubDone <- err // for the read below
+				firstErr = cmpErr(err, errors.New("the relay-like loop stopped before the writes were published"))
+			case <-time.After(2 * time.Millisecond):
+			}
 		}
 	}
 	elapsed := time.Since(begin)
