@@ -160,6 +160,15 @@ func (h *Handoff) detach() {
 // After an overflow it forgets every waiting row and reports it: the relay then reads the
 // table, where those rows are.
 func (h *Handoff) take(maxRows, maxBytes int) (rows []handedRow, overflow bool) {
+	rows, overflow = h.takeUnsorted(maxRows, maxBytes)
+	// Sorted once they are the caller's, so that the writers handing rows meanwhile do not
+	// wait for it.
+	slices.SortFunc(rows, func(a, b handedRow) int { return cmp.Compare(a.id, b.id) })
+	return rows, overflow
+}
+
+// takeUnsorted is take, the rows in the order they were handed.
+func (h *Handoff) takeUnsorted(maxRows, maxBytes int) (rows []handedRow, overflow bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.overflow {
@@ -186,7 +195,6 @@ func (h *Handoff) take(maxRows, maxBytes int) (rows []handedRow, overflow bool) 
 		h.rows = slices.Delete(h.rows, 0, n)
 	}
 	h.bytes -= bytes
-	slices.SortFunc(rows, func(a, b handedRow) int { return cmp.Compare(a.id, b.id) })
 	return rows, false
 }
 
