@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/idemd/idemd/internal/brokerenv"
 	"github.com/idemd/idemd/internal/printable"
@@ -40,7 +41,7 @@ var commands []*command
 func init() {
 	commands = []*command{
 		{"serve", "", "run the roles in IDEMD_ROLES (receiver,consumer,relay,pruner)", (*cli).serve},
-		{"dev", "", "one-command local run: migrations, in-memory Kafka broker, example pipelines, example requests", (*cli).dev},
+		{"dev", "", "one-command local run: migrations, in-memory Kafka, Pub/Sub and SQS, example pipelines, example requests", (*cli).dev},
 		{"migrate", "", "apply the embedded migrations and exit", (*cli).migrate},
 		{"check", "", "validate the configuration and reach every dependency, reporting all problems", (*cli).check},
 		{"dlq", "list|show|replay", "list, show or replay dead letters (filters, dry run, bulk)", (*cli).dlq},
@@ -85,8 +86,12 @@ func (c *cli) main(args []string) int {
 func (c *cli) usage(w io.Writer) {
 	fmt.Fprintln(w, "idemd turns at-least-once delivery into exactly-once effects on PostgreSQL.")
 	fmt.Fprintln(w, "\nUsage: idemd <command> [flags]\n\nCommands:")
+	width := 0
 	for _, cmd := range commands {
-		fmt.Fprintf(w, "  %-16s %s\n", strings.TrimSpace(cmd.name+" "+cmd.args), cmd.summary)
+		width = max(width, len(cmd.name)+1+len(cmd.args))
+	}
+	for _, cmd := range commands {
+		fmt.Fprintf(w, "  %-*s  %s\n", width, strings.TrimSpace(cmd.name+" "+cmd.args), cmd.summary)
 	}
 	fmt.Fprintln(w, "\nRun 'idemd <command> --help' for a command's flags and environment.")
 	fmt.Fprintln(w, "Configuration comes from IDEMD_* environment variables and the pipelines file:")
@@ -128,13 +133,29 @@ func brokerHelp(w io.Writer, cmd string) {
 	}
 }
 
-// helpLine prints one variable of a command's help.
+// helpLine prints one variable of a command's help, its help text in a column past the
+// longest name.
 func helpLine(w io.Writer, name, help, def string) {
 	if def != "" {
 		help += " (default " + def + ")"
 	}
-	fmt.Fprintf(w, "  %-31s %s\n", name, help)
+	fmt.Fprintf(w, "  %-*s  %s\n", helpNameWidth(), name, help)
 }
+
+// helpNameWidth is the length of the longest variable name that --help lists.
+var helpNameWidth = sync.OnceValue(func() int {
+	width := 0
+	for _, v := range envVars() {
+		width = max(width, len(v.Name))
+	}
+	for _, v := range tracing.Variables {
+		width = max(width, len(v.Name))
+	}
+	for _, v := range brokerenv.Vars {
+		width = max(width, len(v.Name))
+	}
+	return width
+})
 
 // envHelp lists the environment variables command cmd reads ("" for all of them), with
 // their defaults, from the tags of Env.
