@@ -38,6 +38,9 @@ type command struct {
 
 var commands []*command
 
+// label is how the commands list of --help names cmd: its name and arguments.
+func (cmd *command) label() string { return strings.TrimSpace(cmd.name + " " + cmd.args) }
+
 func init() {
 	commands = []*command{
 		{"serve", "", "run the roles in IDEMD_ROLES (receiver,consumer,relay,pruner)", (*cli).serve},
@@ -88,10 +91,10 @@ func (c *cli) usage(w io.Writer) {
 	fmt.Fprintln(w, "\nUsage: idemd <command> [flags]\n\nCommands:")
 	width := 0
 	for _, cmd := range commands {
-		width = max(width, len(cmd.name)+1+len(cmd.args))
+		width = max(width, len(cmd.label()))
 	}
 	for _, cmd := range commands {
-		fmt.Fprintf(w, "  %-*s  %s\n", width, strings.TrimSpace(cmd.name+" "+cmd.args), cmd.summary)
+		fmt.Fprintf(w, "  %-*s  %s\n", width, cmd.label(), cmd.summary)
 	}
 	fmt.Fprintln(w, "\nRun 'idemd <command> --help' for a command's flags and environment.")
 	fmt.Fprintln(w, "Configuration comes from IDEMD_* environment variables and the pipelines file:")
