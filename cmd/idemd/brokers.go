@@ -138,8 +138,13 @@ func (d *daemon) publishers() (pubsubPub, sqsPub outbox.Publisher, err error) {
 	return pubsubPub, sqsPub, nil
 }
 
-// close releases what newDaemon made: the pool and the broker clients.
+// close releases what newDaemon made: the pool and the broker clients. After a drain that
+// overran it releases nothing: the parts it abandoned still hold connections, which closing
+// the pool would wait for, and the process's exit closes them all.
 func (d *daemon) close() {
+	if d.overran {
+		return
+	}
 	d.pool.Close()
 	closeClients(d.clients, d.log)
 }

@@ -157,6 +157,10 @@ type daemon struct {
 	// filter is the receiver's and the subscriptions' filter of the older epochs' ids,
 	// nil without one (FilterMaxBytes 0).
 	filter *processed.EpochFilter
+	// deadline is when the drain must end, set when it starts; overran, that it did not end
+	// by then and left parts stopping (shutdown).
+	deadline time.Time
+	overran  bool
 }
 
 // daemonSignals are the daemon's test signals (internal/testsignal): inert unless a test
@@ -622,34 +626,50 @@ func (d *daemon) drainRelay(ctx context.Context, relay *outbox.Relay) error {
 }
 
 // shutdown stops the parts role by role, in the order of the role constants (receiver,
-// consumers, relay, pruner); the parts of one role stop together.
+// consumers, relay, pruner); the parts of one role stop together. It returns by the
+// shutdown timeout whatever the parts do: a part still stopping then (an effect that
+// outlasts the timeout) is abandoned, and d.overran is set so that Run does not wait for it
+// either. Abandoning loses nothing: what it had not committed is rolled back when the
+// process's connections close, and nothing uncommitted was acknowledged.
 func (d *daemon) shutdown(parts []*part) error {
 	d.admin.Draining()
 	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.ShutdownTimeout)
 	defer cancel()
 	started := time.Now()
-	var errs []error
+	d.deadline, _ = ctx.Deadline()
+	var (
+		mu   sync.Mutex
+		errs []error
+	)
 	for r := range role(len(roleNames)) {
 		var wg sync.WaitGroup
-		var mu sync.Mutex
 		for _, p := range parts {
 			if p.role != r {
 				continue
 			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			wg.Go(func() {
 				if err := p.stop(ctx); err != nil {
 					mu.Lock()
 					errs = append(errs, fmt.Errorf("stopping %s: %w", p.name, err))
 					mu.Unlock()
 				}
-			}()
+			})
 		}
-		wg.Wait()
+		stopped := make(chan struct{})
+		go func() { wg.Wait(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
 	}
+	mu.Lock()
+	defer mu.Unlock()
 	if ctx.Err() != nil {
-		errs = append(errs, fmt.Errorf("shutdown did not finish within IDEMD_SHUTDOWN_TIMEOUT (%s)", d.cfg.ShutdownTimeout))
+		d.overran = true
+		errs = append(errs, fmt.Errorf("shutdown did not finish within IDEMD_SHUTDOWN_TIMEOUT (%s); what was still running is abandoned, its transactions rolled back", d.cfg.ShutdownTimeout))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return err
@@ -657,3 +677,7 @@ func (d *daemon) shutdown(parts []*part) error {
 	d.log.WithField("duration", time.Since(started).Seconds()).Info("drained; bye")
 	return nil
 }
+
+// ShutdownDeadline is when the drain must end (zero before it starts): what runs after
+// Run returns (the last spans' export) keeps within it.
+func (d *daemon) ShutdownDeadline() time.Time { return d.deadline }

@@ -62,9 +62,15 @@ func (c *cli) runDaemon(cmd string, e *Env, f *config.File, onReady func(httpAdd
 	if err != nil {
 		return c.fail(cmd, exitUsage, err)
 	}
-	// The spans still buffered are exported before exit, within a few seconds.
+	// The spans still buffered are exported before exit, within a few seconds and within
+	// the shutdown timeout once the drain started.
+	var drainDeadline time.Time
 	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), tracingFlushTimeout)
+		by := time.Now().Add(tracingFlushTimeout)
+		if !drainDeadline.IsZero() && drainDeadline.Before(by) {
+			by = drainDeadline
+		}
+		ctx, cancel := context.WithDeadline(context.Background(), by)
 		defer cancel()
 		if err := tr.Shutdown(ctx); err != nil {
 			log.WithField("component", "tracing").WithError(err).Warn("error flushing the last spans")
@@ -88,7 +94,9 @@ func (c *cli) runDaemon(cmd string, e *Env, f *config.File, onReady func(httpAdd
 	case len(e.adminTokens) == 0:
 		log.WithField("component", "admin").Warn("IDEMD_ADMIN_TOKEN is not set: the admin API, console and pprof answer 401")
 	}
-	if err := d.Run(ctx); err != nil {
+	err = d.Run(ctx)
+	drainDeadline = d.ShutdownDeadline()
+	if err != nil {
 		log.WithField("component", "daemon").WithError(err).Error("idemd stopped with an error")
 		return exitFailure
 	}
