@@ -404,6 +404,9 @@ func TestBrokerSubscriptionErrors(t *testing.T) {
 		{"no subscription", "pubsub: {subscription: orders-idemd, project: shop}", "pubsub: {project: shop}", 3, `subscriptions[0] "gcp-orders"`, "pubsub.subscription", "required"},
 		{"full name and project", "subscription: orders-idemd, project: shop", "subscription: projects/a/subscriptions/b, project: shop", 3, `subscriptions[0] "gcp-orders"`, "pubsub.project", "full name"},
 		{"no queue", "sqs: {queue: payments.fifo}", "sqs: {}", 9, `subscriptions[1] "aws-payments"`, "sqs.queue", "required"},
+		// The outbox encodes Pub/Sub and SQS destinations as "pubsub:…" and "sqs:…": a dead
+		// letter topic is a Kafka topic, and such a name would send the letters elsewhere.
+		{"dead letter topic not Kafka's", "dead_letter: {max_attempts: 3}", `dead_letter: {topic: "sqs:refunds", max_attempts: 3}`, 11, `subscriptions[1] "aws-payments"`, "dead_letter.topic", `"sqs:refunds" is not a Kafka topic`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

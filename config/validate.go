@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemd/idemd/consumer"
+	"github.com/idemd/idemd/outbox"
 	"github.com/idemd/idemd/pipeline"
 	"github.com/idemd/idemd/receiver"
 )
@@ -279,6 +280,11 @@ func (p *parser) subscription(w *where, s *consumer.Config, names map[string]str
 	p.targets(w, s.Publish, s.Effect.SQL, "", door != consumer.DoorKafka)
 	if s.DeadLetter.MaxAttempts < 0 || (w.set("dead_letter.max_attempts") && s.DeadLetter.MaxAttempts == 0) {
 		p.errf(w, "dead_letter.max_attempts", "must be at least 1")
+	}
+	if s.DeadLetter.Topic != "" {
+		if err := outbox.CheckKafkaTopic(s.DeadLetter.Topic); err != nil {
+			p.errf(w, "dead_letter.topic", "%v", err)
+		}
 	}
 	switch {
 	case s.BatchSize < 0 || (w.set("batch_size") && s.BatchSize == 0):

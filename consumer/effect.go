@@ -126,9 +126,12 @@ func (c *Consumer) messageWithID(u *unitMessage, r *record, id string, ok bool) 
 	}
 	if m.Invalid != nil {
 		// Deduplicated by position (Kafka) or by the broker's message id (Pub/Sub, SQS),
-		// so that a redelivery is not dead-lettered twice.
+		// so that a redelivery is not dead-lettered twice. A position holds another record
+		// once its topic is deleted and created again (offsets start from 0 again): the
+		// record's timestamp, the same on every redelivery, tells the two apart.
 		if r.msg.Door == DoorKafka {
-			m.ID = "kafka-position:" + r.msg.Topic + "/" + strconv.Itoa(r.msg.Partition) + "/" + strconv.FormatInt(r.msg.Offset, 10)
+			m.ID = "kafka-position:" + r.msg.Topic + "/" + strconv.Itoa(r.msg.Partition) + "/" + strconv.FormatInt(r.msg.Offset, 10) +
+				"@" + strconv.FormatInt(r.msg.Time.UnixMilli(), 10)
 		} else {
 			m.ID = r.msg.Door + "-message:" + r.msg.BrokerID
 		}

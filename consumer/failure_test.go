@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemd/idemd/consumer"
 	"github.com/idemd/idemd/exactlyonce"
+	"github.com/idemd/idemd/internal/kafkatest"
 	"github.com/idemd/idemd/pipeline"
 )
 
@@ -212,4 +213,41 @@ func TestNewChecksConfig(t *testing.T) {
 	c, err := consumer.New(b.db.Pool, cfg)
 	require.NoError(t, err)
 	require.ErrorContains(t, c.Run(context.Background()), "Brokers is required")
+}
+
+// TestMessageWithoutIDAfterTopicRecreated: a record without an id is deduplicated by its
+// position, and a topic deleted and created again (as `idemd dev`'s in-memory broker is on
+// every start) numbers its offsets from 0 again. The position of a new record must not be
+// mistaken for the earlier record's: it is dead-lettered too, not counted as a conflict or a
+// duplicate.
+func TestMessageWithoutIDAfterTopicRecreated(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1)
+	cfg := b.config()
+	produce(t, b.brokers, b.topic, kafka.Message{Value: []byte(`{"no":"id","n":1}`)})
+	stop := start(t, b.db, cfg)
+	b.waitCommitted(t, 30*time.Second, func(offs []int64) bool { return offs[0] == 1 })
+	stop()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl := &kafka.Client{Addr: kafka.TCP(b.brokers...), Timeout: 10 * time.Second}
+	res, err := cl.DeleteTopics(ctx, &kafka.DeleteTopicsRequest{Topics: []string{b.topic}})
+	require.NoError(t, err)
+	require.NoError(t, res.Errors[b.topic])
+	require.Eventually(t, func() bool {
+		md, err := cl.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{b.topic}})
+		return err == nil && (len(md.Topics) == 0 || md.Topics[0].Error != nil)
+	}, 30*time.Second, 50*time.Millisecond, "the topic is deleted")
+	kafkatest.CreateTopicOn(t, b.brokers, b.topic, 1)
+	produce(t, b.brokers, b.topic, kafka.Message{Value: []byte(`{"no":"id","n":2}`)})
+
+	b.commits = &commitLog{next: map[int]int64{}, changed: make(chan struct{}, 1)}
+	cfg = b.config()
+	cfg.Group = kafkatest.Group(t) + "-2" // the first group's offset belongs to the deleted topic
+	start(t, b.db, cfg)
+	b.waitCommitted(t, 30*time.Second, func(offs []int64) bool { return offs[0] == 1 })
+	require.Equal(t, 2, b.db.Count(t, "{schema}.dead_letters WHERE pipeline = 'ledger' AND reason = $1", consumer.ErrNoMessageID.Error()),
+		"both records without an id are dead-lettered")
+	require.Zero(t, b.db.Count(t, "{schema}.conflicts"), "the second record is no conflict")
 }

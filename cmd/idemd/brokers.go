@@ -180,7 +180,7 @@ func (d *daemon) checkBrokers(ctx context.Context) (problems, warnings []error, 
 				func() (string, error) { return d.pubsubMissing(ctx, subscriptionProject(s), "subscriptions", s.Name) }})
 		}
 		for _, q := range d.res.SQSSubscriptions {
-			all = append(all, resource{"SQS", "queue", q, "", true, func() (string, error) { return d.sqsMissing(ctx, q) }})
+			all = append(all, resource{"SQS", "queue", q, d.sqsPipelines(q), true, func() (string, error) { return d.sqsMissing(ctx, q) }})
 		}
 	}
 	if d.cfg.has(roleRelay) {
@@ -217,6 +217,17 @@ func (d *daemon) checkBrokers(ctx context.Context) (problems, warnings []error, 
 		}
 	}
 	return problems, warnings, reached
+}
+
+// sqsPipelines names the subscriptions that consume queue, for check's messages.
+func (d *daemon) sqsPipelines(queue string) string {
+	var names []string
+	for _, s := range d.cfg.Pipelines.Subscriptions {
+		if s.SQS != nil && s.SQS.Queue == queue {
+			names = append(names, s.Name)
+		}
+	}
+	return strings.Join(names, ", ")
 }
 
 // pubsubMissing returns the full name of the Pub/Sub resource (kind "subscriptions" or

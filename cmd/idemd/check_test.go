@@ -58,6 +58,7 @@ func TestCheckAgreesWithServe(t *testing.T) {
 		vars   map[string]string
 		starts bool
 		warns  string // a warning check prints, if any
+		says   string // what check's refusal says, if it matters
 	}{
 		{name: "receiver only, no brokers", file: withSubscription(topic()),
 			vars: map[string]string{"IDEMD_ROLES": "receiver"}, starts: true},
@@ -95,7 +96,7 @@ func TestCheckAgreesWithServe(t *testing.T) {
 		{name: "sqs without a region", file: sqsSub(queue),
 			vars: sqsEnv, starts: false},
 		{name: "sqs queue that does not exist", file: sqsSub("nonexistent-queue"),
-			vars: with(sqsEnv, "AWS_REGION", "us-east-1"), starts: false},
+			vars: with(sqsEnv, "AWS_REGION", "us-east-1"), starts: false, says: `subscription "aws": the SQS queue nonexistent-queue does not exist`},
 		{name: "tracing with an unknown sampler", file: sourcesOnly(topic()),
 			vars: map[string]string{"IDEMD_ROLES": "receiver", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318", "OTEL_TRACES_SAMPLER": "sometimes"}, starts: false},
 	} {
@@ -116,6 +117,7 @@ func TestCheckAgreesWithServe(t *testing.T) {
 				require.Contains(t, out, "serve would start")
 			} else {
 				require.Equal(t, 2, code, "check accepts a configuration serve refuses:\n%s%s", out, errOut)
+				require.Contains(t, errOut, tc.says)
 			}
 			if tc.warns != "" {
 				require.Regexp(t, `(?m)^warning: .*`+regexp.QuoteMeta(tc.warns), errOut, "a line that starts warning: (SPEC 2.3b)")

@@ -226,9 +226,13 @@ func printDevBanner(w io.Writer, f *config.File, example, inMemory bool, fakes *
 	}
 	if fakes.PubSubAddr != "" {
 		fmt.Fprintf(&b, " Pub/Sub: IN-MEMORY fake (pstest) at %s, project %s; lost when idemd stops.\n", fakes.PubSubAddr, brokerenv.DevProject)
+		fmt.Fprintf(&b, "   Its message ids start again from m0 on every start: a subscription without message_id\n"+
+			"   (the broker's id) finds the ids of earlier runs already seen in schema %s.\n", e.DBSchema)
+		printExports(&b, fakes.Env, "PUBSUB_EMULATOR_HOST", "PUBSUB_PROJECT_ID")
 	}
 	if fakes.SQSURL != "" {
 		fmt.Fprintf(&b, " SQS: IN-MEMORY fake (goaws) at %s; lost when idemd stops.\n", fakes.SQSURL)
+		printExports(&b, fakes.Env, "AWS_ENDPOINT_URL_SQS", "AWS_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
 	}
 	fmt.Fprintf(&b, " PostgreSQL: %s (schema %s)\n", databaseLabel(e.DatabaseURL), e.DBSchema)
 	fmt.Fprintf(&b, " Pipelines: %s\n", f.Path)
@@ -320,4 +324,18 @@ func psqlTarget(url string) string {
 		return `"$IDEMD_DATABASE_URL"`
 	}
 	return shellQuote(databaseLabel(url))
+}
+
+// printExports prints the line that points a shell's clients at dev's fakes: the variables
+// of names that dev set (those the user set are theirs already).
+func printExports(b *strings.Builder, env map[string]string, names ...string) {
+	var vars []string
+	for _, n := range names {
+		if v, ok := env[n]; ok {
+			vars = append(vars, n+"="+v)
+		}
+	}
+	if len(vars) > 0 {
+		fmt.Fprintf(b, "   clients: export %s\n", strings.Join(vars, " "))
+	}
 }

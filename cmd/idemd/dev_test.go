@@ -34,6 +34,9 @@ func TestDevBecomesReady(t *testing.T) {
 	require.Contains(t, p.Stdout(), "Console token for this run")
 	require.Contains(t, p.Stdout(), "Pub/Sub: IN-MEMORY")
 	require.Contains(t, p.Stdout(), "SQS: IN-MEMORY")
+	// How a shell's clients reach the fakes: every variable they need, with its value.
+	require.Regexp(t, `clients: export PUBSUB_EMULATOR_HOST=127\.0\.0\.1:\d+ PUBSUB_PROJECT_ID=\S+\n`, p.Stdout())
+	require.Regexp(t, `clients: export AWS_ENDPOINT_URL_SQS=http://\S+ AWS_REGION=\S+ AWS_ACCESS_KEY_ID=dev AWS_SECRET_ACCESS_KEY=dev\n`, p.Stdout())
 	// One loud warning per fake: Kafka, Pub/Sub, SQS.
 	require.Len(t, linesWith(p.Stderr(), "level=warning msg=\"DEVELOPMENT ONLY"), 3)
 	// goaws's own chatter (it logs each poll of an empty queue as a warning) stays out.
