@@ -133,6 +133,9 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Receiver, error) {
 		Processed: store,
 		Logger:    r.log,
 		OnRetry:   func(error) { metrics.Retries.WithLabelValues("http").Inc() },
+		// A sender waits for the answer (Shopify gives up after 5 s, Slack resends after
+		// 3 s): while the database cannot be reached, 503 at once, and its retry is ours.
+		GiveUpUnreachable: true,
 		// The unit's spans continue each request's (its message's Trace).
 		TracerProvider: c.TracerProvider,
 		Handoff:        c.Handoff,

@@ -311,6 +311,45 @@ func TestTransientFailure(t *testing.T) {
 	require.Equal(t, 2, b.effects(t))
 }
 
+// TestDatabaseOutageAnswers503Promptly: while PostgreSQL cannot be reached, a webhook and
+// an API request are answered 503 with Retry-After well before ApplyTimeout (SPEC 3.2: a
+// few hundred milliseconds; Shopify gives up after 5 s), nothing is stored, and once the
+// database is back the sender's retry is applied once.
+func TestDatabaseOutageAnswers503Promptly(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	db.Exec(t, db.Q(`CREATE TABLE {schema}.effects (
+		id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, message_id text, tenant text,
+		body jsonb, amount bigint CHECK (amount >= 0))`))
+	pool, proxy := pgtest.OutagePool(t, 4)
+	r, err := New(pool, &Config{Schema: db.Schema, Logger: quietLogger(), Sources: []Source{stripeSource(db), ordersSource(db)}})
+	require.NoError(t, err)
+	t.Cleanup(r.Close)
+	b := &bundle{db: db, rcv: r, srv: newServer(t, r)}
+
+	require.Equal(t, 200, b.stripe(t, stripeEvent("evt_before", 1, "")).status)
+	proxy.SetDown(true)
+	for _, send := range []func() resp{
+		func() resp { return b.stripe(t, stripeEvent("evt_outage", 1, "")) },
+		func() resp { return b.order(t, "token-a-0123456789", "k-outage", `{"amount":1}`) },
+	} {
+		start := time.Now()
+		r := send()
+		took := time.Since(start)
+		require.Equal(t, 503, r.status, "%s", r.body)
+		require.Equal(t, "unavailable", r.problemType(t))
+		require.Equal(t, "1", r.header.Get("Retry-After"))
+		// ApplyTimeout is 5 s: the answer does not wait for it.
+		require.Less(t, took, time.Second, "answered after %s", took)
+	}
+	proxy.SetDown(false)
+	require.Equal(t, 1, b.effects(t), "nothing stored during the outage")
+	require.Equal(t, 1, db.Count(t, "{schema}.processed_messages"))
+	require.Equal(t, 200, until503Passes(func() resp { return b.stripe(t, stripeEvent("evt_outage", 1, "")) }).status)
+	require.Equal(t, 201, until503Passes(func() resp { return b.order(t, "token-a-0123456789", "k-outage", `{"amount":1}`) }).status)
+	require.Equal(t, 3, b.effects(t))
+}
+
 // until503Passes sends again, as a sender would, while the answer is 503 (at most 20
 // times). Tests with a short ApplyTimeout use it once the cause of their 503 is gone: on a
 // loaded machine (CI under -race) a transaction can itself outlive a short timeout.
