@@ -18,6 +18,7 @@ import (
 
 	"github.com/idemd/idemd/deadletter"
 	"github.com/idemd/idemd/exactlyonce"
+	"github.com/idemd/idemd/internal/pgerr"
 	"github.com/idemd/idemd/internal/pgtest"
 	"github.com/idemd/idemd/outbox"
 	"github.com/idemd/idemd/processed"
@@ -116,12 +117,7 @@ func TestTransientFailureRetriesWholeBatch(t *testing.T) {
 	b := setup(t)
 	var calls atomic.Int32
 	flaky := b.msg("b", 1)
-	flaky.Effect.Func = func(ctx context.Context, tx pgx.Tx) (any, error) {
-		if calls.Add(1) <= 2 {
-			return nil, &pgconn.PgError{Code: "40001", Message: "could not serialize access"}
-		}
-		return nil, nil
-	}
+	flaky.Effect.Func = serializationFailures(2, &calls)
 	batch := []*exactlyonce.Message{b.msg("a", 1), flaky}
 	require.NoError(t, b.unit.Apply(context.Background(), batch))
 	require.Equal(t, 2, b.db.Count(t, "{schema}.effects"))
@@ -351,4 +347,60 @@ func TestGuardSkipsStaleMessages(t *testing.T) {
 	require.Equal(t, exactlyonce.Stale, second[0].Outcome)
 	require.Equal(t, exactlyonce.Applied, second[1].Outcome)
 	require.Equal(t, 1, b.db.Count(t, "{schema}.state WHERE version = 6"))
+}
+
+// TestGiveUpUnreachable: with GiveUpUnreachable, Apply returns the connection failure at
+// once while the database cannot be reached, and commits nothing; without it, Apply keeps
+// retrying until its context ends. Other transient failures are still retried.
+func TestGiveUpUnreachable(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	pool, proxy := pgtest.OutagePool(t, 2)
+	var retries atomic.Int32
+	giveUp := newUnit(t, b.db, pool, func(c *exactlyonce.Config) {
+		c.GiveUpUnreachable = true
+		c.OnRetry = func(error) { retries.Add(1) }
+	})
+	patient := newUnit(t, b.db, pool, nil)
+
+	proxy.SetDown(true)
+	// The pool's idle connection was cut: a try on it would be a lost connection, which is
+	// retried. Without it the try has to open one.
+	pool.Reset()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := giveUp.Apply(ctx, []*exactlyonce.Message{b.msg("a", 1)})
+	require.Error(t, err)
+	require.True(t, pgerr.IsUnreachable(err), "%v", err)
+	require.Zero(t, retries.Load(), "an unreachable database is not retried")
+	require.NoError(t, ctx.Err(), "Apply returned long before its context ended")
+
+	short, cancelShort := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancelShort()
+	err = patient.Apply(short, []*exactlyonce.Message{b.msg("a", 1)})
+	require.ErrorIs(t, err, context.DeadlineExceeded, "without GiveUpUnreachable it retries until ctx ends")
+	require.Zero(t, b.db.Count(t, "{schema}.effects"))
+	require.Zero(t, b.db.Count(t, "{schema}.processed_messages"))
+
+	proxy.SetDown(false)
+	var calls atomic.Int32
+	flaky := b.msg("b", 1)
+	flaky.Effect.Func = serializationFailures(2, &calls)
+	batch := []*exactlyonce.Message{b.msg("a", 1), flaky}
+	require.NoError(t, giveUp.Apply(ctx, batch))
+	require.Equal(t, exactlyonce.Applied, batch[0].Outcome)
+	require.Equal(t, exactlyonce.Applied, batch[1].Outcome)
+	require.EqualValues(t, 2, retries.Load(), "serialization failures are still retried")
+	require.Equal(t, 2, b.db.Count(t, "{schema}.effects"))
+}
+
+// serializationFailures is a Go effect that fails with a serialization failure (40001) on
+// its first n calls, counted in calls, and succeeds after.
+func serializationFailures(n int32, calls *atomic.Int32) func(context.Context, pgx.Tx) (any, error) {
+	return func(context.Context, pgx.Tx) (any, error) {
+		if calls.Add(1) <= n {
+			return nil, &pgconn.PgError{Code: "40001", Message: "could not serialize access"}
+		}
+		return nil, nil
+	}
 }

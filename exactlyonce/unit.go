@@ -37,6 +37,7 @@ import (
 
 	"github.com/idemd/idemd/deadletter"
 	"github.com/idemd/idemd/internal/pgarray"
+	"github.com/idemd/idemd/internal/pgerr"
 	"github.com/idemd/idemd/internal/retry"
 	"github.com/idemd/idemd/internal/tracing"
 	"github.com/idemd/idemd/migrations"
@@ -61,6 +62,14 @@ type Config struct {
 	BackoffMin time.Duration
 	// BackoffMax caps the wait between retries. Defaults to 5 s.
 	BackoffMax time.Duration
+	// GiveUpUnreachable makes Apply return at once, without retrying, when no connection to
+	// PostgreSQL can be opened (pgerr.IsUnreachable: refused, handshake cut, authentication
+	// refused…). A door whose sender waits for the answer (HTTP) sets it: while the database
+	// is down it answers "retry later" within milliseconds instead of holding each request
+	// until its timeout, and the sender's retry is the retry. Every other transient failure
+	// (serialization failure, deadlock, a connection lost mid-transaction) is still retried
+	// until ctx ends, on another connection. Defaults to false: retry until ctx ends.
+	GiveUpUnreachable bool
 	// ResolveTimeout bounds how long the outcome of a COMMIT that ended without an answer
 	// is asked for on another connection. Defaults to 10 s.
 	ResolveTimeout time.Duration
@@ -145,8 +154,9 @@ var errCareful = errors.New("a permanent failure needs savepoints")
 
 // Apply runs msgs in one transaction and returns once it committed, with every message's
 // Result set. It retries transient failures, and messages held in flight by another
-// claimer, until ctx ends; it returns an error only when ctx ends or a failure is neither
-// transient nor attributable to one message (a missing table, say).
+// claimer, until ctx ends; it returns an error only when ctx ends, when a failure is neither
+// transient nor attributable to one message (a missing table, say), or, with
+// Config.GiveUpUnreachable, when no connection to the database can be opened.
 func (u *Unit) Apply(ctx context.Context, msgs []*Message) (err error) {
 	ctx, span := u.startTx(ctx, msgs)
 	if span != nil {
@@ -193,6 +203,9 @@ func (u *Unit) applyOnce(ctx context.Context, msgs []*Message) error {
 			return ctx.Err()
 		}
 		if !retryable(err) {
+			return err
+		}
+		if u.cfg.GiveUpUnreachable && pgerr.IsUnreachable(err) {
 			return err
 		}
 		if u.cfg.OnRetry != nil {

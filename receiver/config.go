@@ -56,7 +56,9 @@ type Config struct {
 	// with nothing stored, and counted in idemd_http_rejected_total{reason="no_worker"}, so
 	// that a database slower than the arrivals makes senders retry later instead of piling
 	// requests up behind the workers. Then its batch's transaction, transient retries
-	// included, from the batch's start: past it, 503 with nothing stored. A batch whose
+	// (serialization failures, deadlocks, a lost connection) included, from the batch's
+	// start: past it, 503 with nothing stored. A database that cannot be reached (no
+	// connection can be opened) is not retried: 503 at once, nothing stored. A batch whose
 	// COMMIT ended without an answer waits up to its resolve timeout (10 s) for the
 	// outcome. Defaults to 5 s.
 	ApplyTimeout time.Duration

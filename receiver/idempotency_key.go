@@ -12,6 +12,28 @@ var (
 	ErrInvalidKey = errors.New("Idempotency-Key must be 1 to 255 printable ASCII characters")
 )
 
+// Errors of ParseIdempotencyKey that say more than the sentinel they match with errors.Is.
+var (
+	// ErrMalformedKey: a key that starts with '"' is read as a Structured Fields string,
+	// and this one is not well formed. errors.Is(ErrMalformedKey, ErrInvalidKey) holds.
+	ErrMalformedKey error = keyError{ErrInvalidKey, `Idempotency-Key starts with '"' but is not a valid Structured Fields string: ` +
+		`it needs its closing '"', \" and \\ are the only escapes, and only ";parameters" may follow it`}
+	// ErrCommaKey: a bare key with a comma is an HTTP list of keys; a key that holds a comma
+	// is sent as a Structured Fields string ("a,b"). errors.Is(ErrCommaKey, ErrManyKeys)
+	// holds.
+	ErrCommaKey error = keyError{ErrManyKeys, `more than one Idempotency-Key: a comma separates list members, ` +
+		`so a bare key cannot hold one (send it quoted, as a Structured Fields string: "a,b")`}
+)
+
+// keyError is a refusal with a precise message that still matches its sentinel, is.
+type keyError struct {
+	is  error
+	msg string
+}
+
+func (e keyError) Error() string        { return e.msg }
+func (e keyError) Is(target error) bool { return target == e.is }
+
 // KeyMaxLen is the longest accepted idempotency key.
 const KeyMaxLen = 255
 
@@ -43,7 +65,7 @@ func ParseIdempotencyKey(values []string) (string, error) {
 			i++
 			if c == '\\' {
 				if i >= len(v) || (v[i] != '"' && v[i] != '\\') {
-					return "", ErrInvalidKey
+					return "", ErrMalformedKey
 				}
 				b.WriteByte(v[i])
 				i++
@@ -59,7 +81,7 @@ func ParseIdempotencyKey(values []string) (string, error) {
 			b.WriteByte(c)
 		}
 		if !closed {
-			return "", ErrInvalidKey
+			return "", ErrMalformedKey
 		}
 		rest := strings.TrimLeft(v[i:], " \t")
 		switch {
@@ -67,11 +89,14 @@ func ParseIdempotencyKey(values []string) (string, error) {
 		case rest[0] == ',':
 			return "", ErrManyKeys
 		default:
-			return "", ErrInvalidKey
+			return "", ErrMalformedKey
 		}
 		key = b.String()
 	} else {
-		if strings.Contains(v, ",") || v[0] == '(' {
+		if strings.Contains(v, ",") {
+			return "", ErrCommaKey
+		}
+		if v[0] == '(' {
 			return "", ErrManyKeys
 		}
 		key = v

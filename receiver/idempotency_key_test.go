@@ -28,21 +28,23 @@ func TestParseIdempotencyKey(t *testing.T) {
 		{[]string{""}, "", ErrNoKey},
 		{[]string{`""`}, "", ErrInvalidKey},
 		{[]string{"a", "b"}, "", ErrManyKeys},
-		{[]string{"a,b"}, "", ErrManyKeys},
+		{[]string{"a,b"}, "", ErrCommaKey},
+		{[]string{`"a,b"`}, "a,b", nil},
 		{[]string{`"a", "b"`}, "", ErrManyKeys},
 		{[]string{`("a" "b")`}, "", ErrManyKeys},
 		{[]string{`("a")`}, "", ErrManyKeys},
 		{[]string{`(a b);p=1`}, "", ErrManyKeys},
 		{[]string{`"(a b)"`}, "(a b)", nil},
-		{[]string{`"abc`}, "", ErrInvalidKey},
-		{[]string{`"a\nb"`}, "", ErrInvalidKey},
+		{[]string{`"abc`}, "", ErrMalformedKey},
+		{[]string{`"a\nb"`}, "", ErrMalformedKey},
 		{[]string{"caf\u00e9"}, "", ErrInvalidKey},
 		{[]string{"a\x00b"}, "", ErrInvalidKey},
-		{[]string{`"abc"x`}, "", ErrInvalidKey},
+		{[]string{`"abc"x`}, "", ErrMalformedKey},
 	} {
 		got, err := ParseIdempotencyKey(tc.in)
 		if tc.err != nil {
 			require.ErrorIs(t, err, tc.err, "%q", tc.in)
+			require.Equal(t, tc.err.Error(), err.Error(), "%q: the detail says why", tc.in)
 			continue
 		}
 		require.NoError(t, err, "%q", tc.in)

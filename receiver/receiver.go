@@ -133,6 +133,9 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Receiver, error) {
 		Processed: store,
 		Logger:    r.log,
 		OnRetry:   func(error) { metrics.Retries.WithLabelValues("http").Inc() },
+		// A sender waits for the answer (Shopify gives up after 5 s, Slack resends after
+		// 3 s): while the database cannot be reached, 503 at once, and its retry is ours.
+		GiveUpUnreachable: true,
 		// The unit's spans continue each request's (its message's Trace).
 		TracerProvider: c.TracerProvider,
 		Handoff:        c.Handoff,
@@ -333,9 +336,9 @@ func (r *Receiver) serveWebhook(w http.ResponseWriter, c *call, log *logrus.Entr
 			return
 		}
 	}
-	id := lookup(src.msgID, http.Header(c.req.Header), c.body)
-	if !processed.ValidID(id) {
-		r.reject(w, src, probMissingID, "the message id is missing, empty, longer than 255 bytes or not text", "bad_message_id")
+	id, err := lookup(src.msgID, http.Header(c.req.Header), c.body)
+	if err != nil {
+		r.reject(w, src, probMissingID, err.Error(), "bad_message_id")
 		return
 	}
 	c.req.MessageID = id
@@ -344,7 +347,7 @@ func (r *Receiver) serveWebhook(w http.ResponseWriter, c *call, log *logrus.Entr
 	}
 
 	m := src.message(c)
-	err := r.submit(m)
+	err = r.submit(m)
 	noteMessage(c.span, m)
 	if err != nil || (m.Outcome != exactlyonce.Applied && m.Outcome != exactlyonce.Duplicate) {
 		log = log.WithField("message_id", id) // only what is logged pays for the field

@@ -311,6 +311,88 @@ func TestTransientFailure(t *testing.T) {
 	require.Equal(t, 2, b.effects(t))
 }
 
+// TestMessageIDRead: a message id is one header value, or a JSON string or number (a number
+// is its text as written: 1500 and "1500" are one id); two headers, and booleans, null,
+// objects and arrays, are 400 with a detail that says what is accepted.
+func TestMessageIDRead(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 4, func(db *pgtest.DB) Config {
+		return Config{Sources: []Source{
+			stripeSource(db),
+			{Name: "gh", Verify: Verify{Scheme: SchemeGitHub, Secrets: []string{ghSecret}}},
+			{Name: "open", Verify: Verify{Scheme: SchemeNone}, AllowUnverified: true, MessageID: &pipeline.Field{Header: "X-Id"}},
+		}}
+	})
+	refused := func(r resp, detail ...string) {
+		t.Helper()
+		require.Equal(t, 400, r.status, "%s", r.body)
+		require.Equal(t, "missing-message-id", r.problemType(t))
+		for _, d := range detail {
+			require.Contains(t, r.json(t)["detail"], d)
+		}
+	}
+	gh := func(ids ...string) resp {
+		return do(t, nil, "POST", b.srv.URL+"/webhooks/gh", []byte(ghBody), http.Header{
+			"X-Hub-Signature-256": {ghSig}, "X-Github-Delivery": ids, "X-Github-Event": {"push"}})
+	}
+	refused(gh("dd3", "dd4"), "2 X-GitHub-Delivery headers", "want one X-GitHub-Delivery header")
+	refused(gh(), "missing", "want one X-GitHub-Delivery header")
+	open := func(ids ...string) resp {
+		return do(t, nil, "POST", b.srv.URL+"/webhooks/open", []byte(`{}`), http.Header{"X-Id": ids})
+	}
+	refused(open("o2", "o3"), "2 X-Id headers")
+	require.Equal(t, 200, open("o2").status)
+
+	for kind, id := range map[string]string{"a boolean": "true", "null": "null", "an object": `{"a":1}`, "an array": `["a"]`} {
+		refused(b.stripe(t, []byte(`{"id":`+id+`}`)), "at /id is "+kind, "want a JSON string or number (used as written) at /id")
+	}
+	r := b.stripe(t, []byte(`{"id":1500}`))
+	require.Equal(t, 200, r.status, "%s", r.body)
+	require.Equal(t, map[string]any{"status": "processed", "message_id": "1500"}, r.json(t))
+	r = b.stripe(t, []byte(`{"id":"1500"}`))
+	require.Equal(t, 422, r.status, "the number and the string are one id: another payload under it")
+	require.Zero(t, b.db.Count(t, "{schema}.processed_messages WHERE message_id IN ('dd3', 'dd4', 'true', 'null')"))
+}
+
+// TestDatabaseOutageAnswers503Promptly: while PostgreSQL cannot be reached, a webhook and
+// an API request are answered 503 with Retry-After well before ApplyTimeout (SPEC 3.2: a
+// few hundred milliseconds; Shopify gives up after 5 s), nothing is stored, and once the
+// database is back the sender's retry is applied once.
+func TestDatabaseOutageAnswers503Promptly(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	db.Exec(t, db.Q(`CREATE TABLE {schema}.effects (
+		id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, message_id text, tenant text,
+		body jsonb, amount bigint CHECK (amount >= 0))`))
+	pool, proxy := pgtest.OutagePool(t, 4)
+	r, err := New(pool, &Config{Schema: db.Schema, Logger: quietLogger(), Sources: []Source{stripeSource(db), ordersSource(db)}})
+	require.NoError(t, err)
+	t.Cleanup(r.Close)
+	b := &bundle{db: db, rcv: r, srv: newServer(t, r)}
+
+	require.Equal(t, 200, b.stripe(t, stripeEvent("evt_before", 1, "")).status)
+	proxy.SetDown(true)
+	for _, send := range []func() resp{
+		func() resp { return b.stripe(t, stripeEvent("evt_outage", 1, "")) },
+		func() resp { return b.order(t, "token-a-0123456789", "k-outage", `{"amount":1}`) },
+	} {
+		start := time.Now()
+		r := send()
+		took := time.Since(start)
+		require.Equal(t, 503, r.status, "%s", r.body)
+		require.Equal(t, "unavailable", r.problemType(t))
+		require.Equal(t, "1", r.header.Get("Retry-After"))
+		// ApplyTimeout is 5 s: the answer does not wait for it.
+		require.Less(t, took, time.Second, "answered after %s", took)
+	}
+	proxy.SetDown(false)
+	require.Equal(t, 1, b.effects(t), "nothing stored during the outage")
+	require.Equal(t, 1, db.Count(t, "{schema}.processed_messages"))
+	require.Equal(t, 200, until503Passes(func() resp { return b.stripe(t, stripeEvent("evt_outage", 1, "")) }).status)
+	require.Equal(t, 201, until503Passes(func() resp { return b.order(t, "token-a-0123456789", "k-outage", `{"amount":1}`) }).status)
+	require.Equal(t, 3, b.effects(t))
+}
+
 // until503Passes sends again, as a sender would, while the answer is 503 (at most 20
 // times). Tests with a short ApplyTimeout use it once the cause of their 503 is gone: on a
 // loaded machine (CI under -race) a transaction can itself outlive a short timeout.

@@ -23,6 +23,7 @@ import (
 	"github.com/idemd/idemd/internal/jsonpointer"
 	"github.com/idemd/idemd/outbox"
 	"github.com/idemd/idemd/pipeline"
+	"github.com/idemd/idemd/processed"
 )
 
 // source is a compiled Source.
@@ -214,18 +215,64 @@ func (p *parsedBody) pointer(ptr string) ([]byte, bool) {
 	return jsonpointer.Find(p.raw, ptr)
 }
 
-// lookup finds the value of spec, a plain or composite field, in the request; "" when it
-// is missing.
-func lookup(spec *pipeline.Field, h http.Header, body *parsedBody) string {
+// lookup finds a webhook's message id in the request: spec's header, or its JSON member (a
+// string, or a number used as written, so that 1500 and "1500" are one id), or each part of
+// a composite. The error is the 400's detail: what was wrong, and what is accepted.
+func lookup(spec *pipeline.Field, h http.Header, body *parsedBody) (string, error) {
+	var bad error
 	v, _ := spec.Read(func(f *pipeline.Field) (string, bool) {
-		v := lookupOne(f, h, body)
-		return v, v != ""
+		v, err := lookupOne(f, h, body)
+		if err != nil && bad == nil {
+			bad = err
+		}
+		return v, err == nil && v != ""
 	})
-	return v
+	switch {
+	case bad != nil:
+		return "", fmt.Errorf("%w; want %s", bad, idWanted(spec))
+	case !processed.ValidID(v):
+		return "", fmt.Errorf("the message id is missing, empty, longer than %d bytes or holds control characters; want %s",
+			processed.MaxIDLength, idWanted(spec))
+	}
+	return v, nil
 }
 
-// lookupOne finds the value of a plain field in the request.
-func lookupOne(spec *pipeline.Field, h http.Header, body *parsedBody) string {
+// lookupOne reads one part of a message id: a field of the request (fieldValue), refusing
+// what cannot be an id. "" when it is missing.
+func lookupOne(spec *pipeline.Field, h http.Header, body *parsedBody) (string, error) {
+	if spec.Header != "" {
+		name := spec.Header
+		if len(h.Values(name)) == 0 && strings.EqualFold(name, "Webhook-Id") {
+			name = "Svix-Id"
+		}
+		if n := len(h.Values(name)); n > 1 {
+			// Which one would the sender have us dedupe on? As for two Idempotency-Keys.
+			return "", fmt.Errorf("the request has %d %s headers", n, name)
+		}
+		return h.Get(name), nil
+	}
+	v, ok := body.pointer(spec.JSON)
+	if !ok {
+		return "", nil
+	}
+	switch v[0] {
+	case 't', 'f':
+		return "", fmt.Errorf("the message id at %s is a boolean", spec.JSON)
+	case 'n':
+		return "", fmt.Errorf("the message id at %s is null", spec.JSON)
+	case '{':
+		return "", fmt.Errorf("the message id at %s is an object", spec.JSON)
+	case '[':
+		return "", fmt.Errorf("the message id at %s is an array", spec.JSON)
+	}
+	s, _ := jsonpointer.ScalarText(v) // a string unescaped, a number as written
+	return s, nil
+}
+
+// fieldValue finds the value of a plain field in the request (publish keys, filters, the
+// stale guard's entity and version): the first of its header's values, or its JSON
+// member's scalar text (booleans included).
+func fieldValue(spec *pipeline.Field, h http.Header, body *parsedBody) string {
 	if spec.Header != "" {
 		v := h.Get(spec.Header)
 		if v == "" && strings.EqualFold(spec.Header, "Webhook-Id") {
@@ -238,6 +285,26 @@ func lookupOne(spec *pipeline.Field, h http.Header, body *parsedBody) string {
 		return s
 	}
 	return ""
+}
+
+// idWanted says what a webhook's message id must be, for the 400's detail.
+func idWanted(spec *pipeline.Field) string {
+	text := fmt.Sprintf("of 1 to %d bytes of text without control characters", processed.MaxIDLength)
+	if len(spec.Parts) == 0 {
+		return idSource(spec) + ", " + text
+	}
+	parts := make([]string, len(spec.Parts))
+	for i := range spec.Parts {
+		parts[i] = idSource(&spec.Parts[i])
+	}
+	return "each of " + strings.Join(parts, "; ") + ", the joined id " + text
+}
+
+func idSource(f *pipeline.Field) string {
+	if f.Header != "" {
+		return "one " + f.Header + " header"
+	}
+	return "a JSON string or number (used as written) at " + f.JSON
 }
 
 // eventType is the provider's event type, where known.
@@ -295,7 +362,7 @@ type call struct {
 
 // Field reads a plain field of the request (pipeline.Message).
 func (c *call) Field(f *pipeline.Field) (string, bool) {
-	v := lookupOne(f, http.Header(c.req.Header), c.body)
+	v := fieldValue(f, http.Header(c.req.Header), c.body)
 	return v, v != ""
 }
 

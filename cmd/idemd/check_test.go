@@ -2,6 +2,7 @@ package main
 
 import (
 	"maps"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -52,6 +53,10 @@ func TestCheckAgreesWithServe(t *testing.T) {
 	sqsSub := func(queue string) string {
 		return "subscriptions:\n  - name: aws\n    sqs: {queue: " + queue + "}\n"
 	}
+	// A port another process holds, for the whole test.
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = held.Close() })
 	for _, tc := range []struct {
 		name   string
 		file   string
@@ -79,6 +84,10 @@ func TestCheckAgreesWithServe(t *testing.T) {
 		{name: "retention shorter than the sender retries", file: strings.Replace(sourcesOnly(topic()), "    publish:", "    retention: 1d\n    publish:", 1),
 			vars: map[string]string{"IDEMD_ROLES": "receiver"}, starts: true,
 			warns: `sources[0] "stripe": retention: 1d is shorter than how long stripe retries a webhook (3d)`},
+		{name: "receiver address held by another process", file: sourcesOnly(topic()),
+			vars: map[string]string{"IDEMD_ROLES": "receiver", "IDEMD_HTTP_ADDR": held.Addr().String()}, starts: false},
+		{name: "receiver address without a port", file: sourcesOnly(topic()),
+			vars: map[string]string{"IDEMD_ROLES": "receiver", "IDEMD_HTTP_ADDR": "notanaddr"}, starts: false},
 		{name: "pool too small", file: sourcesOnly(topic()),
 			vars: map[string]string{"IDEMD_ROLES": "receiver", "IDEMD_DB_MAX_CONNS": "1"}, starts: false},
 		{name: "tracing on", file: sourcesOnly(topic()),
@@ -146,6 +155,8 @@ func TestCheckPlainWords(t *testing.T) {
 	require.NoError(t, os.WriteFile(file, []byte("sources:\n  - name: a\n    verify: {scheme: none\n    allow_unverified: true\n"), 0o600))
 	code, _, errOut := runIdemd(t, map[string]string{
 		"IDEMD_PIPELINES_FILE":    file,
+		"IDEMD_DATABASE_URL":      pgtest.URL(),
+		"IDEMD_DB_SCHEMA":         testSchema(t),
 		"IDEMD_SHUTDOWN_TIMEOUT":  "soon",
 		"IDEMD_DB_MAX_CONNS":      "many",
 		"IDEMD_MIGRATE":           "maybe",
@@ -162,7 +173,6 @@ func TestCheckPlainWords(t *testing.T) {
 		`IDEMD_MIGRATE: "maybe" is not true or false`,
 		`IDEMD_LOG_LEVEL: "loud" is not a level (trace, debug, info, warning, error)`,
 		`IDEMD_ROLES: unknown role "janitor"`,
-		`IDEMD_DATABASE_URL is required`,
 		`OTEL_TRACES_EXPORTER: "zipkin" is not supported (otlp, console or none)`,
 		`OTEL_TRACES_SAMPLER_ARG: "half" is not a ratio between 0 and 1`,
 		file + `:4: not valid YAML: did not find expected ',' or '}' (in a flow mapping that starts on line 3)`,
@@ -173,9 +183,60 @@ func TestCheckPlainWords(t *testing.T) {
 		require.NotContains(t, errOut, goType)
 	}
 	require.Len(t, linesWith(errOut, "janitor"), 1, "each problem once:\n%s", errOut)
+	require.NotContains(t, errOut, "IDEMD_MIGRATE=false", "an invalid IDEMD_MIGRATE is not reported as false")
 
 	// migrate reads none of the broken variables but the database's: it is not stopped by them.
 	code, _, errOut = runIdemd(t, map[string]string{"IDEMD_SHUTDOWN_TIMEOUT": "soon", "IDEMD_DB_MAX_CONNS": "many", "OTEL_TRACES_EXPORTER": "zipkin"}, "migrate")
 	require.Equal(t, 2, code)
 	require.Equal(t, "idemd migrate: IDEMD_DATABASE_URL is required\n", errOut)
+}
+
+// TestCheckListenAddresses: check reports, with the other problems and naming the variable,
+// a listen address that does not parse and one that another process holds; an address a
+// role does not use is only parsed. A misspelled variable is a warning, with the name it
+// probably meant.
+func TestCheckListenAddresses(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "idemd.yaml")
+	require.NoError(t, os.WriteFile(file, []byte("sources:\n  - name: a\n    verify: {scheme: none}\n    allow_unverified: true\n    message_id: {header: X-Id}\n"), 0o600))
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer held.Close()
+	base := map[string]string{
+		"IDEMD_PIPELINES_FILE": file, "IDEMD_DATABASE_URL": pgtest.URL(), "IDEMD_DB_SCHEMA": testSchema(t),
+		"IDEMD_ROLES": "receiver", "IDEMD_HTTP_ADDR": proctest.FreeAddr(t), "IDEMD_ADMIN_ADDR": proctest.FreeAddr(t),
+	}
+	with := func(kv ...string) map[string]string {
+		m := maps.Clone(base)
+		for i := 0; i < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return m
+	}
+	code, out, errOut := runIdemd(t, with("IDEMD_HTTP_ADR", ":8081"), "check")
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "serve would start")
+	require.Contains(t, errOut, "warning: IDEMD_HTTP_ADR is not a variable idemd reads, and is ignored; did you mean IDEMD_HTTP_ADDR?")
+
+	code, _, errOut = runIdemd(t, with("IDEMD_HTTP_ADDR", "notanaddr", "IDEMD_ADMIN_ADDR", held.Addr().String(), "IDEMD_LOG_LEVEL", "loud"), "check")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, "error listening on IDEMD_HTTP_ADDR notanaddr: listen tcp: address notanaddr: missing port in address")
+	require.Contains(t, errOut, "error listening on IDEMD_ADMIN_ADDR "+held.Addr().String()+": ")
+	require.Contains(t, errOut, "address already in use")
+	require.Contains(t, errOut, `IDEMD_LOG_LEVEL: "loud"`, "with the other problems")
+
+	// The consumer role alone does not listen on IDEMD_HTTP_ADDR: held, it is no problem;
+	// malformed, it still is.
+	code, out, errOut = runIdemd(t, with("IDEMD_ROLES", "pruner", "IDEMD_HTTP_ADDR", held.Addr().String()), "check")
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "serve would start")
+	code, _, errOut = runIdemd(t, with("IDEMD_ROLES", "pruner", "IDEMD_HTTP_ADDR", "notanaddr"), "check")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, "IDEMD_HTTP_ADDR notanaddr is not a listen address")
+
+	// A pipelines file that does not exist is said so, with how to name another.
+	code, _, errOut = runIdemd(t, with("IDEMD_PIPELINES_FILE", "/nonexistent/idemd.yaml"), "serve")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, "the pipelines file /nonexistent/idemd.yaml was not found: write it, or name another with IDEMD_PIPELINES_FILE or -pipelines")
+	require.NotContains(t, errOut, "not valid")
 }

@@ -206,13 +206,28 @@ func (c *cli) parse(fs *flag.FlagSet, args []string) (code int, ok bool) {
 			return exitOK, false
 		}
 	}
-	if err := fs.Parse(args); err != nil {
+	// A bad flag prints its error and where the help is, not the whole help: the error
+	// would scroll away above it. --help itself prints the whole help (above).
+	full := fs.Usage
+	fs.Usage = func() { fmt.Fprintf(fs.Output(), "see %s --help\n", fs.Name()) }
+	err := fs.Parse(args)
+	fs.Usage = full
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK, false
 		}
 		return exitUsage, false
 	}
 	return 0, true
+}
+
+// noArgs refuses the arguments left after the flags of a command that takes none.
+func (c *cli) noArgs(fs *flag.FlagSet) (code int, ok bool) {
+	if fs.NArg() == 0 {
+		return 0, true
+	}
+	cmd := strings.TrimPrefix(fs.Name(), "idemd ")
+	return c.fail(cmd, exitUsage, fmt.Errorf("unexpected arguments %q (see %s --help)", fs.Args(), fs.Name())), false
 }
 
 // fail prints err for the user and returns code. Errors may quote what a sender or a file

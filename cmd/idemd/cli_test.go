@@ -25,6 +25,14 @@ func TestHelpAndBadFlags(t *testing.T) {
 		code, _, errOut := runIdemd(t, nil, cmd, "-no-such-flag")
 		require.Equal(t, 2, code, cmd)
 		require.Contains(t, errOut, "flag provided but not defined", cmd)
+		// The error and where the help is, not the whole help: the error would scroll away.
+		require.Contains(t, errOut, "see idemd "+cmd+" --help", cmd)
+		require.NotContains(t, errOut, "Usage:", cmd)
+		require.LessOrEqual(t, strings.Count(errOut, "\n"), 2, "%s:\n%s", cmd, errOut)
+
+		code, _, errOut = runIdemd(t, nil, cmd, "extra")
+		require.Equal(t, 2, code, cmd)
+		require.Contains(t, errOut, `unexpected arguments ["extra"]`, cmd)
 	}
 	code, out, _ := runIdemd(t, nil, "dlq", "list", "--help")
 	require.Equal(t, 0, code)

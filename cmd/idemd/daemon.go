@@ -6,7 +6,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"slices"
 	"sync"
@@ -180,8 +179,8 @@ func newDaemon(cfg *daemonConfig) (*daemon, error) {
 	c := *cfg
 	c.Schema = cmp.Or(c.Schema, migrations.SchemaDefault)
 	c.MaxConns = cmp.Or(c.MaxConns, maxConnsDefault)
-	c.HTTPAddr = cmp.Or(c.HTTPAddr, ":8080")
-	c.AdminAddr = cmp.Or(c.AdminAddr, "127.0.0.1:9090")
+	c.HTTPAddr = cmp.Or(c.HTTPAddr, httpAddrDefault)
+	c.AdminAddr = cmp.Or(c.AdminAddr, adminAddrDefault)
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, shutdownTimeoutDefault)
 	c.PruneInterval = cmp.Or(c.PruneInterval, pruneIntervalDefault)
 	c.OutboxRetention = cmp.Or(c.OutboxRetention, outboxRetentionDefault)
@@ -302,9 +301,9 @@ func (d *daemon) Run(ctx context.Context) error {
 	defer metrics.WatchPool(d.pool)()
 	log := d.log
 
-	adminLn, err := net.Listen("tcp", d.cfg.AdminAddr)
+	adminLn, err := listen("IDEMD_ADMIN_ADDR", d.cfg.AdminAddr)
 	if err != nil {
-		return fmt.Errorf("error listening on IDEMD_ADMIN_ADDR %s: %w", d.cfg.AdminAddr, err)
+		return err
 	}
 	adminSrv := d.admin.HTTPServer()
 	go func() { _ = adminSrv.Serve(adminLn) }()
@@ -483,10 +482,10 @@ func (d *daemon) startReceiver(start starter) (*part, string, error) {
 	if err != nil {
 		return nil, "", fmt.Errorf("error starting the receiver: %w", err)
 	}
-	ln, err := net.Listen("tcp", d.cfg.HTTPAddr)
+	ln, err := listen("IDEMD_HTTP_ADDR", d.cfg.HTTPAddr)
 	if err != nil {
 		rcv.Close()
-		return nil, "", fmt.Errorf("error listening on IDEMD_HTTP_ADDR %s: %w", d.cfg.HTTPAddr, err)
+		return nil, "", err
 	}
 	ln = d.listenReceiver(ln)
 	// The receiver's limits (slow headers, header size, read and write timeouts); the write

@@ -26,7 +26,7 @@ import (
 // Development-only defaults. They are used by `idemd dev` (and `idemd sign` without a
 // pipelines file) and by nothing else.
 const (
-	databaseURLDev = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+	databaseURLDev = "postgres://postgres@127.0.0.1:5432/test"
 	secretEnvDev   = "STRIPE_WEBHOOK_SECRET"
 	secretDev      = "whsec_dev_only_not_a_secret"
 	tokensEnvDev   = "ORDERS_TOKENS"
@@ -39,9 +39,9 @@ const (
 // development secrets for the variables it names that are unset. dev reports which.
 func devPipelines(e *Env, env environment) (*config.File, bool, error) {
 	if e.set["IDEMD_PIPELINES_FILE"] {
-		f, err := config.Load(e.PipelinesFile, env.lookup)
+		f, err := loadPipelines(e.PipelinesFile, env.lookup)
 		if err != nil {
-			return nil, false, fmt.Errorf("the pipelines file is not valid:\n%w", err)
+			return nil, false, err
 		}
 		return f, false, nil
 	}
@@ -73,6 +73,9 @@ func (c *cli) dev(args []string) int {
 		"tables, and prints example requests ready to paste. IDEMD_DATABASE_URL defaults to\n"+databaseURLDev+".", true)
 	pipelines := fs.String("pipelines", "", "pipelines file (overrides IDEMD_PIPELINES_FILE and the dev example)")
 	if code, ok := c.parse(fs, args); !ok {
+		return code
+	}
+	if code, ok := c.noArgs(fs); !ok {
 		return code
 	}
 	e, err := loadEnvFor("dev", c.env)
@@ -214,7 +217,7 @@ func createDevTables(url, schema string) error {
 
 // printDevBanner says, loudly, what dev runs and how to try it.
 func printDevBanner(w io.Writer, f *config.File, example, inMemory bool, fakes *brokerenv.Dev, e *Env, httpAddr, adminAddr string, showToken bool, devToken string) {
-	base := "http://" + localAddr(httpAddr)
+	base := receiverURL(httpAddr, e.TLSCertFile != "")
 	var b strings.Builder
 	rule := strings.Repeat("=", 78)
 	fmt.Fprintln(&b, rule)
@@ -262,7 +265,7 @@ func printDevBanner(w io.Writer, f *config.File, example, inMemory bool, fakes *
 	if !example {
 		sign += " -pipelines " + shellQuote(f.Path)
 	}
-	if base != "http://127.0.0.1:8080" {
+	if base != signURLDefault {
 		sign += " -url " + base
 	}
 	fmt.Fprintf(&b, "\n# a fresh signed request at any time:\n#   %s -source <name> [-body '<json>']\n", sign)

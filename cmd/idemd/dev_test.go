@@ -82,3 +82,16 @@ func TestDevBecomesReady(t *testing.T) {
 	code, _ := stopIdemd(t, p, 30*time.Second)
 	require.Equal(t, 0, code)
 }
+
+// TestDevDatabaseURLShownAlike: `idemd --help` (the variable's help) and `idemd dev --help`
+// (databaseURLDev) give dev's database the same way.
+func TestDevDatabaseURLShownAlike(t *testing.T) {
+	t.Parallel()
+	for _, v := range envVars() {
+		if v.Name == "IDEMD_DATABASE_URL" {
+			require.Contains(t, v.Help, "dev: "+databaseURLDev+")")
+			return
+		}
+	}
+	t.Fatal("no IDEMD_DATABASE_URL")
+}

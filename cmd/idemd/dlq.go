@@ -325,8 +325,8 @@ func (c *cli) dlqReplay(args []string) int {
 	}
 	var f *config.File
 	if !*dryRun {
-		if f, err = config.Load(e.PipelinesFile, c.env.lookup); err != nil {
-			return c.fail("dlq replay", exitUsage, fmt.Errorf("the pipelines file is not valid:\n%w", err))
+		if f, err = loadPipelines(e.PipelinesFile, c.env.lookup); err != nil {
+			return c.fail("dlq replay", exitUsage, err)
 		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)

@@ -67,6 +67,9 @@ type Env struct {
 	roles []role
 	// adminTokens is AdminToken parsed (by its check).
 	adminTokens []admin.Token
+	// invalid records the variables that did not parse or pass their check: their fields
+	// hold zero values, which must not be reported as what the user set.
+	invalid map[string]bool
 }
 
 // partitionInterval is IDEMD_PROCESSED_PARTITION_INTERVAL: auto, 0 (off: expired dedup
@@ -189,6 +192,12 @@ func loadEnvFor(cmd string, e environment) (*Env, error) {
 	for name, check := range envChecks {
 		if problems[name] == nil {
 			problems[name] = check(cfg)
+		}
+	}
+	cfg.invalid = map[string]bool{}
+	for name, err := range problems {
+		if err != nil {
+			cfg.invalid[name] = true
 		}
 	}
 	var errs []error

@@ -35,8 +35,8 @@ func (c *cli) serve(args []string) int {
 	if code, ok := c.parse(fs, args); !ok {
 		return code
 	}
-	if fs.NArg() > 0 {
-		return c.fail("serve", exitUsage, fmt.Errorf("unexpected arguments %q", fs.Args()))
+	if code, ok := c.noArgs(fs); !ok {
+		return code
 	}
 	e, err := loadEnvFor("serve", c.env)
 	if err != nil {
@@ -45,9 +45,9 @@ func (c *cli) serve(args []string) int {
 	if *pipelines != "" {
 		e.PipelinesFile = *pipelines
 	}
-	f, err := config.Load(e.PipelinesFile, c.env.lookup)
+	f, err := loadPipelines(e.PipelinesFile, c.env.lookup)
 	if err != nil {
-		return c.fail("serve", exitUsage, fmt.Errorf("the pipelines file is not valid:\n%w", err))
+		return c.fail("serve", exitUsage, err)
 	}
 	return c.runDaemon("serve", e, f, nil)
 }
@@ -55,6 +55,9 @@ func (c *cli) serve(args []string) int {
 // runDaemon runs the daemon until SIGTERM/SIGINT.
 func (c *cli) runDaemon(cmd string, e *Env, f *config.File, onReady func(httpAddr, adminAddr string)) int {
 	log := newLogger(e, c.stderr)
+	for _, w := range unknownVars(c.env) {
+		log.WithField("component", "daemon").Warn(w)
+	}
 	cfg := daemonConfigFrom(e, f, c.env.lookup, log, onReady)
 	tr, err := tracing.Setup(context.Background(), &tracing.Config{
 		Getenv: c.env.lookup, ServiceVersion: versionString(), Logger: log, Console: c.stderr,
@@ -158,6 +161,9 @@ func (c *cli) migrate(args []string) int {
 	if code, ok := c.parse(fs, args); !ok {
 		return code
 	}
+	if code, ok := c.noArgs(fs); !ok {
+		return code
+	}
 	e, err := loadEnvFor("migrate", c.env)
 	if err != nil {
 		return c.fail("migrate", exitUsage, err)
@@ -217,13 +223,17 @@ func connect(ctx context.Context, e *Env) (*pgxpool.Pool, error) {
 }
 
 func (c *cli) check(args []string) int {
-	fs := c.flags("check", "", "Validate the environment and the pipelines file as serve does, then reach the database (migration\n"+
-		"status, effect SQL prepared) and the Kafka brokers. Every problem is reported at once, and the exit\n"+
-		"code is 0 exactly when serve would start and become ready. Warnings (exit 0) are what serve starts\n"+
-		"with but you probably want to fix: Kafka unreachable, topics that do not exist, a source whose\n"+
-		"retention is shorter than its sender's retry horizon.", true)
+	fs := c.flags("check", "", "Validate the environment and the pipelines file as serve does, try the listen addresses serve\n"+
+		"would open (and close them), then reach the database (migration status, effect SQL prepared) and\n"+
+		"the Kafka brokers. Every problem is reported at once, and the exit code is 0 exactly when serve\n"+
+		"would start and become ready. Warnings (exit 0) are what serve starts with but you probably want\n"+
+		"to fix: Kafka unreachable, topics that do not exist, a source whose retention is shorter than its\n"+
+		"sender's retry horizon, an IDEMD_* variable idemd does not read (a misspelling).", true)
 	pipelines := fs.String("pipelines", "", "pipelines file (overrides IDEMD_PIPELINES_FILE)")
 	if code, ok := c.parse(fs, args); !ok {
+		return code
+	}
+	if code, ok := c.noArgs(fs); !ok {
 		return code
 	}
 	var problems, warnings report
@@ -233,9 +243,12 @@ func (c *cli) check(args []string) int {
 		e.PipelinesFile = *pipelines
 	}
 	f, err := config.Load(e.PipelinesFile, c.env.lookup)
-	problems.add(err)
+	problems.add(pipelinesNotFound(e.PipelinesFile, err))
 	if f == nil {
 		f = &config.File{} // its problems are reported; check the rest as if it were empty
+	}
+	for _, w := range unknownVars(c.env) {
+		warnings.add(errors.New(w))
 	}
 	for _, w := range append(f.Warnings(), f.EpochsWarnings(e.PartitionInterval.For(f))...) {
 		warnings.add(w)
@@ -252,7 +265,9 @@ func (c *cli) check(args []string) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	reached := []string{}
-	if d, err := newDaemon(daemonConfigFrom(e, f, c.env.lookup, logrus.NewEntry(quiet), nil)); err != nil {
+	dc := daemonConfigFrom(e, f, c.env.lookup, logrus.NewEntry(quiet), nil)
+	problems.add(dc.checkListen())
+	if d, err := newDaemon(dc); err != nil {
 		problems.add(err)
 	} else {
 		p, w, r := d.checkBrokers(ctx)
@@ -274,7 +289,7 @@ func (c *cli) check(args []string) int {
 			switch {
 			case err != nil:
 				problems.add(err)
-			case !st.UpToDate() && !e.Migrate:
+			case !st.UpToDate() && !e.Migrate && !e.invalid["IDEMD_MIGRATE"]: // an invalid value is reported already
 				problems.add(fmt.Errorf("schema %s is at version %d of %d and IDEMD_MIGRATE=false: serve would not become ready; run idemd migrate", e.DBSchema, st.Current, st.Latest))
 			}
 			problems.add(f.PrepareSQL(ctx, pool))
@@ -347,6 +362,9 @@ func checkKafka(ctx context.Context, brokers, topics []string) (missing []string
 func (c *cli) version(args []string) int {
 	fs := c.flags("version", "", "Print the version of idemd.", false)
 	if code, ok := c.parse(fs, args); !ok {
+		return code
+	}
+	if code, ok := c.noArgs(fs); !ok {
 		return code
 	}
 	fmt.Fprintf(c.stdout, "idemd %s\n", versionString())

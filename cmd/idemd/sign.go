@@ -6,11 +6,13 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/idemd/idemd/config"
+	"github.com/idemd/idemd/pipeline"
 	"github.com/idemd/idemd/receiver"
 )
 
@@ -57,9 +59,12 @@ func (c *cli) sign(args []string) int {
 	pipelines := fs.String("pipelines", "", "pipelines file (overrides IDEMD_PIPELINES_FILE)")
 	source := fs.String("source", "stripe", "source name")
 	body := fs.String("body", "", "request body (default: an example event for the source)")
-	base := fs.String("url", "http://127.0.0.1:8080", "base URL of the receiver")
+	base := fs.String("url", "", "base URL of the receiver (default: http://IDEMD_HTTP_ADDR when that is set, https with IDEMD_TLS_CERT_FILE; else "+signURLDefault+")")
 	id := fs.String("id", "", "message id for schemes that carry it in a header, or the Idempotency-Key (default: random)")
 	if code, ok := c.parse(fs, args); !ok {
+		return code
+	}
+	if code, ok := c.noArgs(fs); !ok {
 		return code
 	}
 	e, err := loadEnvFor("sign", c.env)
@@ -72,6 +77,12 @@ func (c *cli) sign(args []string) int {
 	f, _, err := devPipelines(e, c.env)
 	if err != nil {
 		return c.fail("sign", exitUsage, err)
+	}
+	if *base == "" {
+		*base = signURLDefault
+		if e.set["IDEMD_HTTP_ADDR"] {
+			*base = receiverURL(e.HTTPAddr, e.TLSCertFile != "")
+		}
 	}
 	var src *receiver.Source
 	for _, s := range f.Sources {
@@ -98,8 +109,22 @@ func sourceNames(f *config.File) []string {
 	return out
 }
 
-// exampleRequest returns a curl command for src. showToken prints a bearer token (dev's
-// own); otherwise the command reads it from $TOKEN.
+// signURLDefault is where sign sends its requests when neither -url nor IDEMD_HTTP_ADDR says.
+const signURLDefault = "http://127.0.0.1:8080"
+
+// receiverURL is the base URL of a receiver listening on addr, as a client on this host
+// reaches it.
+func receiverURL(addr string, tls bool) string {
+	if tls {
+		return "https://" + localAddr(addr)
+	}
+	return "http://" + localAddr(addr)
+}
+
+// exampleRequest returns a curl command for src that works as pasted: signed, with the
+// headers its message id is read from. showToken prints a bearer token (only dev's own
+// development tokens: a token the user set is not printed); otherwise the command reads it
+// from $TOKEN, and a comment line before it says which variable holds the tokens.
 func exampleRequest(src *receiver.Source, base string, body []byte, id string, now time.Time, showToken bool) (string, error) {
 	if id == "" {
 		id = fmt.Sprintf("%s_%d", map[bool]string{true: "key", false: "evt"}[src.Idempotency != nil], now.UnixNano())
@@ -132,8 +157,23 @@ func exampleRequest(src *receiver.Source, base string, body []byte, id string, n
 	}
 	if src.Idempotency != nil {
 		headers = append(headers, [2]string{"Idempotency-Key", id})
+	} else if src.MessageID != nil {
+		// message_id: {header: …}, or header parts of a composite: the scheme's signature
+		// headers carry its default id headers only.
+		for _, name := range idHeaders(src.MessageID) {
+			if !slices.ContainsFunc(headers, func(h [2]string) bool { return strings.EqualFold(h[0], name) }) {
+				headers = append(headers, [2]string{name, id})
+			}
+		}
 	}
 	var b strings.Builder
+	if src.Verify.Scheme == "bearer" && !showToken {
+		holder := "the source's bearer tokens"
+		if src.Verify.TokensEnv != "" {
+			holder = "the tokens in " + src.Verify.TokensEnv + ` ("token=tenant,…")`
+		}
+		b.WriteString("# set TOKEN to one of " + holder + " first\n")
+	}
 	b.WriteString("curl -sS -i -X POST " + shellQuote(base+src.RoutePath()))
 	for _, h := range headers {
 		v := h[1]
@@ -145,6 +185,18 @@ func exampleRequest(src *receiver.Source, base string, body []byte, id string, n
 	}
 	b.WriteString(" --data-binary " + shellQuote(string(body)))
 	return b.String(), nil
+}
+
+// idHeaders are the headers a message id is read from: its own, or its parts'.
+func idHeaders(f *pipeline.Field) []string {
+	if f.Header != "" {
+		return []string{f.Header}
+	}
+	var out []string
+	for i := range f.Parts {
+		out = append(out, idHeaders(&f.Parts[i])...)
+	}
+	return out
 }
 
 // exampleBody is a plausible event for the source's scheme.

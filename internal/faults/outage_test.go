@@ -130,9 +130,9 @@ subscriptions:
 		// exists is terminated.
 		inOutage.Store(true)
 		proxy.SetDown(true)
-		// A webhook sent as the outage begins is answered 503 once the receiver's apply
-		// timeout (5 s) has passed. The senders' requests may be answered after the outage
-		// ends: the timeout starts with a request's batch, once a worker is free, and a
+		// A webhook sent as the outage begins is answered 503 as soon as its batch finds
+		// that no connection can be opened (the receiver does not retry an unreachable
+		// database). The senders' requests may be answered after the outage ends: a
 		// COMMIT cut without an answer waits up to 10 s for its outcome.
 		probeReq := stripeRequest(t, hook, faultsStripeSecret, webhookBody(probes[o]))
 		probed := make(chan struct{})

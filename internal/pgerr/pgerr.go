@@ -115,6 +115,17 @@ func IsTransient(err error) bool {
 	return Classify(err) == Transient
 }
 
+// IsUnreachable reports whether err is the failure to open a connection to PostgreSQL:
+// refused, closed during the handshake, a name that does not resolve, TLS or authentication
+// refused, "the database system is starting up". No connection can be had now, unlike a
+// failure of work on a connection that was open (serialization failure, deadlock, a
+// connection lost mid-transaction), where a retry on another connection usually succeeds
+// at once. Such an error is also transient: the database may be back in a moment.
+func IsUnreachable(err error) bool {
+	var connectErr *pgconn.ConnectError
+	return errors.As(err, &connectErr)
+}
+
 // IsPermanent reports whether err will fail the same way on every retry.
 func IsPermanent(err error) bool {
 	return Classify(err) == Permanent

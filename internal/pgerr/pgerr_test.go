@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
@@ -34,4 +35,23 @@ func TestCode(t *testing.T) {
 	require.Equal(t, "42501", Code(fmt.Errorf("wrapped: %w", &pgconn.PgError{Code: "42501"})))
 	require.Empty(t, Code(errors.New("not from PostgreSQL")))
 	require.Empty(t, Code(nil))
+}
+
+func TestIsUnreachable(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// Port 1 on the loopback: nothing listens there, the connection is refused.
+	_, err := pgconn.Connect(ctx, "postgres://nobody@127.0.0.1:1/none?connect_timeout=5")
+	require.Error(t, err)
+	wrapped := fmt.Errorf("error beginning transaction: %w", err)
+	require.True(t, IsUnreachable(wrapped), "%v", err)
+	require.True(t, IsTransient(wrapped), "an unreachable database may be back in a moment")
+
+	for _, err := range []error{
+		&pgconn.PgError{Code: "40001"}, &pgconn.PgError{Code: "40P01"}, &pgconn.PgError{Code: "57P01"},
+		errors.New("conn closed"), context.DeadlineExceeded, nil,
+	} {
+		require.False(t, IsUnreachable(err), "%v", err)
+	}
 }

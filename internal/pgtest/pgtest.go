@@ -9,7 +9,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemd/idemd/internal/outageproxy"
 	"github.com/idemd/idemd/internal/pgarray"
 	"github.com/idemd/idemd/migrations"
 )
@@ -86,10 +89,39 @@ func NewWithOptions(tb testing.TB, opts Options) *DB {
 // Pool returns a new pool on the test database, closed at cleanup.
 func Pool(tb testing.TB, maxConns int32) *pgxpool.Pool {
 	tb.Helper()
+	return poolOn(tb, poolConfig(tb), maxConns)
+}
+
+// OutagePool is Pool through an outage proxy (internal/outageproxy): a test takes the proxy
+// down to make PostgreSQL unreachable for this pool alone, without touching the server other
+// tests share. The pool's tables are the test database's (use a DB's Schema with it).
+func OutagePool(tb testing.TB, maxConns int32) (*pgxpool.Pool, *outageproxy.Proxy) {
+	tb.Helper()
+	cfg := poolConfig(tb)
+	proxy := outageproxy.New(tb, net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
+	host, port, err := net.SplitHostPort(proxy.Addr())
+	if err != nil {
+		tb.Fatalf("pgtest: outage proxy address: %v", err)
+	}
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		tb.Fatalf("pgtest: outage proxy port: %v", err)
+	}
+	cfg.ConnConfig.Host, cfg.ConnConfig.Port = host, uint16(p)
+	return poolOn(tb, cfg, maxConns), proxy
+}
+
+func poolConfig(tb testing.TB) *pgxpool.Config {
+	tb.Helper()
 	cfg, err := pgxpool.ParseConfig(URL())
 	if err != nil {
 		tb.Fatalf("pgtest: parsing TEST_DATABASE_URL: %v", err)
 	}
+	return cfg
+}
+
+func poolOn(tb testing.TB, cfg *pgxpool.Config, maxConns int32) *pgxpool.Pool {
+	tb.Helper()
 	cfg.MaxConns = maxConns
 	if cfg.MaxConns == 0 {
 		cfg.MaxConns = 8

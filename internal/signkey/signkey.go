@@ -34,8 +34,12 @@ func DecodeStandard(secret string) ([]byte, error) {
 		// Never echo the secret, not even in part.
 		return nil, errors.New(`a standard-webhooks secret is "whsec_" followed by base64`)
 	}
-	if err := Check(key); err != nil {
-		return nil, err
+	if len(key) < MinBytes {
+		// Said in bytes once decoded: the secret's own length, in characters, is longer,
+		// and a user counting them would not see why it is refused.
+		return nil, fmt.Errorf(`the key is shorter than %d bytes once base64-decoded: a standard-webhooks secret is "whsec_" `+
+			`followed by the key in base64, and this one decodes to %d bytes (generate one with: echo whsec_$(openssl rand -base64 32))`,
+			MinBytes, len(key))
 	}
 	return key, nil
 }

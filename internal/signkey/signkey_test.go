@@ -20,6 +20,11 @@ func TestDecodeStandard(t *testing.T) {
 		_, err := DecodeStandard(s)
 		require.Error(t, err, "%q", s)
 	}
+	// 20 characters of base64 are 15 bytes: the message says the key was decoded.
+	_, err := DecodeStandard("erpsecreterpsecret12")
+	require.ErrorContains(t, err, "shorter than 16 bytes once base64-decoded")
+	require.ErrorContains(t, err, "decodes to 15 bytes")
+	require.NotContains(t, err.Error(), "erpsecret")
 	key, err := DecodeStandard("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
 	require.NoError(t, err)
 	require.Len(t, key, 24)
