@@ -113,7 +113,7 @@ func compileSource(ctx context.Context, pool *pgxpool.Pool, s Source) (*source, 
 		case SchemeStripe:
 			c.msgID = &pipeline.Field{JSON: "/id"}
 		case SchemeStandardWebhooks:
-			c.msgID = &pipeline.Field{Header: "Webhook-Id"}
+			c.msgID = &pipeline.Field{Header: HeaderWebhookID}
 		case SchemeGitHub:
 			c.msgID = &pipeline.Field{Header: "X-GitHub-Delivery"}
 		case SchemeShopify:
@@ -130,9 +130,9 @@ func compileSource(ctx context.Context, pool *pgxpool.Pool, s Source) (*source, 
 	}
 	c.secretHdrs = map[string]bool{
 		"Authorization": true, "Cookie": true, "Proxy-Authorization": true,
-		"Stripe-Signature": true, "Webhook-Signature": true, "Svix-Signature": true,
-		"X-Hub-Signature": true, "X-Hub-Signature-256": true, "X-Shopify-Hmac-Sha256": true,
-		"X-Slack-Signature": true,
+		HeaderStripeSignature: true, HeaderWebhookSignature: true, "Svix-Signature": true,
+		"X-Hub-Signature": true, HeaderGitHubSignature: true, HeaderShopifySignature: true,
+		HeaderSlackSignature: true,
 	}
 	if s.Verify.Header != "" {
 		c.secretHdrs[http.CanonicalHeaderKey(s.Verify.Header)] = true
@@ -228,7 +228,7 @@ func lookup(spec *pipeline.Field, h http.Header, body *parsedBody) string {
 func lookupOne(spec *pipeline.Field, h http.Header, body *parsedBody) string {
 	if spec.Header != "" {
 		v := h.Get(spec.Header)
-		if v == "" && strings.EqualFold(spec.Header, "Webhook-Id") {
+		if v == "" && strings.EqualFold(spec.Header, HeaderWebhookID) {
 			v = h.Get("Svix-Id")
 		}
 		return v
