@@ -143,8 +143,8 @@ func lettersQuery(p *params) deadletter.Query {
 func (s *Server) apiDeadLetters(w http.ResponseWriter, r *http.Request) {
 	p := newParams(r)
 	q := lettersQuery(p)
-	if p.err != nil {
-		s.badRequest(w, r, p.err)
+	if err := p.done(); err != nil {
+		s.badRequest(w, r, err)
 		return
 	}
 	out, next, err := s.listLetters(r, q)
@@ -174,6 +174,9 @@ func (s *Server) letter(ctx context.Context, id int64) (*DeadLetter, error) {
 }
 
 func (s *Server) apiDeadLetter(w http.ResponseWriter, r *http.Request) {
+	if s.noParams(w, r) {
+		return
+	}
 	id, err := pathID(r, "id")
 	if err != nil {
 		s.badRequest(w, r, err)
@@ -254,6 +257,9 @@ func (s *Server) recordReplay(ctx context.Context, actor string, id int64, reque
 }
 
 func (s *Server) apiReplay(w http.ResponseWriter, r *http.Request) {
+	if s.noParams(w, r) {
+		return
+	}
 	id, err := pathID(r, "id")
 	if err != nil {
 		s.badRequest(w, r, err)
@@ -382,6 +388,9 @@ func (s *Server) BulkReplay(ctx context.Context, actor string, req BulkReplayReq
 }
 
 func (s *Server) apiBulkReplay(w http.ResponseWriter, r *http.Request) {
+	if s.noParams(w, r) {
+		return
+	}
 	var req BulkReplayRequest
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
 	dec.DisallowUnknownFields()

@@ -104,8 +104,8 @@ func (s *Server) listMessages(r *http.Request, f processed.RecordFilter) ([]Mess
 func (s *Server) apiMessages(w http.ResponseWriter, r *http.Request) {
 	p := newParams(r)
 	f := messageFilter(p)
-	if p.err != nil {
-		s.badRequest(w, r, p.err)
+	if err := p.done(); err != nil {
+		s.badRequest(w, r, err)
 		return
 	}
 	out, next, err := s.listMessages(r, f)
@@ -240,7 +240,13 @@ func (s *Server) findRecord(ctx context.Context, pipeline, id, tenant string) (*
 
 func (s *Server) apiMessage(w http.ResponseWriter, r *http.Request) {
 	pipeline, id := r.PathValue("pipeline"), r.PathValue("id")
-	st, err := s.Story(r.Context(), pipeline, id, r.URL.Query().Get("tenant"))
+	p := newParams(r)
+	tenant := p.str("tenant")
+	if err := p.done(); err != nil {
+		s.badRequest(w, r, err)
+		return
+	}
+	st, err := s.Story(r.Context(), pipeline, id, tenant)
 	if errors.Is(err, processed.ErrNotFound) {
 		s.notFound(w, r, "no record of message "+quote(id)+" in pipeline "+quote(pipeline)+" (never received, or pruned after its retention)")
 		return
@@ -316,8 +322,8 @@ func (s *Server) listConflicts(r *http.Request, f processed.ConflictFilter) ([]C
 func (s *Server) apiConflicts(w http.ResponseWriter, r *http.Request) {
 	p := newParams(r)
 	f := conflictFilter(p)
-	if p.err != nil {
-		s.badRequest(w, r, p.err)
+	if err := p.done(); err != nil {
+		s.badRequest(w, r, err)
 		return
 	}
 	out, next, err := s.listConflicts(r, f)

@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/idemd/idemd/admin"
 	"github.com/idemd/idemd/deadletter"
@@ -315,6 +316,11 @@ func TestOutboxDeliveriesAndEndpoints(t *testing.T) {
 	require.Len(t, published, 1, "a published row kept is found by its ids too")
 	require.Len(t, b.get(t, "/api/v1/outbox?operation_id=00000000-0000-0000-0000-000000000004").data(t), 1)
 	require.Empty(t, b.get(t, "/api/v1/outbox?causation_id=evt-4&unpublished=true").data(t))
+	kept := b.get(t, "/api/v1/outbox?unpublished=false").data(t)
+	require.Len(t, kept, 1, "unpublished=false: the published rows only")
+	require.Equal(t, "evt-4", kept[0]["causation_id"])
+	require.NotEmpty(t, kept[0]["published_at"])
+	require.Empty(t, b.get(t, "/api/v1/outbox?topic=a&unpublished=false").data(t))
 	require.Len(t, b.walk(t, "/api/v1/outbox", 1, "id"), 4)
 	require.Equal(t, http.StatusBadRequest, b.get(t, "/api/v1/outbox?operation_id=nope").status)
 
@@ -378,4 +384,64 @@ func TestHTTPServerLimits(t *testing.T) {
 	require.Positive(t, s.WriteTimeout)
 	require.Positive(t, s.IdleTimeout)
 	require.Positive(t, s.MaxHeaderBytes)
+}
+
+// Every path of the admin API refuses a query parameter it does not take, naming it (a typo
+// must not return everything), and takes every parameter the document gives it. The lists
+// bounded by the configuration are not paged: limit and after are refused there.
+func TestUnknownQueryParametersRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{tokens: testToken})
+	var doc struct {
+		Paths map[string]map[string]struct {
+			Parameters []struct {
+				Ref  string `yaml:"$ref"`
+				Name string `yaml:"name"`
+				In   string `yaml:"in"`
+			} `yaml:"parameters"`
+		} `yaml:"paths"`
+		Components struct {
+			Parameters map[string]struct {
+				Name string `yaml:"name"`
+				In   string `yaml:"in"`
+			} `yaml:"parameters"`
+		} `yaml:"components"`
+	}
+	require.NoError(t, yaml.Unmarshal(admin.AdminDocument(), &doc))
+	fill := strings.NewReplacer("{pipeline}", "hooks", "{id}", "1", "{name}", "erp")
+	checked := 0
+	for path, ops := range doc.Paths {
+		if !strings.HasPrefix(path, "/api/v1/") {
+			continue
+		}
+		for method, op := range ops {
+			url := fill.Replace(path)
+			r := b.call(t, strings.ToUpper(method), url+"?pipline=hooks", testToken, nil)
+			require.Equal(t, http.StatusBadRequest, r.status, "%s %s: %s", method, path, r.body)
+			require.Contains(t, r.json(t)["detail"], "parameter pipline: unknown", "%s %s", method, path)
+			checked++
+			if method != "get" {
+				continue
+			}
+			for _, p := range op.Parameters {
+				if p.Ref != "" {
+					c := doc.Components.Parameters[strings.TrimPrefix(p.Ref, "#/components/parameters/")]
+					p.Name, p.In = c.Name, c.In
+				}
+				if p.In != "query" {
+					continue
+				}
+				r := b.call(t, "GET", url+"?"+p.Name+"=", testToken, nil)
+				require.NotContains(t, string(r.body), "unknown", "%s %s takes %s", method, path, p.Name)
+			}
+		}
+	}
+	require.GreaterOrEqual(t, checked, 15)
+	for _, path := range []string{"/api/v1/endpoints?limit=2", "/api/v1/consumers?after=x", "/api/v1/outbox/backlog?limit=1"} {
+		r := b.get(t, path)
+		require.Equal(t, http.StatusBadRequest, r.status, path)
+		require.Contains(t, r.json(t)["detail"], "not paged", path)
+	}
+	r := b.get(t, "/api/v1/messages?pipline=hooks")
+	require.Contains(t, r.json(t)["detail"], "this path takes after, id, limit, outcome, pipeline, since, tenant, until")
 }

@@ -191,6 +191,9 @@ func (s *Server) consumers(ctx context.Context) ([]Consumer, error) {
 }
 
 func (s *Server) apiConsumers(w http.ResponseWriter, r *http.Request) {
+	if s.noParams(w, r) {
+		return
+	}
 	out, err := s.consumers(r.Context())
 	if err != nil {
 		s.internal(w, r, err)
