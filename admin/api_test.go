@@ -443,5 +443,52 @@ func TestUnknownQueryParametersRefused(t *testing.T) {
 		require.Contains(t, r.json(t)["detail"], "not paged", path)
 	}
 	r := b.get(t, "/api/v1/messages?pipline=hooks")
-	require.Contains(t, r.json(t)["detail"], "this path takes after, id, limit, outcome, pipeline, since, tenant, until")
+	require.Contains(t, r.json(t)["detail"], "this path takes after, body_claims, id, limit, outcome, pipeline, since, tenant, until")
+}
+
+// A GitHub-like source's claim of its signed body is not a message: the list leaves it out
+// unless body_claims=true, and marks it then. A story asked for without a tenant names the
+// other tenants holding the id.
+func TestBodyClaimsAndOtherTenants(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{tokens: testToken})
+	ins := func(scope, id, fp string) {
+		b.db.Exec(t, b.db.Q(`INSERT INTO {schema}.processed_messages (scope, message_id, fingerprint, status, received_at, completed_at, expires_at)
+			VALUES ($1, $2, decode($3, 'hex'), 'done', now(), now(), now() + interval '7 days')`), scope, id, fp)
+	}
+	sum := strings.Repeat("ab", 32)
+	ins("gh", "delivery-1", "01")
+	ins("gh\x1fbody", "sha256:"+sum, sum)
+	ins("orders\x1fbody", "k-1", "02") // a tenant named body, with a key: a message
+	ins("orders\x1facme", "k-1", "03")
+	ins("orders\x1fglobex", "k-1", "04")
+
+	list := b.get(t, "/api/v1/messages").data(t)
+	require.ElementsMatch(t, []string{"delivery-1", "k-1", "k-1", "k-1"}, ids(list, "message_id"), "the body claim is left out")
+	all := b.get(t, "/api/v1/messages?pipeline=gh&body_claims=true").data(t)
+	require.Len(t, all, 2)
+	for _, m := range all {
+		if m["message_id"] == "sha256:"+sum {
+			require.Equal(t, true, m["body_claim"])
+			require.Nil(t, m["tenant"], "body is not a tenant")
+		} else {
+			require.Nil(t, m["body_claim"])
+		}
+	}
+
+	st := b.get(t, "/api/v1/messages/orders/k-1").json(t)
+	require.ElementsMatch(t, []any{"acme", "globex", "body"}, append(st["other_tenants"].([]any), st["tenant"]))
+	require.Len(t, st["other_tenants"], 2, "the newest record's story, the two others named")
+	one := b.get(t, "/api/v1/messages/orders/k-1?tenant=acme").json(t)
+	require.Equal(t, "acme", one["tenant"])
+	require.Nil(t, one["other_tenants"])
+	require.Nil(t, b.get(t, "/api/v1/messages/gh/delivery-1").json(t)["other_tenants"])
+	claim := b.get(t, "/api/v1/messages/gh/sha256:"+sum).json(t)
+	require.Equal(t, true, claim["body_claim"])
+
+	page := b.call(t, "GET", "/ui/messages/orders/k-1", testToken, nil)
+	require.Equal(t, http.StatusOK, page.status)
+	require.Contains(t, string(page.body), "This id is also held by")
+	page = b.call(t, "GET", "/ui/messages?pipeline=gh&body_claims=true", testToken, nil)
+	require.Contains(t, string(page.body), "body claim")
 }

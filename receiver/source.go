@@ -23,6 +23,7 @@ import (
 	"github.com/idemd/idemd/internal/jsonpointer"
 	"github.com/idemd/idemd/outbox"
 	"github.com/idemd/idemd/pipeline"
+	"github.com/idemd/idemd/processed"
 )
 
 // source is a compiled Source.
@@ -338,7 +339,7 @@ func (s *source) message(c *call) *exactlyonce.Message {
 		// The id comes from a header the signature does not cover: claim the signed bytes
 		// too, so that resending them under a fresh id is a duplicate, not a second effect.
 		sum := sha256.Sum256(c.req.Body)
-		m.Also = []exactlyonce.Key{{Scope: c.scope + bodyScopeSuffix, ID: "sha256:" + hex.EncodeToString(sum[:]), Fingerprint: sum[:]}}
+		m.Also = []exactlyonce.Key{{Scope: processed.BodyScope(c.scope), ID: "sha256:" + hex.EncodeToString(sum[:]), Fingerprint: sum[:]}}
 	}
 	c.request = deadletter.Request{Method: c.req.Method, Path: c.req.Path, Tenant: c.req.Tenant}
 	c.letter = deadletter.Letter{
@@ -349,9 +350,6 @@ func (s *source) message(c *call) *exactlyonce.Message {
 	m.Letter = &c.letter
 	return m
 }
-
-// bodyScopeSuffix names the scope of signed-body claims beside a source's own ids.
-const bodyScopeSuffix = "\x1fbody"
 
 // unsignedID: the scheme signs the body only and the id is read from a header, which an
 // attacker who captured one signed request can change at will.

@@ -463,7 +463,7 @@ func (c *cli) inspect(args []string) int {
 	fs := c.flags("inspect", "PIPELINE ID", "Show a message's whole story: its processed record (fingerprint, stored response,\n"+
 		"retention), its effect's outcome, its outbox rows and their publication, its HTTP\n"+
 		"deliveries, its conflicts and its dead letters.", true)
-	tenant := fs.String("tenant", "", "the tenant of an API source's idempotency key (default: the newest record of the id)")
+	tenant := fs.String("tenant", "", "the tenant of an API source's idempotency key (default: the newest record of the id; the other tenants holding it are named)")
 	asJSON := fs.Bool("json", false, "print JSON (the admin API's GET /api/v1/messages/{pipeline}/{id})")
 	if code, ok := c.parse(fs, args); !ok {
 		return code
@@ -508,6 +508,16 @@ func printStory(w io.Writer, st *admin.Story) {
 	if st.Tenant != "" {
 		fmt.Fprintf(w, " (tenant %s)", printable.Escape(st.Tenant))
 	}
+	if st.BodyClaim {
+		fmt.Fprint(w, " (the claim of a signed body, not a message)")
+	}
+	if len(st.OtherTenants) > 0 {
+		others := make([]string, len(st.OtherTenants))
+		for i, t := range st.OtherTenants {
+			others[i] = printable.Escape(t)
+		}
+		fmt.Fprintf(w, "\n  also held by tenants %s (this is the newest record; see -tenant)", strings.Join(others, ", "))
+	}
 	fmt.Fprintf(w, "\n  record:      %s, fingerprint %s\n  received:    %s\n  completed:   %s\n  retention:   until %s (then the id counts as new)\n",
 		st.Status, st.Fingerprint, st.ReceivedAt.UTC().Format(time.RFC3339), at(st.CompletedAt), st.ExpiresAt.UTC().Format(time.RFC3339))
 	effect := st.Effect.Outcome
@@ -547,6 +557,10 @@ func printStory(w io.Writer, st *admin.Story) {
 	}
 	fmt.Fprintf(w, "dead letters (%d):\n", len(st.DeadLetters))
 	for _, l := range st.DeadLetters {
-		fmt.Fprintf(w, "  %d  %s  replayed %s  %s\n", l.ID, l.Origin, at(l.ReplayedAt), truncate(printable.Escape(l.Reason), 100))
+		replayed := "not replayed"
+		if l.ReplayedAt != nil {
+			replayed = "replayed " + at(l.ReplayedAt)
+		}
+		fmt.Fprintf(w, "  %d  %s  %s  %s\n", l.ID, l.Origin, replayed, truncate(printable.Escape(l.Reason), 100))
 	}
 }
