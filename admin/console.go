@@ -173,7 +173,10 @@ func (c *console) login(w http.ResponseWriter, r *http.Request, status int, msg 
 	case r.Method != http.MethodGet:
 		next = "/ui/messages" // a form's target is not a page to return to
 	}
-	if len(c.s.auth.tokens) == 0 {
+	switch {
+	case len(c.s.auth.tokens) == 0 && c.s.auth.insecureReads:
+		msg = "IDEMD_ADMIN_TOKEN is not set on this idemd: its pages can be read (IDEMD_ADMIN_INSECURE_READS), but nothing can be changed and nobody can sign in. Set it and restart."
+	case len(c.s.auth.tokens) == 0:
 		msg = "IDEMD_ADMIN_TOKEN is not set on this idemd: the console is closed. Set it and restart."
 	}
 	c.render(w, r, status, "login", view{Title: "Sign in", Error: msg, Data: next})
@@ -183,6 +186,12 @@ func (c *console) login(w http.ResponseWriter, r *http.Request, status int, msg 
 // SameSite=Strict); the token itself is not stored in the browser.
 func (c *console) signIn(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 8<<10)
+	if len(c.s.auth.tokens) == 0 {
+		// No token is wrong: there is none to sign in with.
+		c.s.log.WithField("remote", r.RemoteAddr).Warn("console sign-in refused: IDEMD_ADMIN_TOKEN is not set, the console is closed")
+		c.login(w, r, http.StatusUnauthorized, "")
+		return
+	}
 	t := c.s.auth.match(strings.TrimSpace(r.PostFormValue("token")))
 	if t == nil {
 		c.s.log.WithField("remote", r.RemoteAddr).Warn("console sign-in with an invalid token")

@@ -208,3 +208,13 @@ func TestPartitionIntervalSetting(t *testing.T) {
 		require.ErrorContains(t, err, want)
 	}
 }
+
+// One admin token under two names is a configuration error that names the variable (the
+// audit could not tell the two actors apart), and never quotes the token.
+func TestAdminTokenUnderTwoNames(t *testing.T) {
+	t.Parallel()
+	const tok = "0123456789abcdef0123"
+	_, err := loadEnvFor("serve", environment{"IDEMD_ADMIN_TOKEN": "alice:" + tok + ",bob:" + tok})
+	require.ErrorContains(t, err, `IDEMD_ADMIN_TOKEN: entry 2: "bob" has the same token as "alice"`)
+	require.NotContains(t, err.Error(), tok)
+}
