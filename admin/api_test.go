@@ -492,3 +492,68 @@ func TestBodyClaimsAndOtherTenants(t *testing.T) {
 	page = b.call(t, "GET", "/ui/messages?pipeline=gh&body_claims=true", testToken, nil)
 	require.Contains(t, string(page.body), "body claim")
 }
+
+// A bulk replay with an empty filter needs "all": true, as `idemd dlq replay` needs -all; a
+// dry run does not. The body takes id as the list names it (message_id too), and a bad time
+// is reported as the list reports it.
+func TestBulkReplayNeedsAllOrFilter(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{tokens: testToken})
+	b.deadLetters(t, "hooks", "h", 3)
+	b.db.Exec(t, b.db.Q(`INSERT INTO {schema}.gate VALUES (1)`))
+	bulk := func(body map[string]any) reply {
+		return b.call(t, "POST", "/api/v1/dead-letters/replay", testToken, body)
+	}
+
+	for _, body := range []map[string]any{{}, {"dry_run": false}, {"all": false}} {
+		r := bulk(body)
+		require.Equal(t, http.StatusBadRequest, r.status, "%v", body)
+		require.Equal(t, "bad-request", r.problemType(t))
+		require.Contains(t, r.json(t)["detail"], `send "all": true`)
+	}
+	require.Equal(t, 0, b.db.Count(t, "{schema}.effects"), "nothing replayed")
+	require.EqualValues(t, 3, bulk(map[string]any{"dry_run": true}).json(t)["matched"], "a dry run needs no filter")
+
+	r := bulk(map[string]any{"since": "yesterday", "dry_run": true})
+	require.Equal(t, http.StatusBadRequest, r.status)
+	require.Equal(t, `field since: "yesterday" is not an RFC 3339 time (like 2026-01-02T15:04:05Z)`, r.json(t)["detail"])
+	r = bulk(map[string]any{"origin": "mars", "dry_run": true})
+	require.Equal(t, http.StatusBadRequest, r.status)
+	require.Contains(t, r.json(t)["detail"], `field origin: "mars" is not one of http`)
+
+	require.EqualValues(t, 1, bulk(map[string]any{"id": "h-0001", "dry_run": true}).json(t)["matched"], "id, as the list names it")
+	require.EqualValues(t, 1, bulk(map[string]any{"message_id": "h-0001", "dry_run": true}).json(t)["matched"])
+	require.Equal(t, http.StatusBadRequest, bulk(map[string]any{"id": "h-0001", "message_id": "h-0002"}).status)
+
+	// The console's form: without a filter, only with its "every letter" box.
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	form := func(values url.Values) string {
+		req, err := http.NewRequest("POST", b.srv.URL+"/ui/dead-letters/replay", strings.NewReader(values.Encode()))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Authorization", "Bearer "+testToken)
+		res, err := noRedirect.Do(req)
+		require.NoError(t, err)
+		res.Body.Close()
+		require.Equal(t, http.StatusSeeOther, res.StatusCode)
+		for _, c := range res.Cookies() {
+			if c.Name == "idemd_admin_flash" {
+				msg, err := url.QueryUnescape(c.Value)
+				require.NoError(t, err)
+				return msg
+			}
+		}
+		return ""
+	}
+	require.Contains(t, form(url.Values{"dry_run": {"false"}}), "Nothing replayed: the filter is empty")
+	require.Equal(t, 0, b.db.Count(t, "{schema}.effects"))
+	page := string(b.call(t, "GET", "/ui/dead-letters", testToken, nil).body)
+	require.Contains(t, page, `name="all"`, "the box is offered when the page has no filter")
+	require.NotContains(t, string(b.call(t, "GET", "/ui/dead-letters?pipeline=hooks", testToken, nil).body), `name="all"`)
+	require.Contains(t, form(url.Values{"dry_run": {"false"}, "all": {"true"}}), "Bulk replay: 3 matched, 3 replayed")
+
+	require.Equal(t, 3, b.db.Count(t, "{schema}.effects"))
+	r = bulk(map[string]any{"all": true})
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	require.EqualValues(t, 0, r.json(t)["matched"], "all replayed already")
+}

@@ -313,13 +313,17 @@ func (c *console) replay(w http.ResponseWriter, r *http.Request) {
 func (c *console) bulkReplay(w http.ResponseWriter, r *http.Request) {
 	_ = r.ParseForm()
 	p := &params{q: r.PostForm}
-	req := BulkReplayRequest{LetterFilter: letterFilter(p), DryRun: r.PostFormValue("dry_run") == "true"}
+	req := BulkReplayRequest{LetterFilter: letterFilter(p), DryRun: r.PostFormValue("dry_run") == "true", All: r.PostFormValue("all") == "true"}
 	if p.err != nil {
 		c.redirectWithFlash(w, r, p.err.Error())
 		return
 	}
 	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(bulkWriteTimeout))
 	res, err := c.s.BulkReplay(r.Context(), actorOf(r), req, nil)
+	if errors.Is(err, ErrBulkUnfiltered) {
+		c.redirectWithFlash(w, r, "Nothing replayed: the filter is empty. Filter the letters first, or tick \"every letter not yet replayed\".")
+		return
+	}
 	if err != nil {
 		c.redirectWithFlash(w, r, "Bulk replay stopped: "+err.Error())
 		return

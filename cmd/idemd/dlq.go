@@ -370,7 +370,7 @@ func (c *cli) dlqReplay(args []string) int {
 		return exitOK
 	}
 	progress := newProgress(c.stderr)
-	res, err := adm.BulkReplay(ctx, actor, admin.BulkReplayRequest{LetterFilter: filter, DryRun: *dryRun}, progress.update)
+	res, err := adm.BulkReplay(ctx, actor, admin.BulkReplayRequest{LetterFilter: filter, DryRun: *dryRun, All: *all}, progress.update)
 	if err != nil {
 		fmt.Fprintf(c.stdout, "stopped: %d matched, %d replayed, %d skipped, %d failed\n", res.Matched, res.Replayed, res.Skipped, res.Failed)
 		return c.fail("dlq replay", exitFailure, err)
