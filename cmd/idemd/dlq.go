@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"os/signal"
 	"slices"
 	"sort"
@@ -107,7 +108,7 @@ func doorList() string {
 
 // dbCommand loads the environment and connects, for the commands that read the database.
 func (c *cli) dbCommand(name string, ctx context.Context) (*Env, *pgxpool.Pool, int) {
-	e, err := loadEnvFor(strings.Fields(name)[0], c.env)
+	e, err := loadEnvFor(name, c.env)
 	if err != nil {
 		return nil, nil, c.fail(name, exitUsage, err)
 	}
@@ -285,7 +286,8 @@ func (c *cli) dlqReplay(args []string) int {
 		"id). Fix the cause (the effect SQL, the data, the endpoint) first.\n\n"+
 		"Name letters by id, or select them with the filter flags (every letter not yet replayed\n"+
 		"that matches, oldest first); -all selects every letter not yet replayed. -dry-run counts\n"+
-		"what would be replayed. Each replay is audited (admin_audit) as cli:$USER.", true)
+		"what would be replayed. Each replay is audited (admin_audit) as cli:$USER (cli:uid:<uid>\n"+
+		"when USER is unset).", true)
 	pipelines := fs.String("pipelines", "", "pipelines file (overrides IDEMD_PIPELINES_FILE)")
 	lf := addLetterFlags(fs)
 	all := fs.Bool("all", false, "with no id and no filter: every letter not yet replayed")
@@ -313,7 +315,7 @@ func (c *cli) dlqReplay(args []string) int {
 	case len(ids) > 0 && *dryRun:
 		return c.fail("dlq replay", exitUsage, errors.New("-dry-run counts the letters a filter selects; with ids there is nothing to count"))
 	}
-	e, err := loadEnvFor("dlq", c.env)
+	e, err := loadEnvFor("dlq replay", c.env)
 	if err != nil {
 		return c.fail("dlq replay", exitUsage, err)
 	}
@@ -347,7 +349,7 @@ func (c *cli) dlqReplay(args []string) int {
 	if err != nil {
 		return c.fail("dlq replay", exitFailure, err)
 	}
-	actor := "cli:" + cmpOr(c.env["USER"], "unknown")
+	actor := "cli:" + cmpOr(c.env["USER"], "uid:"+strconv.Itoa(os.Getuid()))
 	if len(ids) > 0 {
 		failed := 0
 		for _, id := range ids {
