@@ -2,8 +2,9 @@
 // probes and scrapers; and, behind the admin token, the JSON admin API under /api/v1, its
 // OpenAPI documents, the operator console and pprof.
 //
-// Guarantees: nothing but /healthz, /readyz and /metrics answers without a valid token
-// (IDEMD_ADMIN_TOKEN, compared as fixed-length digests), unless the operator opened the reads
+// Guarantees: nothing but /healthz, /readyz, /metrics and the console's sign-in form and
+// assets answers without a valid token (IDEMD_ADMIN_TOKEN, compared as fixed-length
+// digests), not even a 404 or 405 to an unknown path or method, unless the operator opened the reads
 // (Config.InsecureReads), and writes never are; a write made with the browser's session
 // cookie must carry the session's CSRF token. Every write is logged and audited (who, when,
 // what, result) in the admin_audit table. A dead letter is replayed at most once, however
@@ -17,6 +18,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/pprof"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -193,13 +195,43 @@ func (s *Server) register() {
 	s.console.register()
 }
 
-// ServeHTTP serves the admin routes.
+// ServeHTTP serves the admin routes. A request that no route takes is authenticated
+// first, as a read, unless its path is an open one's: without the token, an unknown path
+// or a wrong method answers 401 like any other, so that routes cannot be probed.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if h, pattern := s.mux.Handler(r); pattern == "" {
-		s.unrouted(w, r, h)
+		unrouted := func(w http.ResponseWriter, r *http.Request) { s.unrouted(w, r, h) }
+		if s.isOpen(r.URL.Path) {
+			unrouted(w, r)
+			return
+		}
+		s.guard(read, r.URL.Path, unrouted).ServeHTTP(w, r)
 		return
 	}
 	s.mux.ServeHTTP(w, r)
+}
+
+// isOpen says whether path is an open route's (probes, metrics, the console's sign-in and
+// assets), whatever the method.
+func (s *Server) isOpen(path string) bool {
+	for _, rt := range s.routes {
+		if rt.access != open {
+			continue
+		}
+		switch {
+		case rt.path == "/{$}":
+			if path == "/" {
+				return true
+			}
+		case strings.HasSuffix(rt.path, "/"):
+			if strings.HasPrefix(path, rt.path) {
+				return true
+			}
+		case path == rt.path:
+			return true
+		}
+	}
+	return false
 }
 
 // unrouted answers a request that no route takes, 404, or 405 with Allow, as the mux

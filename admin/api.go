@@ -1,13 +1,16 @@
 package admin
 
 import (
+	"cmp"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -44,6 +47,16 @@ func (s *Server) problem(w http.ResponseWriter, r *http.Request, status int, nam
 	})
 }
 
+// noParams refuses a request with query parameters to a path that takes none, and says
+// whether it did.
+func (s *Server) noParams(w http.ResponseWriter, r *http.Request) bool {
+	if err := newParams(r).done(); err != nil {
+		s.badRequest(w, r, err)
+		return true
+	}
+	return false
+}
+
 func (s *Server) badRequest(w http.ResponseWriter, r *http.Request, err error) {
 	s.problem(w, r, http.StatusBadRequest, "bad-request", "Bad request", err.Error())
 }
@@ -72,21 +85,55 @@ type page struct {
 	Next string `json:"next,omitempty"`
 }
 
-// params reads query parameters, remembering the first bad one.
+// params reads query parameters (or a body's fields), remembering the first bad one and
+// the names read: done refuses the others, so that a typo (pipline=) is an error rather
+// than a filter silently left out.
 type params struct {
-	q   url.Values
-	err error
+	q    url.Values
+	err  error
+	read map[string]bool
+	// what names a value in errors: "parameter" (a query's) or "field" (a body's).
+	what string
 }
 
-func newParams(r *http.Request) *params { return &params{q: r.URL.Query()} }
+func newParams(r *http.Request) *params { return &params{q: r.URL.Query(), what: "parameter"} }
 
 func (p *params) fail(name, format string, args ...any) {
 	if p.err == nil {
-		p.err = fmt.Errorf("parameter %s: %s", name, fmt.Sprintf(format, args...))
+		p.err = fmt.Errorf("%s %s: %s", cmp.Or(p.what, "parameter"), name, fmt.Sprintf(format, args...))
 	}
 }
 
-func (p *params) str(name string) string { return strings.TrimSpace(p.q.Get(name)) }
+func (p *params) str(name string) string {
+	if p.read == nil {
+		p.read = map[string]bool{}
+	}
+	p.read[name] = true
+	return strings.TrimSpace(p.q.Get(name))
+}
+
+// done returns the first bad parameter, or names one that nothing read.
+func (p *params) done() error {
+	if p.err != nil {
+		return p.err
+	}
+	for _, name := range slices.Sorted(maps.Keys(p.q)) {
+		if p.read[name] {
+			continue
+		}
+		known := slices.Sorted(maps.Keys(p.read))
+		switch {
+		case (name == "limit" || name == "after") && !p.read["limit"]:
+			p.fail(name, "this list is not paged: it is bounded by the configuration and always whole")
+		case len(known) == 0:
+			p.fail(name, "unknown; this path takes no query parameters")
+		default:
+			p.fail(name, "unknown; this path takes %s", strings.Join(known, ", "))
+		}
+		break
+	}
+	return p.err
+}
 
 // oneOf reads a parameter that must be empty or one of allowed.
 func (p *params) oneOf(name string, allowed ...string) string {

@@ -1,14 +1,14 @@
 package admin
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
+	"net/url"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -143,8 +143,8 @@ func lettersQuery(p *params) deadletter.Query {
 func (s *Server) apiDeadLetters(w http.ResponseWriter, r *http.Request) {
 	p := newParams(r)
 	q := lettersQuery(p)
-	if p.err != nil {
-		s.badRequest(w, r, p.err)
+	if err := p.done(); err != nil {
+		s.badRequest(w, r, err)
 		return
 	}
 	out, next, err := s.listLetters(r, q)
@@ -174,6 +174,9 @@ func (s *Server) letter(ctx context.Context, id int64) (*DeadLetter, error) {
 }
 
 func (s *Server) apiDeadLetter(w http.ResponseWriter, r *http.Request) {
+	if s.noParams(w, r) {
+		return
+	}
 	id, err := pathID(r, "id")
 	if err != nil {
 		s.badRequest(w, r, err)
@@ -254,6 +257,9 @@ func (s *Server) recordReplay(ctx context.Context, actor string, id int64, reque
 }
 
 func (s *Server) apiReplay(w http.ResponseWriter, r *http.Request) {
+	if s.noParams(w, r) {
+		return
+	}
 	id, err := pathID(r, "id")
 	if err != nil {
 		s.badRequest(w, r, err)
@@ -284,6 +290,10 @@ type BulkReplayRequest struct {
 	LetterFilter
 	// DryRun counts the letters the filter matches and replays nothing.
 	DryRun bool `json:"dry_run"`
+	// All confirms that a run with an empty filter replays every letter not yet replayed;
+	// without it such a run is refused (ErrBulkUnfiltered), as `idemd dlq replay` without
+	// -all. A dry run needs no filter; with a filter All changes nothing.
+	All bool `json:"all,omitempty"`
 	// Limit bounds how many letters one call replays (oldest first). Defaults to, and is at
 	// most, BulkLimitMax.
 	Limit int `json:"limit,omitempty"`
@@ -314,11 +324,20 @@ type BulkReplayResult struct {
 
 const bulkErrorsShown = 20
 
+// ErrBulkUnfiltered: a bulk replay (not a dry run) with an empty filter, without All.
+var ErrBulkUnfiltered = errors.New(`an empty filter selects every letter not yet replayed: name a filter (pipeline, origin, reason, id, since, until), or send "all": true to replay them all`)
+
+// empty says whether f selects every letter.
+func (f LetterFilter) empty() bool { return f == LetterFilter{} }
+
 // BulkReplay replays every not-yet-replayed letter f selects, oldest first, each exactly
 // once (a letter another replay took meanwhile is skipped). The letters are chosen when it
 // starts, so letters written during the run wait for the next one. Each replay is audited
 // as actor's. progress, when set, is called after each letter.
 func (s *Server) BulkReplay(ctx context.Context, actor string, req BulkReplayRequest, progress func(BulkReplayResult)) (BulkReplayResult, error) {
+	if !req.DryRun && !req.All && req.LetterFilter.empty() {
+		return BulkReplayResult{}, ErrBulkUnfiltered
+	}
 	limit := req.Limit
 	if limit <= 0 || limit > BulkLimitMax {
 		limit = BulkLimitMax
@@ -381,21 +400,53 @@ func (s *Server) BulkReplay(ctx context.Context, actor string, req BulkReplayReq
 	return res, nil
 }
 
+// bulkBody is the body of POST /api/v1/dead-letters/replay: the list's filter (id, as the
+// list names it, or message_id), dry_run, all and limit. Its values are read as the list's
+// parameters are, with the same errors.
+type bulkBody struct {
+	Pipeline  string `json:"pipeline"`
+	Origin    string `json:"origin"`
+	Reason    string `json:"reason"`
+	ID        string `json:"id"`
+	MessageID string `json:"message_id"`
+	Since     string `json:"since"`
+	Until     string `json:"until"`
+	DryRun    bool   `json:"dry_run"`
+	All       bool   `json:"all"`
+	Limit     int    `json:"limit"`
+}
+
+func (b *bulkBody) request() (BulkReplayRequest, error) {
+	if b.ID != "" && b.MessageID != "" && b.ID != b.MessageID {
+		return BulkReplayRequest{}, errors.New("id and message_id are the same filter: give one")
+	}
+	p := &params{what: "field", q: url.Values{"pipeline": {b.Pipeline}, "origin": {b.Origin}, "reason": {b.Reason},
+		"id": {cmp.Or(b.ID, b.MessageID)}, "since": {b.Since}, "until": {b.Until}}}
+	req := BulkReplayRequest{LetterFilter: letterFilter(p), DryRun: b.DryRun, All: b.All, Limit: b.Limit}
+	return req, p.done()
+}
+
 func (s *Server) apiBulkReplay(w http.ResponseWriter, r *http.Request) {
-	var req BulkReplayRequest
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		s.badRequest(w, r, fmt.Errorf("the body must be a JSON object with the filter (pipeline, origin, reason, message_id, since, until), dry_run and limit: %v", err))
+	if s.noParams(w, r) {
 		return
 	}
-	if req.Origin != "" && !slices.Contains(origins(), req.Origin) {
-		s.badRequest(w, r, fmt.Errorf("origin %q is not one of %s", req.Origin, strings.Join(origins(), ", ")))
+	var body bulkBody
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil {
+		s.badRequest(w, r, fmt.Errorf("the body must be a JSON object with the filter (pipeline, origin, reason, id, since, until), dry_run, all and limit: %v", err))
+		return
+	}
+	req, err := body.request()
+	if err != nil {
+		s.badRequest(w, r, err)
 		return
 	}
 	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(bulkWriteTimeout))
 	res, err := s.BulkReplay(r.Context(), actorOf(r), req, nil)
 	switch {
+	case errors.Is(err, ErrBulkUnfiltered):
+		s.badRequest(w, r, err)
 	case errors.Is(err, errNoReplayer):
 		s.problem(w, r, http.StatusServiceUnavailable, "unavailable", "Replay unavailable", err.Error())
 	case err != nil && r.Context().Err() == nil:

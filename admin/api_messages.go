@@ -45,6 +45,9 @@ type Message struct {
 	ReceivedAt     time.Time  `json:"received_at"`
 	CompletedAt    *time.Time `json:"completed_at,omitempty"`
 	ExpiresAt      time.Time  `json:"expires_at"`
+	// BodyClaim marks a webhook source's claim of its signed body (processed.BodyScope),
+	// listed only with body_claims=true: not a message, and its tenant is none.
+	BodyClaim bool `json:"body_claim,omitempty"`
 }
 
 func messageOf(rec *processed.Record) Message {
@@ -53,6 +56,9 @@ func messageOf(rec *processed.Record) Message {
 		Pipeline: p, Tenant: t, MessageID: rec.MessageID, Status: outcomeOf(rec.State),
 		Fingerprint: hex.EncodeToString(rec.Fingerprint), ReceivedAt: rec.ReceivedAt,
 		CompletedAt: rec.CompletedAt, ExpiresAt: rec.ExpiresAt,
+	}
+	if processed.IsBodyClaim(rec.Scope, rec.MessageID, rec.Fingerprint) {
+		m.Tenant, m.BodyClaim = "", true
 	}
 	if rec.Response != nil {
 		m.ResponseStatus = &rec.Response.Status
@@ -72,6 +78,9 @@ func messageFilter(p *params) processed.RecordFilter {
 		Pipeline: p.str("pipeline"), Tenant: p.str("tenant"), MessageID: p.str("id"),
 		State: outcomeStates[p.oneOf("outcome", OutcomeProcessed, OutcomeDeadLettered, OutcomeInFlight)],
 		Since: p.time("since"), Until: p.time("until"), Limit: p.limit(),
+	}
+	if b := p.boolean("body_claims"); b != nil {
+		f.BodyClaims = *b
 	}
 	var c messageCursor
 	if p.cursor(&c) {
@@ -104,8 +113,8 @@ func (s *Server) listMessages(r *http.Request, f processed.RecordFilter) ([]Mess
 func (s *Server) apiMessages(w http.ResponseWriter, r *http.Request) {
 	p := newParams(r)
 	f := messageFilter(p)
-	if p.err != nil {
-		s.badRequest(w, r, p.err)
+	if err := p.done(); err != nil {
+		s.badRequest(w, r, err)
 		return
 	}
 	out, next, err := s.listMessages(r, f)
@@ -131,6 +140,11 @@ type Story struct {
 	Deliveries          []Delivery        `json:"deliveries"`
 	Conflicts           []Conflict        `json:"conflicts"`
 	DeadLetters         []DeadLetterBrief `json:"dead_letters"`
+	// OtherTenants are, when the story was asked for without a tenant, the other tenants of
+	// the pipeline whose records hold this id (an API source's keys are per tenant), newest
+	// first: name one as tenant for its story. Absent when there are none, or a tenant was
+	// named.
+	OtherTenants []string `json:"other_tenants,omitempty"`
 }
 
 // StoredResponse is an answer stored for an API request.
@@ -213,34 +227,51 @@ func (s *Server) story(ctx context.Context, rec *processed.Record) (*Story, erro
 	return st, nil
 }
 
-// Story returns the whole story of message id of pipeline (tenant picks an API source's
-// tenant; without it, the newest record of the id in the pipeline). It fails with
+// Story returns the whole story of message id of pipeline. tenant picks an API source's
+// tenant (one lookup by key); without it, the story is the newest record's of the id in the
+// pipeline, and OtherTenants lists the tenants of the others. It fails with
 // processed.ErrNotFound when there is no record.
 func (s *Server) Story(ctx context.Context, pipeline, id, tenant string) (*Story, error) {
-	rec, err := s.findRecord(ctx, pipeline, id, tenant)
-	if err != nil {
-		return nil, err
-	}
-	return s.story(ctx, rec)
-}
-
-func (s *Server) findRecord(ctx context.Context, pipeline, id, tenant string) (*processed.Record, error) {
 	if tenant != "" {
-		return s.processed.GetRecord(ctx, s.pool, processed.Scope(pipeline, tenant), id)
+		rec, err := s.processed.GetRecord(ctx, s.pool, processed.Scope(pipeline, tenant), id)
+		if err != nil {
+			return nil, err
+		}
+		return s.story(ctx, rec)
 	}
-	recs, err := s.processed.ListRecords(ctx, s.pool, processed.RecordFilter{Pipeline: pipeline, MessageID: id, Limit: 1})
+	// Every record of the id in the pipeline: one probe per scope, as the list's search.
+	recs, err := s.processed.ListRecords(ctx, s.pool, processed.RecordFilter{Pipeline: pipeline, MessageID: id, Limit: storyTenantsMax, BodyClaims: true})
 	if err != nil {
 		return nil, err
 	}
 	if len(recs) == 0 {
 		return nil, processed.ErrNotFound
 	}
-	return recs[0], nil
+	st, err := s.story(ctx, recs[0])
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range recs[1:] {
+		if !processed.IsBodyClaim(r.Scope, r.MessageID, r.Fingerprint) {
+			_, t := processed.ScopeTenant(r.Scope)
+			st.OtherTenants = append(st.OtherTenants, t)
+		}
+	}
+	return st, nil
 }
+
+// storyTenantsMax bounds the records of one id that a story reads (its tenants).
+const storyTenantsMax = 100
 
 func (s *Server) apiMessage(w http.ResponseWriter, r *http.Request) {
 	pipeline, id := r.PathValue("pipeline"), r.PathValue("id")
-	st, err := s.Story(r.Context(), pipeline, id, r.URL.Query().Get("tenant"))
+	p := newParams(r)
+	tenant := p.str("tenant")
+	if err := p.done(); err != nil {
+		s.badRequest(w, r, err)
+		return
+	}
+	st, err := s.Story(r.Context(), pipeline, id, tenant)
 	if errors.Is(err, processed.ErrNotFound) {
 		s.notFound(w, r, "no record of message "+quote(id)+" in pipeline "+quote(pipeline)+" (never received, or pruned after its retention)")
 		return
@@ -316,8 +347,8 @@ func (s *Server) listConflicts(r *http.Request, f processed.ConflictFilter) ([]C
 func (s *Server) apiConflicts(w http.ResponseWriter, r *http.Request) {
 	p := newParams(r)
 	f := conflictFilter(p)
-	if p.err != nil {
-		s.badRequest(w, r, p.err)
+	if err := p.done(); err != nil {
+		s.badRequest(w, r, err)
 		return
 	}
 	out, next, err := s.listConflicts(r, f)

@@ -45,8 +45,10 @@ func outboxFilter(p *params) outbox.RowFilter {
 		}
 		f.OperationID = op
 	}
+	// unpublished=false keeps the published rows, which exist only while the relay keeps
+	// them (IDEMD_OUTBOX_KEEP_PUBLISHED); absent, both kinds.
 	if b := p.boolean("unpublished"); b != nil {
-		f.Unpublished = *b
+		f.Unpublished, f.Published = *b, !*b
 	}
 	return f
 }
@@ -70,8 +72,8 @@ func (s *Server) listOutbox(r *http.Request, f outbox.RowFilter) ([]OutboxRow, s
 func (s *Server) apiOutbox(w http.ResponseWriter, r *http.Request) {
 	p := newParams(r)
 	f := outboxFilter(p)
-	if p.err != nil {
-		s.badRequest(w, r, p.err)
+	if err := p.done(); err != nil {
+		s.badRequest(w, r, err)
 		return
 	}
 	out, next, err := s.listOutbox(r, f)
@@ -107,6 +109,9 @@ func (s *Server) backlog(r *http.Request) ([]Backlog, error) {
 }
 
 func (s *Server) apiBacklog(w http.ResponseWriter, r *http.Request) {
+	if s.noParams(w, r) {
+		return
+	}
 	out, err := s.backlog(r)
 	if err != nil {
 		s.internal(w, r, err)
@@ -165,8 +170,8 @@ func (s *Server) listDeliveries(r *http.Request, f delivery.DeliveryFilter) ([]D
 func (s *Server) apiDeliveries(w http.ResponseWriter, r *http.Request) {
 	p := newParams(r)
 	f := deliveryFilter(p)
-	if p.err != nil {
-		s.badRequest(w, r, p.err)
+	if err := p.done(); err != nil {
+		s.badRequest(w, r, err)
 		return
 	}
 	out, next, err := s.listDeliveries(r, f)
@@ -206,6 +211,9 @@ func (s *Server) endpoints(r *http.Request) ([]Endpoint, error) {
 }
 
 func (s *Server) apiEndpoints(w http.ResponseWriter, r *http.Request) {
+	if s.noParams(w, r) {
+		return
+	}
 	out, err := s.endpoints(r)
 	if err != nil {
 		s.internal(w, r, err)
@@ -241,6 +249,9 @@ func (s *Server) audited(ctx context.Context, actor, action, target string, err 
 }
 
 func (s *Server) apiSetEndpoint(w http.ResponseWriter, r *http.Request, disable bool) {
+	if s.noParams(w, r) {
+		return
+	}
 	name := r.PathValue("name")
 	err := s.setEndpoint(r.Context(), actorOf(r), name, disable)
 	switch {
@@ -265,6 +276,9 @@ func (s *Server) requeue(ctx context.Context, actor string, id int64) error {
 }
 
 func (s *Server) apiRequeue(w http.ResponseWriter, r *http.Request) {
+	if s.noParams(w, r) {
+		return
+	}
 	id, err := pathID(r, "id")
 	if err != nil {
 		s.badRequest(w, r, err)

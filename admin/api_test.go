@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/idemd/idemd/admin"
 	"github.com/idemd/idemd/deadletter"
@@ -315,6 +316,11 @@ func TestOutboxDeliveriesAndEndpoints(t *testing.T) {
 	require.Len(t, published, 1, "a published row kept is found by its ids too")
 	require.Len(t, b.get(t, "/api/v1/outbox?operation_id=00000000-0000-0000-0000-000000000004").data(t), 1)
 	require.Empty(t, b.get(t, "/api/v1/outbox?causation_id=evt-4&unpublished=true").data(t))
+	kept := b.get(t, "/api/v1/outbox?unpublished=false").data(t)
+	require.Len(t, kept, 1, "unpublished=false: the published rows only")
+	require.Equal(t, "evt-4", kept[0]["causation_id"])
+	require.NotEmpty(t, kept[0]["published_at"])
+	require.Empty(t, b.get(t, "/api/v1/outbox?topic=a&unpublished=false").data(t))
 	require.Len(t, b.walk(t, "/api/v1/outbox", 1, "id"), 4)
 	require.Equal(t, http.StatusBadRequest, b.get(t, "/api/v1/outbox?operation_id=nope").status)
 
@@ -378,4 +384,176 @@ func TestHTTPServerLimits(t *testing.T) {
 	require.Positive(t, s.WriteTimeout)
 	require.Positive(t, s.IdleTimeout)
 	require.Positive(t, s.MaxHeaderBytes)
+}
+
+// Every path of the admin API refuses a query parameter it does not take, naming it (a typo
+// must not return everything), and takes every parameter the document gives it. The lists
+// bounded by the configuration are not paged: limit and after are refused there.
+func TestUnknownQueryParametersRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{tokens: testToken})
+	var doc struct {
+		Paths map[string]map[string]struct {
+			Parameters []struct {
+				Ref  string `yaml:"$ref"`
+				Name string `yaml:"name"`
+				In   string `yaml:"in"`
+			} `yaml:"parameters"`
+		} `yaml:"paths"`
+		Components struct {
+			Parameters map[string]struct {
+				Name string `yaml:"name"`
+				In   string `yaml:"in"`
+			} `yaml:"parameters"`
+		} `yaml:"components"`
+	}
+	require.NoError(t, yaml.Unmarshal(admin.AdminDocument(), &doc))
+	fill := strings.NewReplacer("{pipeline}", "hooks", "{id}", "1", "{name}", "erp")
+	checked := 0
+	for path, ops := range doc.Paths {
+		if !strings.HasPrefix(path, "/api/v1/") {
+			continue
+		}
+		for method, op := range ops {
+			url := fill.Replace(path)
+			r := b.call(t, strings.ToUpper(method), url+"?pipline=hooks", testToken, nil)
+			require.Equal(t, http.StatusBadRequest, r.status, "%s %s: %s", method, path, r.body)
+			require.Contains(t, r.json(t)["detail"], "parameter pipline: unknown", "%s %s", method, path)
+			checked++
+			if method != "get" {
+				continue
+			}
+			for _, p := range op.Parameters {
+				if p.Ref != "" {
+					c := doc.Components.Parameters[strings.TrimPrefix(p.Ref, "#/components/parameters/")]
+					p.Name, p.In = c.Name, c.In
+				}
+				if p.In != "query" {
+					continue
+				}
+				r := b.call(t, "GET", url+"?"+p.Name+"=", testToken, nil)
+				require.NotContains(t, string(r.body), "unknown", "%s %s takes %s", method, path, p.Name)
+			}
+		}
+	}
+	require.GreaterOrEqual(t, checked, 15)
+	for _, path := range []string{"/api/v1/endpoints?limit=2", "/api/v1/consumers?after=x", "/api/v1/outbox/backlog?limit=1"} {
+		r := b.get(t, path)
+		require.Equal(t, http.StatusBadRequest, r.status, path)
+		require.Contains(t, r.json(t)["detail"], "not paged", path)
+	}
+	r := b.get(t, "/api/v1/messages?pipline=hooks")
+	require.Contains(t, r.json(t)["detail"], "this path takes after, body_claims, id, limit, outcome, pipeline, since, tenant, until")
+}
+
+// A GitHub-like source's claim of its signed body is not a message: the list leaves it out
+// unless body_claims=true, and marks it then. A story asked for without a tenant names the
+// other tenants holding the id.
+func TestBodyClaimsAndOtherTenants(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{tokens: testToken})
+	ins := func(scope, id, fp string) {
+		b.db.Exec(t, b.db.Q(`INSERT INTO {schema}.processed_messages (scope, message_id, fingerprint, status, received_at, completed_at, expires_at)
+			VALUES ($1, $2, decode($3, 'hex'), 'done', now(), now(), now() + interval '7 days')`), scope, id, fp)
+	}
+	sum := strings.Repeat("ab", 32)
+	ins("gh", "delivery-1", "01")
+	ins("gh\x1fbody", "sha256:"+sum, sum)
+	ins("orders\x1fbody", "k-1", "02") // a tenant named body, with a key: a message
+	ins("orders\x1facme", "k-1", "03")
+	ins("orders\x1fglobex", "k-1", "04")
+
+	list := b.get(t, "/api/v1/messages").data(t)
+	require.ElementsMatch(t, []string{"delivery-1", "k-1", "k-1", "k-1"}, ids(list, "message_id"), "the body claim is left out")
+	all := b.get(t, "/api/v1/messages?pipeline=gh&body_claims=true").data(t)
+	require.Len(t, all, 2)
+	for _, m := range all {
+		if m["message_id"] == "sha256:"+sum {
+			require.Equal(t, true, m["body_claim"])
+			require.Nil(t, m["tenant"], "body is not a tenant")
+		} else {
+			require.Nil(t, m["body_claim"])
+		}
+	}
+
+	st := b.get(t, "/api/v1/messages/orders/k-1").json(t)
+	require.ElementsMatch(t, []any{"acme", "globex", "body"}, append(st["other_tenants"].([]any), st["tenant"]))
+	require.Len(t, st["other_tenants"], 2, "the newest record's story, the two others named")
+	one := b.get(t, "/api/v1/messages/orders/k-1?tenant=acme").json(t)
+	require.Equal(t, "acme", one["tenant"])
+	require.Nil(t, one["other_tenants"])
+	require.Nil(t, b.get(t, "/api/v1/messages/gh/delivery-1").json(t)["other_tenants"])
+	claim := b.get(t, "/api/v1/messages/gh/sha256:"+sum).json(t)
+	require.Equal(t, true, claim["body_claim"])
+
+	page := b.call(t, "GET", "/ui/messages/orders/k-1", testToken, nil)
+	require.Equal(t, http.StatusOK, page.status)
+	require.Contains(t, string(page.body), "This id is also held by")
+	page = b.call(t, "GET", "/ui/messages?pipeline=gh&body_claims=true", testToken, nil)
+	require.Contains(t, string(page.body), "body claim")
+}
+
+// A bulk replay with an empty filter needs "all": true, as `idemd dlq replay` needs -all; a
+// dry run does not. The body takes id as the list names it (message_id too), and a bad time
+// is reported as the list reports it.
+func TestBulkReplayNeedsAllOrFilter(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{tokens: testToken})
+	b.deadLetters(t, "hooks", "h", 3)
+	b.db.Exec(t, b.db.Q(`INSERT INTO {schema}.gate VALUES (1)`))
+	bulk := func(body map[string]any) reply {
+		return b.call(t, "POST", "/api/v1/dead-letters/replay", testToken, body)
+	}
+
+	for _, body := range []map[string]any{{}, {"dry_run": false}, {"all": false}} {
+		r := bulk(body)
+		require.Equal(t, http.StatusBadRequest, r.status, "%v", body)
+		require.Equal(t, "bad-request", r.problemType(t))
+		require.Contains(t, r.json(t)["detail"], `send "all": true`)
+	}
+	require.Equal(t, 0, b.db.Count(t, "{schema}.effects"), "nothing replayed")
+	require.EqualValues(t, 3, bulk(map[string]any{"dry_run": true}).json(t)["matched"], "a dry run needs no filter")
+
+	r := bulk(map[string]any{"since": "yesterday", "dry_run": true})
+	require.Equal(t, http.StatusBadRequest, r.status)
+	require.Equal(t, `field since: "yesterday" is not an RFC 3339 time (like 2026-01-02T15:04:05Z)`, r.json(t)["detail"])
+	r = bulk(map[string]any{"origin": "mars", "dry_run": true})
+	require.Equal(t, http.StatusBadRequest, r.status)
+	require.Contains(t, r.json(t)["detail"], `field origin: "mars" is not one of http`)
+
+	require.EqualValues(t, 1, bulk(map[string]any{"id": "h-0001", "dry_run": true}).json(t)["matched"], "id, as the list names it")
+	require.EqualValues(t, 1, bulk(map[string]any{"message_id": "h-0001", "dry_run": true}).json(t)["matched"])
+	require.Equal(t, http.StatusBadRequest, bulk(map[string]any{"id": "h-0001", "message_id": "h-0002"}).status)
+
+	// The console's form: without a filter, only with its "every letter" box.
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	form := func(values url.Values) string {
+		req, err := http.NewRequest("POST", b.srv.URL+"/ui/dead-letters/replay", strings.NewReader(values.Encode()))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Authorization", "Bearer "+testToken)
+		res, err := noRedirect.Do(req)
+		require.NoError(t, err)
+		res.Body.Close()
+		require.Equal(t, http.StatusSeeOther, res.StatusCode)
+		for _, c := range res.Cookies() {
+			if c.Name == "idemd_admin_flash" {
+				msg, err := url.QueryUnescape(c.Value)
+				require.NoError(t, err)
+				return msg
+			}
+		}
+		return ""
+	}
+	require.Contains(t, form(url.Values{"dry_run": {"false"}}), "Nothing replayed: the filter is empty")
+	require.Equal(t, 0, b.db.Count(t, "{schema}.effects"))
+	page := string(b.call(t, "GET", "/ui/dead-letters", testToken, nil).body)
+	require.Contains(t, page, `name="all"`, "the box is offered when the page has no filter")
+	require.NotContains(t, string(b.call(t, "GET", "/ui/dead-letters?pipeline=hooks", testToken, nil).body), `name="all"`)
+	require.Contains(t, form(url.Values{"dry_run": {"false"}, "all": {"true"}}), "Bulk replay: 3 matched, 3 replayed")
+
+	require.Equal(t, 3, b.db.Count(t, "{schema}.effects"))
+	r = bulk(map[string]any{"all": true})
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	require.EqualValues(t, 0, r.json(t)["matched"], "all replayed already")
 }

@@ -42,6 +42,7 @@ func ParseTokens(s string) ([]Token, error) {
 	}
 	var out []Token
 	names := map[string]bool{}
+	secrets := map[[sha256.Size]byte]string{} // digest → the name that has it
 	for i, item := range strings.Split(s, ",") {
 		item = strings.TrimSpace(item)
 		name, secret, named := strings.Cut(item, ":")
@@ -56,8 +57,13 @@ func ParseTokens(s string) ([]Token, error) {
 		case names[name]:
 			return nil, fmt.Errorf("entry %d: name %q is used twice", i+1, name)
 		}
-		names[name] = true
-		out = append(out, NewToken(name, secret))
+		t := NewToken(name, secret)
+		// One token under two names would make the audit's actor a guess.
+		if other, dup := secrets[t.digest]; dup {
+			return nil, fmt.Errorf("entry %d: %q has the same token as %q; give each name its own token", i+1, name, other)
+		}
+		names[name], secrets[t.digest] = true, name
+		out = append(out, t)
 	}
 	return out, nil
 }
@@ -260,10 +266,15 @@ func (s *Server) unauthorized(w http.ResponseWriter, r *http.Request, ui bool, e
 	}
 	detail := "send Authorization: Bearer <IDEMD_ADMIN_TOKEN>"
 	switch {
+	case len(s.auth.tokens) == 0 && s.auth.insecureReads:
+		// Reads pass without a token here: this is a write or pprof.
+		detail = "IDEMD_ADMIN_TOKEN is not set: IDEMD_ADMIN_INSECURE_READS opens the reads only; writes (and pprof) need the token"
 	case len(s.auth.tokens) == 0:
 		detail = "IDEMD_ADMIN_TOKEN is not set: the admin API is closed"
 	case errors.Is(err, errBadCredential):
 		detail = "the token is not valid"
+	case s.auth.insecureReads:
+		detail = "writes (and pprof) need Authorization: Bearer <IDEMD_ADMIN_TOKEN>; IDEMD_ADMIN_INSECURE_READS opens the reads only"
 	}
 	w.Header().Set("WWW-Authenticate", `Bearer realm="idemd-admin"`)
 	s.problem(w, r, http.StatusUnauthorized, "unauthorized", "Authentication required", detail)

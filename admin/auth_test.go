@@ -4,11 +4,14 @@ import (
 	"io"
 	"net/http"
 	"net/http/cookiejar"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/sirupsen/logrus"
+	logtest "github.com/sirupsen/logrus/hooks/test"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemd/idemd/admin"
@@ -26,7 +29,10 @@ func TestParseTokens(t *testing.T) {
 	require.Equal(t, "alice", tokens[0].Name)
 	require.Equal(t, "ops-bot", tokens[1].Name)
 
-	for _, bad := range []string{"short", "alice:short", ":" + testToken, "a b:" + testToken, "x:" + testToken + ",x:" + aliceToken} {
+	_, err = admin.ParseTokens("alice:" + testToken + ",bob:" + testToken)
+	require.ErrorContains(t, err, `"bob" has the same token as "alice"`, "one token under two names: whose write was it?")
+
+	for _, bad := range []string{"short", "alice:short", ":" + testToken, "a b:" + testToken, "x:" + testToken + ",x:" + aliceToken, "x:" + testToken + ",y:" + testToken} {
 		_, err := admin.ParseTokens(bad)
 		require.Error(t, err, bad)
 		require.NotContains(t, err.Error(), testToken, "errors never quote a token")
@@ -84,6 +90,7 @@ func TestAuthorization(t *testing.T) {
 		for _, p := range writes {
 			r := b.call(t, "POST", p, "", map[string]any{"dry_run": true})
 			require.Equal(t, http.StatusUnauthorized, r.status, "a write stays refused: %s", p)
+			require.Contains(t, r.json(t)["detail"], "IDEMD_ADMIN_INSECURE_READS opens the reads only; writes (and pprof) need the token", p)
 		}
 		// pprof is not a read of records: it stays behind the token.
 		for _, p := range []string{"/debug/pprof/", "/debug/pprof/cmdline", "/debug/pprof/symbol", "/debug/pprof/profile?seconds=1", "/debug/pprof/trace?seconds=1"} {
@@ -94,6 +101,32 @@ func TestAuthorization(t *testing.T) {
 		// A wrong token is not an anonymous reader.
 		require.Equal(t, http.StatusUnauthorized, b.call(t, "GET", "/api/v1/messages", "wrong-token-0123456789", nil).status)
 	})
+
+	t.Run("insecure reads with a token", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, options{tokens: testToken, insecureReads: true})
+		r := b.call(t, "POST", writes[0], "", nil)
+		require.Equal(t, http.StatusUnauthorized, r.status)
+		require.Contains(t, r.json(t)["detail"], "writes (and pprof) need Authorization: Bearer <IDEMD_ADMIN_TOKEN>")
+	})
+}
+
+// Without IDEMD_ADMIN_TOKEN a sign-in is refused as the console being closed, not logged
+// as an invalid token (there is none to be wrong).
+func TestSignInWithoutTokenConfigured(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	logger, hook := logtest.NewNullLogger()
+	adm, err := admin.New(b.db.Pool, &admin.Config{Schema: b.db.Schema, Logger: logrus.NewEntry(logger)})
+	require.NoError(t, err)
+	w := httptest.NewRecorder()
+	req := httptest.NewRequest("POST", "/ui/login", strings.NewReader("token="+testToken))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	adm.ServeHTTP(w, req)
+	require.Equal(t, http.StatusUnauthorized, w.Code)
+	require.Contains(t, w.Body.String(), "the console is closed")
+	require.Len(t, hook.AllEntries(), 1)
+	require.Equal(t, "console sign-in refused: IDEMD_ADMIN_TOKEN is not set, the console is closed", hook.LastEntry().Message)
 }
 
 // A console page without credentials: a browser (Accept: text/html) gets the sign-in form,
@@ -148,6 +181,20 @@ func TestUnroutedAnswersAreProblems(t *testing.T) {
 		require.Equal(t, c.allow, r.header.Get("Allow"), "%s %s", c.method, c.path)
 	}
 	require.Equal(t, http.StatusOK, b.call(t, "GET", "/api/v1/messages", testToken, nil).status, "routed requests as before")
+
+	// Without the token, routes cannot be probed: an unknown path or a wrong method is
+	// refused like a known one, but on the open paths.
+	for _, c := range []struct{ method, path string }{
+		{"GET", "/api/v1/nope"}, {"GET", "/api/v2/x"}, {"GET", "/ui/nope"}, {"DELETE", "/api/v1/messages"}, {"GET", "/api/v1/endpoints/x/disable"},
+	} {
+		r := b.call(t, c.method, c.path, "", nil)
+		require.Equal(t, http.StatusUnauthorized, r.status, "%s %s", c.method, c.path)
+		require.Equal(t, "unauthorized", r.problemType(t))
+		require.Empty(t, r.header.Get("Allow"))
+	}
+	require.Equal(t, http.StatusMethodNotAllowed, b.call(t, "DELETE", "/healthz", "", nil).status, "an open path's methods are no secret")
+	require.Equal(t, http.StatusMethodNotAllowed, b.call(t, "DELETE", "/ui/login", "", nil).status)
+	require.Equal(t, http.StatusNotFound, b.call(t, "GET", "/ui/static/nope.css", "", nil).status, "the sign-in form's assets are open")
 }
 
 // The console's sign-in sets an HttpOnly, SameSite=Strict session cookie; writes made with

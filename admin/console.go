@@ -173,7 +173,10 @@ func (c *console) login(w http.ResponseWriter, r *http.Request, status int, msg 
 	case r.Method != http.MethodGet:
 		next = "/ui/messages" // a form's target is not a page to return to
 	}
-	if len(c.s.auth.tokens) == 0 {
+	switch {
+	case len(c.s.auth.tokens) == 0 && c.s.auth.insecureReads:
+		msg = "IDEMD_ADMIN_TOKEN is not set on this idemd: its pages can be read (IDEMD_ADMIN_INSECURE_READS), but nothing can be changed and nobody can sign in. Set it and restart."
+	case len(c.s.auth.tokens) == 0:
 		msg = "IDEMD_ADMIN_TOKEN is not set on this idemd: the console is closed. Set it and restart."
 	}
 	c.render(w, r, status, "login", view{Title: "Sign in", Error: msg, Data: next})
@@ -183,6 +186,12 @@ func (c *console) login(w http.ResponseWriter, r *http.Request, status int, msg 
 // SameSite=Strict); the token itself is not stored in the browser.
 func (c *console) signIn(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 8<<10)
+	if len(c.s.auth.tokens) == 0 {
+		// No token is wrong: there is none to sign in with.
+		c.s.log.WithField("remote", r.RemoteAddr).Warn("console sign-in refused: IDEMD_ADMIN_TOKEN is not set, the console is closed")
+		c.login(w, r, http.StatusUnauthorized, "")
+		return
+	}
 	t := c.s.auth.match(strings.TrimSpace(r.PostFormValue("token")))
 	if t == nil {
 		c.s.log.WithField("remote", r.RemoteAddr).Warn("console sign-in with an invalid token")
@@ -304,13 +313,17 @@ func (c *console) replay(w http.ResponseWriter, r *http.Request) {
 func (c *console) bulkReplay(w http.ResponseWriter, r *http.Request) {
 	_ = r.ParseForm()
 	p := &params{q: r.PostForm}
-	req := BulkReplayRequest{LetterFilter: letterFilter(p), DryRun: r.PostFormValue("dry_run") == "true"}
+	req := BulkReplayRequest{LetterFilter: letterFilter(p), DryRun: r.PostFormValue("dry_run") == "true", All: r.PostFormValue("all") == "true"}
 	if p.err != nil {
 		c.redirectWithFlash(w, r, p.err.Error())
 		return
 	}
 	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(bulkWriteTimeout))
 	res, err := c.s.BulkReplay(r.Context(), actorOf(r), req, nil)
+	if errors.Is(err, ErrBulkUnfiltered) {
+		c.redirectWithFlash(w, r, "Nothing replayed: the filter is empty. Filter the letters first, or tick \"every letter not yet replayed\".")
+		return
+	}
 	if err != nil {
 		c.redirectWithFlash(w, r, "Bulk replay stopped: "+err.Error())
 		return

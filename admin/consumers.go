@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"sort"
@@ -29,8 +30,9 @@ type Consumer struct {
 	Backlog *int64 `json:"backlog,omitempty"`
 	// Partitions are the group's committed and end offsets per partition (Kafka).
 	Partitions []Partition `json:"partitions"`
-	// Lag is the sum of the partitions' lag.
-	Lag int64 `json:"lag"`
+	// Lag is the sum of the partitions' lag; nil when it is unknown (the broker could not
+	// be asked: Error says why).
+	Lag *int64 `json:"lag,omitempty"`
 	// LastBatch is the last transaction that committed messages of this pipeline.
 	LastBatch *Batch `json:"last_batch,omitempty"`
 	// Error says why the broker could not be asked (the rest is then empty).
@@ -41,7 +43,7 @@ type Consumer struct {
 type Partition struct {
 	Topic     string `json:"topic"`
 	Partition int    `json:"partition"`
-	// Committed is the group's committed offset (-1: none yet).
+	// Committed is the group's committed offset (-1: none committed yet).
 	Committed int64 `json:"committed"`
 	// End is the partition's end offset (the next record's offset).
 	End int64 `json:"end"`
@@ -136,8 +138,14 @@ func (k *KafkaConsumers) Consumers(ctx context.Context) ([]Consumer, error) {
 	return out, nil
 }
 
-// kafkaLag fills c's partitions from the broker.
+// errNoBrokers: the process has no Kafka brokers to ask.
+var errNoBrokers = errors.New("no Kafka brokers are configured in this process (IDEMD_KAFKA_BROKERS is empty): the lag is unknown")
+
+// kafkaLag fills c's partitions and lag from the broker.
 func kafkaLag(ctx context.Context, client *kafka.Client, c *Consumer) error {
+	if client.Addr == nil || client.Addr.String() == "" {
+		return errNoBrokers
+	}
 	md, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: c.Topics})
 	if err != nil {
 		return fmt.Errorf("the brokers do not answer: %w", err)
@@ -161,6 +169,7 @@ func kafkaLag(ctx context.Context, client *kafka.Client, c *Consumer) error {
 	if err != nil {
 		return fmt.Errorf("end offsets: %w", err)
 	}
+	var total int64
 	end := map[string]map[int]int64{}
 	for topic, ps := range last.Topics {
 		end[topic] = map[int]int64{}
@@ -173,9 +182,10 @@ func kafkaLag(ctx context.Context, client *kafka.Client, c *Consumer) error {
 			e := end[topic][p.Partition]
 			lag := e - max(p.CommittedOffset, 0)
 			c.Partitions = append(c.Partitions, Partition{Topic: topic, Partition: p.Partition, Committed: p.CommittedOffset, End: e, Lag: lag})
-			c.Lag += lag
+			total += lag
 		}
 	}
+	c.Lag = &total
 	sort.Slice(c.Partitions, func(i, j int) bool {
 		a, b := c.Partitions[i], c.Partitions[j]
 		return a.Topic < b.Topic || a.Topic == b.Topic && a.Partition < b.Partition
@@ -191,6 +201,9 @@ func (s *Server) consumers(ctx context.Context) ([]Consumer, error) {
 }
 
 func (s *Server) apiConsumers(w http.ResponseWriter, r *http.Request) {
+	if s.noParams(w, r) {
+		return
+	}
 	out, err := s.consumers(r.Context())
 	if err != nil {
 		s.internal(w, r, err)

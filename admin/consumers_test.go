@@ -65,6 +65,10 @@ func TestConsumersLagAndLastBatch(t *testing.T) {
 	require.EqualValues(t, 2, last["messages"])
 	require.Equal(t, "c", last["last_message_id"])
 	require.Equal(t, "2026-03-01T11:00:00Z", last["committed_at"])
+	require.EqualValues(t, -1, p1["committed"])
+	page := string(b.call(t, "GET", "/ui/consumers", testToken, nil).body)
+	require.Contains(t, page, "<strong>7</strong> records")
+	require.Contains(t, page, "<td>none committed</td>", "offset -1 reads as none committed")
 }
 
 // Pub/Sub and SQS subscriptions are listed with their subscription or queue, the backlog
@@ -105,4 +109,20 @@ func TestConsumersOfBrokerSubscriptions(t *testing.T) {
 	require.Equal(t, http.StatusOK, page.status)
 	require.Contains(t, string(page.body), "orders-idemd")
 	require.Contains(t, string(page.body), "Backlog: <strong>2</strong>")
+}
+
+// Without brokers the lag is unknown: absent from the API (not 0), "unknown" on the
+// console, with the cause named.
+func TestConsumersLagUnknownWithoutBrokers(t *testing.T) {
+	t.Parallel()
+	kc := &admin.KafkaConsumers{Subscriptions: []admin.KafkaSubscription{{Pipeline: "ledger", Group: "g", Topics: []string{"payments"}}}}
+	b := setup(t, options{tokens: testToken, consumers: kc})
+	kc.Pool, kc.Schema = b.db.Pool, b.db.Schema
+	cs := b.get(t, "/api/v1/consumers").data(t)
+	require.Len(t, cs, 1)
+	require.NotContains(t, cs[0], "lag", "an unknown lag is absent, not 0")
+	require.Contains(t, cs[0]["error"], "IDEMD_KAFKA_BROKERS")
+	page := b.call(t, "GET", "/ui/consumers", testToken, nil)
+	require.Equal(t, http.StatusOK, page.status)
+	require.Contains(t, string(page.body), "<strong>unknown</strong>")
 }

@@ -142,3 +142,85 @@ func TestReceiverDocumentMatchesRoutes(t *testing.T) {
 	repo, _ := openapiFS.ReadFile("openapi/receiver.yaml")
 	require.Equal(t, docOperations(t, devDoc), docOperations(t, repo))
 }
+
+// The receiver's document as served for webhook sources of every scheme (and API sources):
+// each operation has its own operationId, and names the header its source's scheme reads;
+// the note on the repository's copy is not in it.
+func TestReceiverDocumentPerSource(t *testing.T) {
+	t.Parallel()
+	hook := func(name, scheme string) receiver.Source {
+		return receiver.Source{Name: name, Verify: receiver.Verify{Scheme: scheme}}
+	}
+	custom := hook("custom", receiver.SchemeHMACSHA256)
+	custom.Verify.Header = "X-Acme-Signature"
+	sources := []receiver.Source{
+		hook("stripe", receiver.SchemeStripe), hook("std", receiver.SchemeStandardWebhooks), hook("gh", receiver.SchemeGitHub),
+		hook("shop", receiver.SchemeShopify), hook("slack", receiver.SchemeSlack), custom, hook("open", receiver.SchemeNone),
+		{Name: "orders", Path: "/v1/orders", Verify: receiver.Verify{Scheme: receiver.SchemeBearer}, Idempotency: &receiver.Idempotency{Lookup: true}},
+		{Name: "carts", Path: "/v1/carts", Verify: receiver.Verify{Scheme: receiver.SchemeBearer}, Idempotency: &receiver.Idempotency{}},
+	}
+	raw, err := ReceiverDocument(receiver.Routes(sources))
+	require.NoError(t, err)
+	require.Empty(t, lintOpenAPI(raw))
+	require.NotContains(t, string(raw), "deploy/idemd.dev.yaml")
+	docOperations(t, raw) // references resolve
+
+	var doc struct {
+		Paths      map[string]map[string]any `yaml:"paths"`
+		Components struct {
+			SecuritySchemes map[string]struct {
+				In   string `yaml:"in"`
+				Name string `yaml:"name"`
+			} `yaml:"securitySchemes"`
+		} `yaml:"components"`
+	}
+	require.NoError(t, yaml.Unmarshal(raw, &doc))
+	// signature header of the webhook path's scheme, and the other signed headers
+	want := map[string][]string{
+		"/webhooks/stripe": {"Stripe-Signature"},
+		"/webhooks/std":    {"Webhook-Signature", "Webhook-Id", "Webhook-Timestamp"},
+		"/webhooks/gh":     {"X-Hub-Signature-256"},
+		"/webhooks/shop":   {"X-Shopify-Hmac-Sha256"},
+		"/webhooks/slack":  {"X-Slack-Signature", "X-Slack-Request-Timestamp"},
+		"/webhooks/custom": {"X-Acme-Signature"},
+	}
+	ids := map[string]string{}
+	for path, item := range doc.Paths {
+		for method, v := range item {
+			if method == "summary" {
+				continue
+			}
+			op := v.(map[string]any)
+			id := op["operationId"].(string)
+			require.NotContains(t, ids, id, "operationId of %s %s also on %s", method, path, ids[id])
+			ids[id] = method + " " + path
+			sec := op["security"].([]any)
+			headers, webhook := want[path]
+			switch {
+			case path == "/webhooks/open":
+				require.Empty(t, sec, "scheme none: no security")
+			case !webhook:
+				require.Equal(t, []any{map[string]any{"bearer": []any{}}}, sec, path)
+			default:
+				require.Len(t, sec, 1)
+				var name string
+				for name = range sec[0].(map[string]any) {
+				}
+				scheme := doc.Components.SecuritySchemes[name]
+				require.Equal(t, "header", scheme.In, path)
+				require.Equal(t, headers[0], scheme.Name, path)
+				params := []string{}
+				ps, _ := op["parameters"].([]any)
+				for _, p := range ps {
+					if pm, ok := p.(map[string]any); ok && pm["in"] == "header" {
+						require.Equal(t, true, pm["required"], path)
+						params = append(params, pm["name"].(string))
+					}
+				}
+				require.Equal(t, headers[1:], params, "the other signed headers of %s", path)
+			}
+		}
+	}
+	require.Equal(t, "post /webhooks/gh", ids["deliverWebhook_gh"])
+	require.Len(t, ids, 7+3+2)
+}

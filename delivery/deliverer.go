@@ -458,7 +458,7 @@ func (d *Deliverer) runEndpoint(ctx context.Context, ep *endpoint) {
 				wasDisabled = disabled
 				if disabled {
 					endpointDisabled.WithLabelValues(ep.Name).Set(1)
-					log.WithField("reason", reason).Error("endpoint is disabled; its events stay queued until an operator re-enables it (delivery.Store.Enable, or UPDATE http_endpoints SET disabled_at = NULL)")
+					log.WithField("reason", reason).WithField("re_enable", reEnable(ep.Name)).Error("endpoint is disabled; its events stay queued until an operator re-enables it")
 				} else {
 					endpointDisabled.WithLabelValues(ep.Name).Set(0)
 					log.Info("endpoint is enabled; delivering its queued events")
@@ -615,12 +615,18 @@ func (d *Deliverer) attempt(ctx context.Context, ep *endpoint, r *row) {
 	case DeadLettered:
 		log.WithField("status", status).WithField("reason", lastErr).Warn("delivery dead-lettered")
 	case Disabled:
-		log.WithField("status", status).Error("endpoint answered 410 Gone: disabled; its events stay queued until an operator re-enables it")
+		log.WithField("status", status).WithField("re_enable", reEnable(ep.Name)).Error("endpoint answered 410 Gone: disabled; its events stay queued until an operator re-enables it")
 		ep.signal() // the loop logs the transition and stops claiming
 	}
 	if d.cfg.AfterAttempt != nil {
 		d.cfg.AfterAttempt(a)
 	}
+}
+
+// reEnable tells an operator how to re-enable endpoint name: idemd's admin API and console
+// (library users call Store.Enable).
+func reEnable(name string) string {
+	return "POST /api/v1/endpoints/" + url.PathEscape(name) + "/enable on the admin address, or Enable on the console's Deliveries page (/ui/deliveries)"
 }
 
 // post sends one attempt. It returns the status and Retry-After of an answer, a short

@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/sirupsen/logrus"
+	logtest "github.com/sirupsen/logrus/hooks/test"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemd/idemd/deadletter"
@@ -287,9 +288,20 @@ func TestGoneDisablesEndpoint(t *testing.T) {
 	ep := endpointConfig(name, e)
 	ep.Concurrency = 1
 	b.enqueue(t, event(name, "m1", "", `{}`), event(name, "m2", "", `{}`), event(name, "m3", "", `{}`))
-	d, _ := b.start(t, delivery.Config{Endpoints: []delivery.Endpoint{ep}})
+	logger, logs := logtest.NewNullLogger()
+	d, _ := b.start(t, delivery.Config{Endpoints: []delivery.Endpoint{ep}, Logger: logrus.NewEntry(logger)})
 	b.waitFor(t, delivery.Disabled, 1)
 	d.TestSignals().EndpointState.WaitFor(t, "the endpoint disabled", func(s delivery.EndpointSignal) bool { return s.Disabled })
+	// The log tells operators how to re-enable it with what they have: the admin API and
+	// the console.
+	var told int
+	for _, e := range logs.AllEntries() {
+		if e.Level == logrus.ErrorLevel {
+			require.Equal(t, "POST /api/v1/endpoints/"+name+"/enable on the admin address, or Enable on the console's Deliveries page (/ui/deliveries)", e.Data["re_enable"], e.Message)
+			told++
+		}
+	}
+	require.Equal(t, 2, told, "the 410, and the loop seeing the endpoint disabled")
 	require.EqualValues(t, 1, testutil.ToFloat64(delivery.EndpointDisabledGauge.WithLabelValues(name)))
 
 	store := delivery.NewStore(b.db.Schema)

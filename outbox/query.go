@@ -38,6 +38,9 @@ type RowFilter struct {
 	CausationID string
 	// Unpublished keeps the rows not yet published.
 	Unpublished bool
+	// Published keeps the rows already published: those the relay keeps
+	// (RelayConfig.KeepPublished) until the pruner deletes them; without it there are none.
+	Published bool
 	// AfterID continues a list after the row with this id (newest first).
 	AfterID int64
 	// Limit bounds the page. Defaults to 50.
@@ -78,6 +81,9 @@ func (s *Store) rowsSQL(f RowFilter) (string, []any) {
 	}
 	if f.Unpublished {
 		w.Add("published_at IS NULL")
+	}
+	if f.Published {
+		w.Add("published_at IS NOT NULL")
 	}
 	if f.AfterID > 0 {
 		w.Add("id < ?", f.AfterID)

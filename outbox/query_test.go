@@ -42,6 +42,7 @@ SELECT g, md5('op-' || g)::uuid, 'hooks', 'evt-' || g, 't', '{}', now() FROM gen
 		{CausationID: "evt-8"},
 		{CausationID: "evt-8", Topic: "t", AfterID: 100000},
 		{CausationID: "evt-7", Unpublished: true},
+		{CausationID: "evt-8", Published: true},
 	} {
 		sql, args := store.RowsSQL(f)
 		plan := db.Plan(t, sql, args...)
@@ -68,6 +69,9 @@ SELECT g, md5('op-' || g)::uuid, 'hooks', 'evt-' || g, 't', '{}', now() FROM gen
 		pending, err := store.Rows(ctx, db.Pool, outbox.RowFilter{CausationID: "evt-" + g, Unpublished: true})
 		require.NoError(t, err)
 		require.Len(t, pending, map[bool]int{false: 1, true: 0}[published], "evt-%s still to publish", g)
+		done, err := store.Rows(ctx, db.Pool, outbox.RowFilter{CausationID: "evt-" + g, Published: true})
+		require.NoError(t, err)
+		require.Len(t, done, map[bool]int{false: 0, true: 1}[published], "evt-%s published", g)
 	}
 	// Both kinds at once, newest first, paged.
 	db.Exec(t, db.Q(`INSERT INTO {schema}.outbox (operation_id, pipeline, causation_id, topic, payload, published_at)

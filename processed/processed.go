@@ -21,6 +21,7 @@ package processed
 
 import (
 	"cmp"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -157,6 +158,22 @@ func Scope(pipeline, tenant string) string {
 		return pipeline
 	}
 	return pipeline + "\x1f" + tenant
+}
+
+// BodyTenant is the tenant part of the scope of signed-body claims (BodyScope).
+const BodyTenant = "body"
+
+// BodyScope is the scope in which a webhook source whose message id is not signed (GitHub,
+// Shopify, hmac-sha256 with the id in a header) also claims its signed body, as
+// "sha256:<hex>" with the digest as fingerprint: a body resent under a fresh id is then a
+// duplicate. Such a claim is not a message (IsBodyClaim).
+func BodyScope(scope string) string { return scope + "\x1f" + BodyTenant }
+
+// IsBodyClaim says whether a record is a signed-body claim (BodyScope) rather than a
+// message: its tenant is BodyTenant and its id is its fingerprint's, which no API key's is.
+func IsBodyClaim(scope, id string, fingerprint []byte) bool {
+	_, tenant := ScopeTenant(scope)
+	return tenant == BodyTenant && id == "sha256:"+hex.EncodeToString(fingerprint)
 }
 
 // MaxIDLength is the longest message id (or idempotency key) idemd claims, in bytes.

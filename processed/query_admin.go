@@ -52,6 +52,9 @@ type RecordFilter struct {
 	After *RecordCursor
 	// Limit bounds the page. Defaults to ListLimitDefault.
 	Limit int
+	// BodyClaims lists the signed-body claims (BodyScope) too; they are not messages, and
+	// are left out without it. Defaults to false.
+	BodyClaims bool
 }
 
 // scopeFilter adds the pipeline and tenant conditions on column scope.
@@ -115,6 +118,9 @@ func (s *Store) listRecordsSQL(f RecordFilter) (string, []any) {
 	}
 	if c := f.After; c != nil {
 		w.Add("(received_at, scope, message_id) < (?, ?, ?)", c.ReceivedAt, c.Scope, c.MessageID)
+	}
+	if !f.BodyClaims { // IsBodyClaim's test
+		w.Add("NOT (scope LIKE ? AND message_id = 'sha256:' || encode(fingerprint, 'hex'))", "%"+sqlwhere.Like("\x1f"+BodyTenant))
 	}
 	limit := w.Arg(cmp.Or(f.Limit, ListLimitDefault))
 	return `SELECT ` + recordColumns + ` FROM ` + from + w.SQL() +

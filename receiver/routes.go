@@ -9,6 +9,8 @@ type Route struct {
 	Path string
 	// Source is the source's name; Scheme its verification scheme.
 	Source, Scheme string
+	// Headers are the headers that carry the request's signature (Verify.SignatureHeaders).
+	Headers []string
 	// API is true for sources with the Idempotency-Key contract.
 	API bool
 	// KeyRequired is true for API sources that refuse requests without a key.
@@ -21,7 +23,7 @@ type Route struct {
 func Routes(sources []Source) []Route {
 	var out []Route
 	for _, s := range sources {
-		r := Route{Method: "POST", Path: s.RoutePath(), Source: s.Name, Scheme: s.Verify.Scheme, API: s.Idempotency != nil}
+		r := Route{Method: "POST", Path: s.RoutePath(), Source: s.Name, Scheme: s.Verify.Scheme, Headers: s.Verify.SignatureHeaders(), API: s.Idempotency != nil}
 		if r.API {
 			r.KeyRequired = s.Idempotency.Required
 		}

@@ -114,7 +114,7 @@ func compileSource(ctx context.Context, pool *pgxpool.Pool, s Source) (*source, 
 		case SchemeStripe:
 			c.msgID = &pipeline.Field{JSON: "/id"}
 		case SchemeStandardWebhooks:
-			c.msgID = &pipeline.Field{Header: "Webhook-Id"}
+			c.msgID = &pipeline.Field{Header: HeaderWebhookID}
 		case SchemeGitHub:
 			c.msgID = &pipeline.Field{Header: "X-GitHub-Delivery"}
 		case SchemeShopify:
@@ -131,9 +131,9 @@ func compileSource(ctx context.Context, pool *pgxpool.Pool, s Source) (*source, 
 	}
 	c.secretHdrs = map[string]bool{
 		"Authorization": true, "Cookie": true, "Proxy-Authorization": true,
-		"Stripe-Signature": true, "Webhook-Signature": true, "Svix-Signature": true,
-		"X-Hub-Signature": true, "X-Hub-Signature-256": true, "X-Shopify-Hmac-Sha256": true,
-		"X-Slack-Signature": true,
+		HeaderStripeSignature: true, HeaderWebhookSignature: true, "Svix-Signature": true,
+		"X-Hub-Signature": true, HeaderGitHubSignature: true, HeaderShopifySignature: true,
+		HeaderSlackSignature: true,
 	}
 	if s.Verify.Header != "" {
 		c.secretHdrs[http.CanonicalHeaderKey(s.Verify.Header)] = true
@@ -275,7 +275,7 @@ func lookupOne(spec *pipeline.Field, h http.Header, body *parsedBody) (string, e
 func fieldValue(spec *pipeline.Field, h http.Header, body *parsedBody) string {
 	if spec.Header != "" {
 		v := h.Get(spec.Header)
-		if v == "" && strings.EqualFold(spec.Header, "Webhook-Id") {
+		if v == "" && strings.EqualFold(spec.Header, HeaderWebhookID) {
 			v = h.Get("Svix-Id")
 		}
 		return v
@@ -405,7 +405,7 @@ func (s *source) message(c *call) *exactlyonce.Message {
 		// The id comes from a header the signature does not cover: claim the signed bytes
 		// too, so that resending them under a fresh id is a duplicate, not a second effect.
 		sum := sha256.Sum256(c.req.Body)
-		m.Also = []exactlyonce.Key{{Scope: c.scope + bodyScopeSuffix, ID: "sha256:" + hex.EncodeToString(sum[:]), Fingerprint: sum[:]}}
+		m.Also = []exactlyonce.Key{{Scope: processed.BodyScope(c.scope), ID: "sha256:" + hex.EncodeToString(sum[:]), Fingerprint: sum[:]}}
 	}
 	c.request = deadletter.Request{Method: c.req.Method, Path: c.req.Path, Tenant: c.req.Tenant}
 	c.letter = deadletter.Letter{
@@ -416,9 +416,6 @@ func (s *source) message(c *call) *exactlyonce.Message {
 	m.Letter = &c.letter
 	return m
 }
-
-// bodyScopeSuffix names the scope of signed-body claims beside a source's own ids.
-const bodyScopeSuffix = "\x1fbody"
 
 // unsignedID: the scheme signs the body only and the id is read from a header, which an
 // attacker who captured one signed request can change at will.

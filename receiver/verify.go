@@ -31,6 +31,42 @@ const (
 	SchemeNone             = "none"
 )
 
+// The headers that carry the signatures of the schemes that fix their names.
+const (
+	HeaderStripeSignature  = "Stripe-Signature"
+	HeaderWebhookID        = "Webhook-Id"
+	HeaderWebhookTimestamp = "Webhook-Timestamp"
+	HeaderWebhookSignature = "Webhook-Signature"
+	HeaderGitHubSignature  = "X-Hub-Signature-256"
+	HeaderShopifySignature = "X-Shopify-Hmac-Sha256"
+	HeaderSlackSignature   = "X-Slack-Signature"
+	HeaderSlackTimestamp   = "X-Slack-Request-Timestamp"
+)
+
+// SignatureHeaders are the headers a request to a source of v must carry: the signature's
+// first (the configured one for hmac-sha256, Authorization for bearer), then what it signs
+// besides the body (standard-webhooks' id and timestamp, Slack's timestamp). None for
+// scheme none. Standard-webhooks also takes the same headers named svix-*.
+func (v Verify) SignatureHeaders() []string {
+	switch v.Scheme {
+	case SchemeStripe:
+		return []string{HeaderStripeSignature}
+	case SchemeStandardWebhooks:
+		return []string{HeaderWebhookSignature, HeaderWebhookID, HeaderWebhookTimestamp}
+	case SchemeGitHub:
+		return []string{HeaderGitHubSignature}
+	case SchemeShopify:
+		return []string{HeaderShopifySignature}
+	case SchemeSlack:
+		return []string{HeaderSlackSignature, HeaderSlackTimestamp}
+	case SchemeHMACSHA256:
+		return []string{v.Header}
+	case SchemeBearer:
+		return []string{"Authorization"}
+	}
+	return nil
+}
+
 // ToleranceDefault is how far a signed timestamp may be from the receiver's clock, in either
 // direction.
 const ToleranceDefault = 300 * time.Second
@@ -162,7 +198,7 @@ func parseStripeHeader(s string) (stripeHeader, error) {
 }
 
 func (v stripeVerifier) verify(hd http.Header, body []byte, now time.Time) (string, error) {
-	h, err := parseStripeHeader(hd.Get("Stripe-Signature"))
+	h, err := parseStripeHeader(hd.Get(HeaderStripeSignature))
 	if err != nil {
 		return "", err
 	}
@@ -198,7 +234,7 @@ type standardVerifier struct {
 
 // swHeaders returns id, timestamp and signature, from the webhook-* names or else svix-*.
 func swHeaders(h http.Header) (id, ts, sig string) {
-	id, ts, sig = h.Get("Webhook-Id"), h.Get("Webhook-Timestamp"), h.Get("Webhook-Signature")
+	id, ts, sig = h.Get(HeaderWebhookID), h.Get(HeaderWebhookTimestamp), h.Get(HeaderWebhookSignature)
 	if id == "" && ts == "" && sig == "" {
 		id, ts, sig = h.Get("Svix-Id"), h.Get("Svix-Timestamp"), h.Get("Svix-Signature")
 	}
@@ -352,14 +388,14 @@ type slackVerifier struct {
 }
 
 func (v slackVerifier) verify(h http.Header, body []byte, now time.Time) (string, error) {
-	ts := h.Get("X-Slack-Request-Timestamp")
+	ts := h.Get(HeaderSlackTimestamp)
 	if ts == "" {
 		return "", failf("missing X-Slack-Request-Timestamp header")
 	}
 	if err := parseTimestamp(ts); err != nil {
 		return "", err
 	}
-	sig, err := parseBodySignature(h.Get("X-Slack-Signature"), "v0=", false)
+	sig, err := parseBodySignature(h.Get(HeaderSlackSignature), "v0=", false)
 	if err != nil {
 		return "", err
 	}
@@ -522,13 +558,13 @@ func newVerifier(v Verify, allowUnverified bool) (verifier, error) {
 		if err != nil {
 			return nil, err
 		}
-		return bodyHMACVerifier{keys: keys, header: "X-Hub-Signature-256", prefix: "sha256="}, nil
+		return bodyHMACVerifier{keys: keys, header: HeaderGitHubSignature, prefix: "sha256="}, nil
 	case SchemeShopify:
 		keys, err := raw()
 		if err != nil {
 			return nil, err
 		}
-		return bodyHMACVerifier{keys: keys, header: "X-Shopify-Hmac-Sha256", base64: true}, nil
+		return bodyHMACVerifier{keys: keys, header: HeaderShopifySignature, base64: true}, nil
 	case SchemeSlack:
 		keys, err := raw()
 		if err != nil {

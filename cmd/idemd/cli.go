@@ -186,9 +186,8 @@ func (c *cli) flags(name, args, summary string, withEnv bool) *flag.FlagSet {
 			fs.PrintDefaults()
 		}
 		if withEnv {
-			// "dlq list" reads what "dlq" reads.
 			fmt.Fprintln(w, "\nEnvironment:")
-			envHelp(w, strings.Fields(name)[0])
+			envHelp(w, name)
 			tracingHelp(w, strings.Fields(name)[0])
 			brokerHelp(w, strings.Fields(name)[0])
 		}

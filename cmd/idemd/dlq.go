@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"os/signal"
 	"slices"
 	"sort"
@@ -107,7 +108,7 @@ func doorList() string {
 
 // dbCommand loads the environment and connects, for the commands that read the database.
 func (c *cli) dbCommand(name string, ctx context.Context) (*Env, *pgxpool.Pool, int) {
-	e, err := loadEnvFor(strings.Fields(name)[0], c.env)
+	e, err := loadEnvFor(name, c.env)
 	if err != nil {
 		return nil, nil, c.fail(name, exitUsage, err)
 	}
@@ -285,7 +286,8 @@ func (c *cli) dlqReplay(args []string) int {
 		"id). Fix the cause (the effect SQL, the data, the endpoint) first.\n\n"+
 		"Name letters by id, or select them with the filter flags (every letter not yet replayed\n"+
 		"that matches, oldest first); -all selects every letter not yet replayed. -dry-run counts\n"+
-		"what would be replayed. Each replay is audited (admin_audit) as cli:$USER.", true)
+		"what would be replayed. Each replay is audited (admin_audit) as cli:$USER (cli:uid:<uid>\n"+
+		"when USER is unset).", true)
 	pipelines := fs.String("pipelines", "", "pipelines file (overrides IDEMD_PIPELINES_FILE)")
 	lf := addLetterFlags(fs)
 	all := fs.Bool("all", false, "with no id and no filter: every letter not yet replayed")
@@ -313,7 +315,7 @@ func (c *cli) dlqReplay(args []string) int {
 	case len(ids) > 0 && *dryRun:
 		return c.fail("dlq replay", exitUsage, errors.New("-dry-run counts the letters a filter selects; with ids there is nothing to count"))
 	}
-	e, err := loadEnvFor("dlq", c.env)
+	e, err := loadEnvFor("dlq replay", c.env)
 	if err != nil {
 		return c.fail("dlq replay", exitUsage, err)
 	}
@@ -347,7 +349,7 @@ func (c *cli) dlqReplay(args []string) int {
 	if err != nil {
 		return c.fail("dlq replay", exitFailure, err)
 	}
-	actor := "cli:" + cmpOr(c.env["USER"], "unknown")
+	actor := "cli:" + cmpOr(c.env["USER"], "uid:"+strconv.Itoa(os.Getuid()))
 	if len(ids) > 0 {
 		failed := 0
 		for _, id := range ids {
@@ -370,7 +372,7 @@ func (c *cli) dlqReplay(args []string) int {
 		return exitOK
 	}
 	progress := newProgress(c.stderr)
-	res, err := adm.BulkReplay(ctx, actor, admin.BulkReplayRequest{LetterFilter: filter, DryRun: *dryRun}, progress.update)
+	res, err := adm.BulkReplay(ctx, actor, admin.BulkReplayRequest{LetterFilter: filter, DryRun: *dryRun, All: *all}, progress.update)
 	if err != nil {
 		fmt.Fprintf(c.stdout, "stopped: %d matched, %d replayed, %d skipped, %d failed\n", res.Matched, res.Replayed, res.Skipped, res.Failed)
 		return c.fail("dlq replay", exitFailure, err)
@@ -463,7 +465,7 @@ func (c *cli) inspect(args []string) int {
 	fs := c.flags("inspect", "PIPELINE ID", "Show a message's whole story: its processed record (fingerprint, stored response,\n"+
 		"retention), its effect's outcome, its outbox rows and their publication, its HTTP\n"+
 		"deliveries, its conflicts and its dead letters.", true)
-	tenant := fs.String("tenant", "", "the tenant of an API source's idempotency key (default: the newest record of the id)")
+	tenant := fs.String("tenant", "", "the tenant of an API source's idempotency key (default: the newest record of the id; the other tenants holding it are named)")
 	asJSON := fs.Bool("json", false, "print JSON (the admin API's GET /api/v1/messages/{pipeline}/{id})")
 	if code, ok := c.parse(fs, args); !ok {
 		return code
@@ -508,6 +510,16 @@ func printStory(w io.Writer, st *admin.Story) {
 	if st.Tenant != "" {
 		fmt.Fprintf(w, " (tenant %s)", printable.Escape(st.Tenant))
 	}
+	if st.BodyClaim {
+		fmt.Fprint(w, " (the claim of a signed body, not a message)")
+	}
+	if len(st.OtherTenants) > 0 {
+		others := make([]string, len(st.OtherTenants))
+		for i, t := range st.OtherTenants {
+			others[i] = printable.Escape(t)
+		}
+		fmt.Fprintf(w, "\n  also held by tenants %s (this is the newest record; see -tenant)", strings.Join(others, ", "))
+	}
 	fmt.Fprintf(w, "\n  record:      %s, fingerprint %s\n  received:    %s\n  completed:   %s\n  retention:   until %s (then the id counts as new)\n",
 		st.Status, st.Fingerprint, st.ReceivedAt.UTC().Format(time.RFC3339), at(st.CompletedAt), st.ExpiresAt.UTC().Format(time.RFC3339))
 	effect := st.Effect.Outcome
@@ -547,6 +559,10 @@ func printStory(w io.Writer, st *admin.Story) {
 	}
 	fmt.Fprintf(w, "dead letters (%d):\n", len(st.DeadLetters))
 	for _, l := range st.DeadLetters {
-		fmt.Fprintf(w, "  %d  %s  replayed %s  %s\n", l.ID, l.Origin, at(l.ReplayedAt), truncate(printable.Escape(l.Reason), 100))
+		replayed := "not replayed"
+		if l.ReplayedAt != nil {
+			replayed = "replayed " + at(l.ReplayedAt)
+		}
+		fmt.Fprintf(w, "  %d  %s  %s  %s\n", l.ID, l.Origin, replayed, truncate(printable.Escape(l.Reason), 100))
 	}
 }

@@ -7,10 +7,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemd/idemd/admin"
 	"github.com/idemd/idemd/deadletter"
 	"github.com/idemd/idemd/internal/pgtest"
 	"github.com/idemd/idemd/migrations"
@@ -132,4 +134,25 @@ func count(t *testing.T, pool interface {
 	var n int
 	require.NoError(t, pool.QueryRow(context.Background(), "SELECT count(*) FROM "+schema+"."+from).Scan(&n))
 	return n
+}
+
+// inspect's story says "not replayed" for a letter never replayed, and names the other
+// tenants holding the id.
+func TestPrintStory(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	st := &admin.Story{
+		Message: admin.Message{Pipeline: "orders", Tenant: "bob", MessageID: "k1", Status: "dead_lettered", ReceivedAt: at, ExpiresAt: at},
+		Effect:  admin.Effect{Outcome: "dead_lettered"},
+		DeadLetters: []admin.DeadLetterBrief{
+			{ID: 25, Origin: "delivery", Reason: "refused: 400 Bad Request"},
+			{ID: 19, Origin: "http", Reason: "boom", ReplayedAt: &at},
+		},
+		OtherTenants: []string{"alice", "carol"},
+	}
+	var out strings.Builder
+	printStory(&out, st)
+	require.Contains(t, out.String(), "  25  delivery  not replayed  refused: 400 Bad Request\n")
+	require.Contains(t, out.String(), "  19  http  replayed 2026-03-01T12:00:00Z  boom\n")
+	require.Contains(t, out.String(), "message k1 of pipeline orders (tenant bob)\n  also held by tenants alice, carol")
 }

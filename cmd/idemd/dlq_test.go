@@ -114,6 +114,8 @@ VALUES ('ledger', $1, 'ledger', 'op_0', '{}', 'dead', 8, now()) RETURNING id`, u
 		require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+schema+"."+from, args...).Scan(&n))
 		return n
 	}
+	// USER is unset here: the audit names the uid.
+	require.Equal(t, 5, count("admin_audit WHERE actor = $1", fmt.Sprintf("cli:uid:%d", os.Getuid())))
 	check := func() {
 		require.Equal(t, 1, count("payments WHERE event_id = 'evt_1' AND amount = 7"))
 		require.Equal(t, 1, count("ledger WHERE event_id = 'op_1' AND amount = 9 AND topic = 'payments' AND off = 41"))

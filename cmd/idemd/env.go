@@ -23,12 +23,13 @@ import (
 // secrets named by the pipelines file are looked up separately, by name.
 //
 // Each field's tags say everything the help needs: cmds lists the commands that read the
-// variable (only their --help shows it, and only they report its problems), help is its
+// variable (only their --help shows it, and only they report its problems; "dlq" stands for
+// each of its subcommands, "dlq replay" for that one), help is its
 // line in --help, envDefault its default. Tests check --help and the README against them.
 type Env struct {
 	DatabaseURL         string            `env:"DATABASE_URL" cmds:"serve,dev,check,migrate,dlq,inspect" help:"PostgreSQL connection string (required; dev: postgres://postgres@127.0.0.1:5432/test)"`
-	KafkaBrokers        []string          `env:"KAFKA_BROKERS" envSeparator:"," cmds:"serve,dev,check,dlq" help:"comma-separated Kafka brokers (required by the consumer and relay roles; dev: an in-memory broker)"`
-	PipelinesFile       string            `env:"PIPELINES_FILE" envDefault:"idemd.yaml" cmds:"serve,dev,check,dlq,sign" help:"the pipelines file (dev and sign: the embedded deploy/idemd.dev.yaml)"`
+	KafkaBrokers        []string          `env:"KAFKA_BROKERS" envSeparator:"," cmds:"serve,dev,check,dlq replay" help:"comma-separated Kafka brokers (required by the consumer and relay roles; dev: an in-memory broker)"`
+	PipelinesFile       string            `env:"PIPELINES_FILE" envDefault:"idemd.yaml" cmds:"serve,dev,check,dlq replay,sign" help:"the pipelines file (dev and sign: the embedded deploy/idemd.dev.yaml)"`
 	HTTPAddr            string            `env:"HTTP_ADDR" envDefault:":8080" cmds:"serve,dev,check" help:"address of the receiver (HTTP sources)"`
 	AdminAddr           string            `env:"ADMIN_ADDR" envDefault:"127.0.0.1:9090" cmds:"serve,dev,check" help:"address of the admin server: /metrics, /healthz, /readyz (open), the admin API, console and pprof (token); Kubernetes: :9090"`
 	AdminToken          string            `env:"ADMIN_TOKEN" cmds:"serve,dev,check" help:"admin token, or name:token pairs, for the admin API, console and pprof (default: none, they answer 401; dev: one made for the run)"`
@@ -136,8 +137,13 @@ func envVars() []envVar {
 	return out
 }
 
-// readBy reports whether command cmd reads v ("" stands for every command).
-func (v envVar) readBy(cmd string) bool { return cmd == "" || slices.Contains(v.Commands, cmd) }
+// readBy reports whether command cmd ("dlq list" for a subcommand) reads v ("" stands for
+// every command): v names it, or its command (every subcommand of "dlq" reads a variable
+// that names "dlq").
+func (v envVar) readBy(cmd string) bool {
+	top, _, _ := strings.Cut(cmd, " ")
+	return cmd == "" || slices.Contains(v.Commands, cmd) || slices.Contains(v.Commands, top)
+}
 
 // environment is the process environment as a map, for env and for secret lookups.
 type environment map[string]string
