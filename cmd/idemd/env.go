@@ -30,7 +30,7 @@ type Env struct {
 	DatabaseURL         string            `env:"DATABASE_URL" cmds:"serve,dev,check,migrate,dlq,inspect" help:"PostgreSQL connection string (required; dev: postgres://postgres@127.0.0.1:5432/test)"`
 	KafkaBrokers        []string          `env:"KAFKA_BROKERS" envSeparator:"," cmds:"serve,dev,check,dlq replay" help:"comma-separated Kafka brokers (required by the consumer and relay roles; dev: an in-memory broker)"`
 	PipelinesFile       string            `env:"PIPELINES_FILE" envDefault:"idemd.yaml" cmds:"serve,dev,check,dlq replay,sign" help:"the pipelines file (dev and sign: the embedded deploy/idemd.dev.yaml)"`
-	HTTPAddr            string            `env:"HTTP_ADDR" envDefault:":8080" cmds:"serve,dev,check" help:"address of the receiver (HTTP sources)"`
+	HTTPAddr            string            `env:"HTTP_ADDR" envDefault:":8080" cmds:"serve,dev,check,sign" help:"address of the receiver (HTTP sources)"`
 	AdminAddr           string            `env:"ADMIN_ADDR" envDefault:"127.0.0.1:9090" cmds:"serve,dev,check" help:"address of the admin server: /metrics, /healthz, /readyz (open), the admin API, console and pprof (token); Kubernetes: :9090"`
 	AdminToken          string            `env:"ADMIN_TOKEN" cmds:"serve,dev,check" help:"admin token, or name:token pairs, for the admin API, console and pprof (default: none, they answer 401; dev: one made for the run)"`
 	AdminInsecureReads  bool              `env:"ADMIN_INSECURE_READS" envDefault:"false" cmds:"serve,dev,check" help:"let admin reads through without a token; writes and /debug/pprof stay refused"`
@@ -53,7 +53,7 @@ type Env struct {
 	DeadLetterRetention time.Duration     `env:"DEAD_LETTER_RETENTION" envDefault:"720h" cmds:"serve,dev,check" help:"how long dead letters (replayed or not) and the admin audit are kept"`
 	DeadLetterReplayed  time.Duration     `env:"DEAD_LETTER_REPLAYED_RETENTION" envDefault:"168h" cmds:"serve,dev,check" help:"how long a dead letter is kept after its replay"`
 	EntityVersionRetain time.Duration     `env:"ENTITY_VERSION_RETENTION" envDefault:"720h" cmds:"serve,dev,check" help:"how long the stale-event guard keeps an entity's last version after its last update"`
-	TLSCertFile         string            `env:"TLS_CERT_FILE" cmds:"serve,dev,check" help:"PEM certificate (chain) of the receiver: it serves HTTPS (with IDEMD_TLS_KEY_FILE)"`
+	TLSCertFile         string            `env:"TLS_CERT_FILE" cmds:"serve,dev,check,sign" help:"PEM certificate (chain) of the receiver: it serves HTTPS (with IDEMD_TLS_KEY_FILE)"`
 	TLSKeyFile          string            `env:"TLS_KEY_FILE" cmds:"serve,dev,check" help:"PEM private key of IDEMD_TLS_CERT_FILE"`
 	// The defaults are receiver.MaxConnsDefault, MaxUnverifiedBytesDefault, MaxBatchDefault
 	// and LingerDefault (a test holds them equal).
