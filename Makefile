@@ -33,13 +33,13 @@ fuzz-short:
 
 # The TypeScript client (clients/typescript): unit tests over the case table it shares with
 # idemclient, and tests against idemd built from this tree. Needs Node.js and npm: without
-# them this fails, it never skips. Debian 12's nodejs is 18, which lacks the global crypto
-# object without a flag; the package itself targets Node >= 20.
+# them this fails, it never skips. It needs Node.js >= 18: the package itself targets Node >= 20,
+# and Debian 12's nodejs, 18, lacks the global crypto object without a flag, which it is given.
 ts:
-	@command -v node >/dev/null 2>&1 || { echo "make ts: node is not installed; the TypeScript client's tests need Node.js >= 20 and npm (Debian: apt-get install nodejs npm)" >&2; exit 1; }
+	@command -v node >/dev/null 2>&1 || { echo "make ts: node is not installed; the TypeScript client's tests need Node.js >= 18 (20 or later runs them without flags) and npm (Debian: apt-get install nodejs npm)" >&2; exit 1; }
 	@command -v npm >/dev/null 2>&1 || { echo "make ts: npm is not installed; the TypeScript client's tests need it (Debian: apt-get install npm)" >&2; exit 1; }
 	@major=$$(node -p 'process.versions.node.split(".")[0]'); \
-	if [ "$$major" -lt 18 ]; then echo "make ts: Node.js $$(node --version) is too old; the TypeScript client needs Node.js >= 20" >&2; exit 1; fi; \
+	if [ "$$major" -lt 18 ]; then echo "make ts: Node.js $$(node --version) is too old; the TypeScript client's tests need Node.js >= 18 (20 or later runs them without flags)" >&2; exit 1; fi; \
 	if [ "$$major" -lt 20 ]; then echo "make ts: Node.js $$(node --version): running with --experimental-global-webcrypto"; export NODE_OPTIONS="$$NODE_OPTIONS --experimental-global-webcrypto"; fi; \
 	cd clients/typescript && npm ci --no-audit --no-fund --prefer-offline && GO="$(GO)" npm test
 

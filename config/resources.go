@@ -31,6 +31,12 @@ type Resources struct {
 // (a target or a dead-letter topic).
 func (r *Resources) KafkaTargets() bool { return r.kafkaTargets }
 
+// BrokerTargets reports whether the pipelines publish to a broker (Kafka, Pub/Sub or SQS):
+// then their outbox rows need a relay. HTTP targets have their own deliverer.
+func (r *Resources) BrokerTargets() bool {
+	return r.kafkaTargets || len(r.PubSubTopics)+len(r.SQSTargets) > 0
+}
+
 // PubSubName is a Pub/Sub subscription as a pipeline names it.
 type PubSubName struct {
 	// Pipeline is the subscription's pipeline.

@@ -159,6 +159,17 @@ func msg(id string, p int, body string) kafka.Message {
 	}
 }
 
+// perPartition is counts[p] records for each partition p, with the ids p0-0, p0-1… p1-0…
+func perPartition(counts ...int) []kafka.Message {
+	var msgs []kafka.Message
+	for p, n := range counts {
+		for i := range n {
+			msgs = append(msgs, msg(fmt.Sprintf("p%d-%d", p, i), p, ""))
+		}
+	}
+	return msgs
+}
+
 // produce writes msgs, each to the partition it names.
 func produce(t testing.TB, brokers []string, topic string, msgs ...kafka.Message) {
 	t.Helper()

@@ -199,7 +199,7 @@ func (c *Consumer) fetch(stop context.Context, log *logrus.Entry, p assigned, in
 		ErrorLogger:     kafka.LoggerFunc(log.Warnf),
 	})
 	defer func() { _ = r.Close() }()
-	defer metrics.WatchKafkaReader(c.cfg.Name+"/"+p.topic+"/"+strconv.Itoa(p.ID), r)()
+	defer metrics.WatchKafkaReader(c.cfg.Name, p.topic, p.ID, r)()
 	if err := r.SetOffset(p.Offset); err != nil {
 		log.WithError(err).Warn("error setting the partition's offset")
 		return

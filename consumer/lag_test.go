@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemd/idemd/consumer"
@@ -18,11 +17,18 @@ import (
 // "topic/partition".
 func lagSeries(t *testing.T, pipeline string) map[string]float64 {
 	t.Helper()
+	return partitionSeries(t, "idemd_consumer_lag", pipeline)
+}
+
+// partitionSeries returns the series of the per-partition family name whose pipeline label
+// is pipeline, by "topic/partition" (their topic and partition labels).
+func partitionSeries(t *testing.T, name, pipeline string) map[string]float64 {
+	t.Helper()
 	families, err := metrics.Registry.Gather()
 	require.NoError(t, err)
 	out := map[string]float64{}
 	for _, f := range families {
-		if f.GetName() != "idemd_consumer_lag" {
+		if f.GetName() != name {
 			continue
 		}
 		for _, m := range f.GetMetric() {
@@ -31,7 +37,7 @@ func lagSeries(t *testing.T, pipeline string) map[string]float64 {
 				labels[l.GetName()] = l.GetValue()
 			}
 			if labels["pipeline"] == pipeline {
-				out[labels["topic"]+"/"+labels["partition"]] = m.GetGauge().GetValue()
+				out[labels["topic"]+"/"+labels["partition"]] = m.GetGauge().GetValue() + m.GetCounter().GetValue()
 			}
 		}
 	}
@@ -47,14 +53,7 @@ func TestLagFromCommittedOffsets(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 2)
 	name := kafkatest.Name(t, "lag")
-	var msgs []kafka.Message
-	for i := range 5 {
-		msgs = append(msgs, msg(fmt.Sprintf("a%d", i), 0, ""))
-	}
-	for i := range 3 {
-		msgs = append(msgs, msg(fmt.Sprintf("b%d", i), 1, ""))
-	}
-	produce(t, b.brokers, b.topic, msgs...)
+	produce(t, b.brokers, b.topic, perPartition(5, 3)...)
 
 	owned := func(string, int) bool { return true }
 	m, err := consumer.NewLagMonitor(&consumer.LagConfig{

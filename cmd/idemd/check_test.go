@@ -191,6 +191,29 @@ func TestCheckPlainWords(t *testing.T) {
 	require.Equal(t, "idemd migrate: IDEMD_DATABASE_URL is required\n", errOut)
 }
 
+// TestCheckNoWarningFromInvalidPoolSize: an IDEMD_DB_MAX_CONNS that does not parse, or is
+// refused, is reported once, as an error; the pool warning is not made up from the zero (or
+// refused) value it leaves behind.
+func TestCheckNoWarningFromInvalidPoolSize(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "idemd.yaml")
+	require.NoError(t, os.WriteFile(file, []byte("subscriptions:\n  - name: ledger\n    topics: [ledger]\n"), 0o600))
+	for value, says := range map[string]string{
+		"many": `IDEMD_DB_MAX_CONNS: "many" is not a whole number`,
+		"1":    "IDEMD_DB_MAX_CONNS: 1 is too small",
+	} {
+		code, _, errOut := runIdemd(t, map[string]string{
+			"IDEMD_PIPELINES_FILE": file, "IDEMD_DATABASE_URL": pgtest.URL(), "IDEMD_DB_SCHEMA": testSchema(t),
+			"IDEMD_ROLES": "consumer", "IDEMD_KAFKA_BROKERS": "127.0.0.1:1",
+			"IDEMD_HTTP_ADDR": proctest.FreeAddr(t), "IDEMD_ADMIN_ADDR": proctest.FreeAddr(t),
+			"IDEMD_DB_MAX_CONNS": value,
+		}, "check")
+		require.Equal(t, 2, code, errOut)
+		require.Contains(t, errOut, says)
+		require.NotContains(t, errOut, "connections, and the subscriptions apply", "a warning made up from an invalid value:\n%s", errOut)
+	}
+}
+
 // TestCheckListenAddresses: check reports, with the other problems and naming the variable,
 // a listen address that does not parse and one that another process holds; an address a
 // role does not use is only parsed. A misspelled variable is a warning, with the name it

@@ -299,6 +299,11 @@ func (p *part) cancelAndWait(ctx context.Context, cancel context.CancelFunc) err
 func (d *daemon) Run(ctx context.Context) error {
 	defer d.close()
 	defer metrics.WatchPool(d.pool)()
+	// Whichever roles this process runs: rows it writes for a broker need a relay leader
+	// somewhere (alert IdemdNoRelayLeader).
+	if d.res.BrokerTargets() {
+		metrics.RelayExpected.Set(1)
+	}
 	log := d.log
 
 	adminLn, err := listen("IDEMD_ADMIN_ADDR", d.cfg.AdminAddr)

@@ -87,6 +87,13 @@ func TestHTTPSinkEndToEnd(t *testing.T) {
 	}
 	require.Equal(t, http.StatusOK, send(), "the duplicate is answered 2xx")
 
+	// HTTP targets only: no relay leader is needed (alert IdemdNoRelayLeader stays silent).
+	resp, err := http.Get("http://" + adminAddr + "/metrics")
+	require.NoError(t, err)
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Contains(t, string(metrics), "\nidemd_relay_expected 0\n")
+
 	key, err := delivery.ParseSecret(sinkSecret)
 	require.NoError(t, err)
 	mu.Lock()

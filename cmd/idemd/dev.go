@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/sirupsen/logrus"
 	"github.com/twmb/franz-go/pkg/kfake"
 
@@ -134,7 +135,7 @@ func (c *cli) dev(args []string) int {
 			return c.fail("dev", exitFailure, err)
 		}
 		if e.DBSearchPath == "" {
-			e.DBSearchPath = pgx.Identifier{appSchema}.Sanitize() + ", public"
+			e.DBSearchPath = devSearchPath(appSchema)
 		}
 	}
 	onReady := func(httpAddr, adminAddr string) {
@@ -213,6 +214,20 @@ func createDevTables(url, schema string) error {
 		return fmt.Errorf("error creating the dev tables: %w", err)
 	}
 	return tx.Commit(ctx)
+}
+
+// devSearchPath puts dev's schema of example tables first, so that the example SQL finds
+// them unqualified.
+func devSearchPath(appSchema string) string {
+	return pgx.Identifier{appSchema}.Sanitize() + ", public"
+}
+
+// devSchemaExists reports whether the database holds dev's example tables' schema
+// ({IDEMD_DB_SCHEMA}_dev): the mark of a schema that `idemd dev` ran on.
+func devSchemaExists(ctx context.Context, pool *pgxpool.Pool, appSchema string) (bool, error) {
+	var ok bool
+	err := pool.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_namespace WHERE nspname = $1)", appSchema).Scan(&ok)
+	return ok, err
 }
 
 // printDevBanner says, loudly, what dev runs and how to try it.

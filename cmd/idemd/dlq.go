@@ -287,7 +287,11 @@ func (c *cli) dlqReplay(args []string) int {
 		"Name letters by id, or select them with the filter flags (every letter not yet replayed\n"+
 		"that matches, oldest first); -all selects every letter not yet replayed. -dry-run counts\n"+
 		"what would be replayed. Each replay is audited (admin_audit) as cli:$USER (cli:uid:<uid>\n"+
-		"when USER is unset).", true)
+		"when USER is unset).\n\n"+
+		"Without IDEMD_PIPELINES_FILE or -pipelines, when idemd.yaml does not exist and the database\n"+
+		"has dev's example schema (IDEMD_DB_SCHEMA with _dev appended), the letters of an idemd dev run\n"+
+		"are replayed through dev's pipelines, as sign does, with that schema first on the search_path\n"+
+		"unless IDEMD_DB_SEARCH_PATH is set.", true)
 	pipelines := fs.String("pipelines", "", "pipelines file (overrides IDEMD_PIPELINES_FILE)")
 	lf := addLetterFlags(fs)
 	all := fs.Bool("all", false, "with no id and no filter: every letter not yet replayed")
@@ -320,14 +324,28 @@ func (c *cli) dlqReplay(args []string) int {
 		return c.fail("dlq replay", exitUsage, err)
 	}
 	if *pipelines != "" {
-		e.PipelinesFile = *pipelines
+		e.PipelinesFile, e.set["IDEMD_PIPELINES_FILE"] = *pipelines, true
 	}
 	if e.DatabaseURL == "" {
 		return c.fail("dlq replay", exitUsage, errNoDatabaseURL)
 	}
+	// A dev run's letters: no pipelines file named and none where the default points, so
+	// dev's embedded pipelines are the candidate, confirmed below by dev's schema in the
+	// database. A production schema never falls back to them.
 	var f *config.File
+	devSchema := ""
 	if !*dryRun {
-		if f, err = loadPipelines(e.PipelinesFile, c.env.lookup); err != nil {
+		_, statErr := os.Stat(e.PipelinesFile)
+		if !e.set["IDEMD_PIPELINES_FILE"] && errors.Is(statErr, os.ErrNotExist) {
+			devSchema = e.DBSchema + "_dev"
+			if e.DBSearchPath == "" {
+				e.DBSearchPath = devSearchPath(devSchema)
+			}
+			f, _, err = devPipelines(e, c.env)
+		} else {
+			f, err = loadPipelines(e.PipelinesFile, c.env.lookup)
+		}
+		if err != nil {
 			return c.fail("dlq replay", exitUsage, err)
 		}
 	}
@@ -338,6 +356,16 @@ func (c *cli) dlqReplay(args []string) int {
 		return c.fail("dlq replay", exitFailure, err)
 	}
 	defer pool.Close()
+	if devSchema != "" {
+		dev, err := devSchemaExists(ctx, pool, devSchema)
+		switch {
+		case err != nil:
+			return c.fail("dlq replay", exitFailure, err)
+		case !dev:
+			return c.fail("dlq replay", exitUsage, pipelinesNotFound(e.PipelinesFile, os.ErrNotExist))
+		}
+		fmt.Fprintf(c.stderr, "no pipelines file: replaying through dev's pipelines (%s), search_path %s\n", devPipelineSrc, e.DBSearchPath)
+	}
 	log := newLogger(e, c.stderr)
 	cfg := &admin.Config{Schema: e.DBSchema, Logger: log}
 	if f != nil {

@@ -246,3 +246,39 @@ func letterVars(t *testing.T, schema string) map[string]string {
 		"DLQ_STRIPE_SECRET": "whsec_dlq_escape_test_secret",
 	}
 }
+
+// TestDLQReplayDev: with no pipelines file, the letters of an `idemd dev` run are replayed
+// through dev's embedded pipelines, with dev's schema of example tables first on the
+// search_path, as `idemd sign` falls back to them. A schema dev never ran on (no
+// {IDEMD_DB_SCHEMA}_dev) does not fall back: the missing file is reported as before.
+func TestDLQReplayDev(t *testing.T) {
+	t.Parallel()
+	schema, pool := migratedSchema(t)
+	require.NoError(t, createDevTables(pgtest.URL(), schema+"_dev"))
+	ctx := context.Background()
+	var id int64
+	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		var err error
+		id, err = deadletter.New(schema).WriteTx(ctx, tx, &deadletter.Letter{
+			Pipeline: "stripe", Origin: deadletter.Origin{Door: deadletter.DoorHTTP}, Scope: "stripe", MessageID: "evt_dev_1",
+			Payload:  []byte(`{"id":"evt_dev_1","type":"charge.succeeded","data":{"object":{"id":"pi_dev_1","amount":7}}}`),
+			Headers:  map[string][]string{"Content-Type": {"application/json"}},
+			Metadata: map[string]any{"method": "POST", "path": "/webhooks/stripe", "tenant": ""},
+			Reason:   "invalid input syntax for type bigint", Attempts: 5,
+		})
+		return err
+	}))
+
+	code, out, errOut := runIdemd(t, map[string]string{"IDEMD_DATABASE_URL": pgtest.URL(), "IDEMD_DB_SCHEMA": schema}, "dlq", "replay", fmt.Sprint(id))
+	require.Equal(t, exitOK, code, "%s%s", out, errOut)
+	require.Equal(t, fmt.Sprintf("%d: replayed through source \"stripe\"\n", id), out)
+	require.Contains(t, errOut, "replaying through dev's pipelines")
+	var amount int64
+	require.NoError(t, pool.QueryRow(ctx, "SELECT amount FROM "+schema+"_dev.payments WHERE event_id = 'evt_dev_1'").Scan(&amount))
+	require.EqualValues(t, 7, amount, "the effect ran in dev's example schema")
+
+	other, _ := migratedSchema(t)
+	code, _, errOut = runIdemd(t, map[string]string{"IDEMD_DATABASE_URL": pgtest.URL(), "IDEMD_DB_SCHEMA": other}, "dlq", "replay", "1")
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errOut, "the pipelines file idemd.yaml was not found")
+}

@@ -140,6 +140,7 @@ func TestEndToEnd(t *testing.T) {
 	resp.Body.Close()
 	require.Contains(t, string(metrics), `idemd_messages_processed_total{pipeline="stripe"} 1`)
 	require.Contains(t, string(metrics), `idemd_messages_duplicate_total{pipeline="stripe"} 1`)
+	require.Contains(t, string(metrics), "\nidemd_relay_expected 1\n", "the source publishes to Kafka: a relay must lead")
 
 	code, took := stopIdemd(t, s.p, s.timeout)
 	require.Equal(t, 0, code)

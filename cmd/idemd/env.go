@@ -29,7 +29,7 @@ import (
 type Env struct {
 	DatabaseURL         string            `env:"DATABASE_URL" cmds:"serve,dev,check,migrate,dlq,inspect" help:"PostgreSQL connection string (required; dev: postgres://postgres@127.0.0.1:5432/test)"`
 	KafkaBrokers        []string          `env:"KAFKA_BROKERS" envSeparator:"," cmds:"serve,dev,check,dlq replay" help:"comma-separated Kafka brokers (required by the consumer and relay roles; dev: an in-memory broker)"`
-	PipelinesFile       string            `env:"PIPELINES_FILE" envDefault:"idemd.yaml" cmds:"serve,dev,check,dlq replay,sign" help:"the pipelines file (dev and sign: the embedded deploy/idemd.dev.yaml)"`
+	PipelinesFile       string            `env:"PIPELINES_FILE" envDefault:"idemd.yaml" cmds:"serve,dev,check,dlq replay,sign" help:"the pipelines file (dev and sign: the embedded deploy/idemd.dev.yaml; dlq replay too, on a schema dev ran on, when idemd.yaml does not exist)"`
 	HTTPAddr            string            `env:"HTTP_ADDR" envDefault:":8080" cmds:"serve,dev,check,sign" help:"address of the receiver (HTTP sources)"`
 	AdminAddr           string            `env:"ADMIN_ADDR" envDefault:"127.0.0.1:9090" cmds:"serve,dev,check" help:"address of the admin server: /metrics, /healthz, /readyz (open), the admin API, console and pprof (token); Kubernetes: :9090"`
 	AdminToken          string            `env:"ADMIN_TOKEN" cmds:"serve,dev,check" help:"admin token, or name:token pairs, for the admin API, console and pprof (default: none, they answer 401; dev: one made for the run)"`

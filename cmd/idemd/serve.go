@@ -253,7 +253,8 @@ func (c *cli) check(args []string) int {
 	for _, w := range append(f.Warnings(), f.EpochsWarnings(e.PartitionInterval.For(f))...) {
 		warnings.add(w)
 	}
-	if slices.Contains(e.roles, roleConsumer) {
+	// An invalid IDEMD_DB_MAX_CONNS is reported already; its field holds no size to warn about.
+	if slices.Contains(e.roles, roleConsumer) && !e.invalid["IDEMD_DB_MAX_CONNS"] {
 		for _, w := range f.PoolWarnings(e.DBMaxConns) {
 			warnings.add(w)
 		}

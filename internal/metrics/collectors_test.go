@@ -103,19 +103,20 @@ func TestKafkaStats(t *testing.T) {
 	stopW()
 	require.Empty(t, series(t, "idemd_kafka_writer_messages_total", byClient))
 
+	// A partition's reader: pipeline, topic and partition are labels of their own.
 	pipeline := kafkatest.Name(t, "reader")
-	r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: topic, MaxWait: 50 * time.Millisecond})
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: topic, Partition: 0, MaxWait: 50 * time.Millisecond})
 	defer r.Close()
-	stopR := metrics.WatchKafkaReader(pipeline, r)
+	stopR := metrics.WatchKafkaReader(pipeline, topic, 0, r)
 	defer stopR()
 	for range 3 {
 		_, err := r.ReadMessage(ctx)
 		require.NoError(t, err)
 	}
-	byPipeline := map[string]string{"pipeline": pipeline}
-	require.Equal(t, 3.0, series(t, "idemd_kafka_reader_messages_total", byPipeline)[""])
-	require.Equal(t, 3.0, series(t, "idemd_kafka_reader_messages_total", byPipeline)[""], "a second scrape does not lose them")
-	require.Contains(t, series(t, "idemd_kafka_reader_queue_capacity", byPipeline), "")
+	byPartition := map[string]string{"pipeline": pipeline, "topic": topic, "partition": "0"}
+	require.Equal(t, 3.0, series(t, "idemd_kafka_reader_messages_total", byPartition)[""])
+	require.Equal(t, 3.0, series(t, "idemd_kafka_reader_messages_total", byPartition)[""], "a second scrape does not lose them")
+	require.Contains(t, series(t, "idemd_kafka_reader_queue_capacity", byPartition), "")
 	stopR()
-	require.Empty(t, series(t, "idemd_kafka_reader_messages_total", byPipeline))
+	require.Empty(t, series(t, "idemd_kafka_reader_messages_total", map[string]string{"pipeline": pipeline}))
 }

@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"strconv"
 	"strings"
 	"sync"
 
@@ -30,15 +31,15 @@ var (
 		add("idemd_kafka_reader_wait_seconds_total", s.WaitTime.Sum.Seconds())
 		set("idemd_kafka_reader_queue_length", float64(s.QueueLength))
 		set("idemd_kafka_reader_queue_capacity", float64(s.QueueCapacity))
-	}, "pipeline", map[string]string{
-		"idemd_kafka_reader_dials_total":        "Connections the subscription's Kafka reader opened.",
-		"idemd_kafka_reader_fetches_total":      "Fetch requests of the subscription's Kafka reader.",
-		"idemd_kafka_reader_messages_total":     "Records the subscription's Kafka reader fetched.",
-		"idemd_kafka_reader_bytes_total":        "Bytes of records the subscription's Kafka reader fetched.",
-		"idemd_kafka_reader_rebalances_total":   "Consumer group rebalances the subscription's reader went through.",
-		"idemd_kafka_reader_timeouts_total":     "Fetches of the subscription's Kafka reader that timed out.",
-		"idemd_kafka_reader_errors_total":       "Errors of the subscription's Kafka reader (fetch, commit, group).",
-		"idemd_kafka_reader_wait_seconds_total": "Time the subscription's Kafka reader waited for fetched records.",
+	}, []string{"pipeline", "topic", "partition"}, map[string]string{
+		"idemd_kafka_reader_dials_total":        "Connections the subscription's partition reader opened.",
+		"idemd_kafka_reader_fetches_total":      "Fetch requests of the subscription's partition reader.",
+		"idemd_kafka_reader_messages_total":     "Records the subscription's partition reader fetched.",
+		"idemd_kafka_reader_bytes_total":        "Bytes of records the subscription's partition reader fetched.",
+		"idemd_kafka_reader_rebalances_total":   "Consumer group rebalances the subscription's partition reader went through.",
+		"idemd_kafka_reader_timeouts_total":     "Fetches of the subscription's partition reader that timed out.",
+		"idemd_kafka_reader_errors_total":       "Errors of the subscription's partition reader (fetch, commit, group).",
+		"idemd_kafka_reader_wait_seconds_total": "Time the subscription's partition reader waited for fetched records.",
 		"idemd_kafka_reader_queue_length":       "Records fetched and not yet handed to the consumer.",
 		"idemd_kafka_reader_queue_capacity":     "Capacity of the reader's queue of fetched records.",
 	})
@@ -51,7 +52,7 @@ var (
 		add("idemd_kafka_writer_retries_total", float64(s.Retries))
 		add("idemd_kafka_writer_write_seconds_total", s.WriteTime.Sum.Seconds())
 		add("idemd_kafka_writer_batches_total", float64(s.BatchTime.Count))
-	}, "client", map[string]string{
+	}, []string{"client"}, map[string]string{
 		"idemd_kafka_writer_writes_total":        "Produce requests of the Kafka writer.",
 		"idemd_kafka_writer_messages_total":      "Records the Kafka writer produced.",
 		"idemd_kafka_writer_bytes_total":         "Bytes of records the Kafka writer produced.",
@@ -62,38 +63,49 @@ var (
 	})
 )
 
-// WatchKafkaReader exports r's statistics, labelled pipeline, until stop is called. Stop
-// deletes the series: a stopped subscription exports nothing.
-func WatchKafkaReader(pipeline string, r ReaderStatser) (stop func()) {
-	return kafkaReaders.watch(pipeline, r)
+// WatchKafkaReader exports the statistics of r, the reader of one partition of a
+// subscription, labelled pipeline, topic and partition (as idemd_consumer_lag is), until
+// stop is called. Stop deletes the series: a stopped reader exports nothing.
+func WatchKafkaReader(pipeline, topic string, partition int, r ReaderStatser) (stop func()) {
+	return kafkaReaders.watch(r, pipeline, topic, strconv.Itoa(partition))
 }
 
 // WatchKafkaWriter exports w's statistics, labelled client (e.g. "relay"), until stop is
 // called.
 func WatchKafkaWriter(client string, w WriterStatser) (stop func()) {
-	return kafkaWriters.watch(client, w)
+	return kafkaWriters.watch(w, client)
 }
 
-// statsCollector turns kafka-go's snapshot statistics into Prometheus series, one label
-// value per watched source.
+// statsCollector turns kafka-go's snapshot statistics into Prometheus series, one set of
+// label values per watched source.
 type statsCollector[S comparable] struct {
 	mu       sync.Mutex
 	read     func(s S, add, set func(name string, v float64))
 	counters map[string]*prometheus.CounterVec
 	gauges   map[string]*prometheus.GaugeVec
-	sources  map[string]S
+	sources  map[string]watched[S] // by the label values joined with labelSep
 }
 
-func newStatsCollector[S comparable](read func(s S, add, set func(string, float64)), label string, help map[string]string) *statsCollector[S] {
+// watched is a source and the label values of its series.
+type watched[S comparable] struct {
+	s      S
+	labels []string
+}
+
+// labelSep joins label values into a key of sources; Prometheus label values are UTF-8,
+// which never holds the byte 0xff.
+const labelSep = "\xff"
+
+func newStatsCollector[S comparable](read func(s S, add, set func(string, float64)), labels []string, help map[string]string) *statsCollector[S] {
 	c := &statsCollector[S]{
-		read: read, sources: map[string]S{},
+		read: read, sources: map[string]watched[S]{},
 		counters: map[string]*prometheus.CounterVec{}, gauges: map[string]*prometheus.GaugeVec{},
 	}
 	for name, h := range help {
 		if isCounter(name) {
-			c.counters[name] = prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: h}, []string{label})
+			c.counters[name] = prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: h}, labels)
 		} else {
-			c.gauges[name] = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: h}, []string{label})
+			c.gauges[name] = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: h}, labels)
 		}
 	}
 	return c
@@ -101,24 +113,25 @@ func newStatsCollector[S comparable](read func(s S, add, set func(string, float6
 
 func isCounter(name string) bool { return strings.HasSuffix(name, "_total") }
 
-func (c *statsCollector[S]) watch(label string, s S) func() {
+func (c *statsCollector[S]) watch(s S, labels ...string) func() {
+	key := strings.Join(labels, labelSep)
 	c.mu.Lock()
-	c.sources[label] = s
+	c.sources[key] = watched[S]{s: s, labels: labels}
 	c.mu.Unlock()
 	var once sync.Once
 	return func() {
 		once.Do(func() {
 			c.mu.Lock()
 			defer c.mu.Unlock()
-			if c.sources[label] != s {
-				return // replaced by a newer source of the same name
+			if c.sources[key].s != s {
+				return // replaced by a newer source of the same labels
 			}
-			delete(c.sources, label)
+			delete(c.sources, key)
 			for _, v := range c.counters {
-				v.DeleteLabelValues(label)
+				v.DeleteLabelValues(labels...)
 			}
 			for _, v := range c.gauges {
-				v.DeleteLabelValues(label)
+				v.DeleteLabelValues(labels...)
 			}
 		})
 	}
@@ -136,10 +149,10 @@ func (c *statsCollector[S]) Describe(ch chan<- *prometheus.Desc) {
 func (c *statsCollector[S]) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for label, s := range c.sources {
-		c.read(s,
-			func(name string, v float64) { c.counters[name].WithLabelValues(label).Add(max(v, 0)) },
-			func(name string, v float64) { c.gauges[name].WithLabelValues(label).Set(v) })
+	for _, w := range c.sources {
+		c.read(w.s,
+			func(name string, v float64) { c.counters[name].WithLabelValues(w.labels...).Add(max(v, 0)) },
+			func(name string, v float64) { c.gauges[name].WithLabelValues(w.labels...).Set(v) })
 	}
 	for _, v := range c.counters {
 		v.Collect(ch)

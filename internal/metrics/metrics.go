@@ -73,6 +73,14 @@ var (
 	RelayLeader = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "idemd_relay_leader", Help: "1 when this process is the active outbox relay.",
 	})
+	// RelayExpected is 1 in a daemon whose pipelines publish to Kafka, Pub/Sub or SQS (a
+	// publish target or a dead-letter topic): their outbox rows wait until some process
+	// leads the relay. With HTTP targets only, the relay has nothing to publish (and is not
+	// started without brokers), so no leader is needed: the IdemdNoRelayLeader alert keys
+	// on this gauge to tell the two apart.
+	RelayExpected = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "idemd_relay_expected", Help: "1 when this process's pipelines publish to Kafka, Pub/Sub or SQS, so that some process must lead the outbox relay.",
+	})
 	// ConsumerLag is the lag of each partition of a subscription's consumer group, in
 	// records: the broker's high-water mark minus the group's committed offset, as
 	// consumer.LagMonitor reads them from the broker. Every replica running the consumer
@@ -114,7 +122,7 @@ func init() {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		Received, Processed, Duplicates, Conflicts, DeadLettered, Stale, InFlight, Rejected, Retries,
 		TxDuration, TxBatchSize, RequestDuration,
-		OutboxBacklog, OutboxOldestAge, OutboxPublished, OutboxPublishErrors, OutboxTopicFailing, RelayLeader,
+		OutboxBacklog, OutboxOldestAge, OutboxPublished, OutboxPublishErrors, OutboxTopicFailing, RelayLeader, RelayExpected,
 		ConsumerLag, ConsumerLagErrors, SubscriptionBacklog, Pruned, ProcessedEpochs, ProcessedFilterIDs,
 		poolStats, kafkaReaders, kafkaWriters,
 	)
