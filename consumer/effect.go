@@ -26,8 +26,15 @@ import (
 // Handler is a Go effect for what SQL cannot express. It runs inside the transaction that
 // claims msg.ID, so everything it writes through tx commits together with the claim or not
 // at all. It must not commit or roll back tx. An error marked with exactlyonce.Permanent
-// dead-letters the message after MaxAttempts; any other error is retried with backoff, for
-// ever.
+// dead-letters the message after DeadLetter.MaxAttempts such failures; any other error is
+// retried with backoff, for ever.
+//
+// A Handler may run more often than that for one message, with the same msg: when any
+// message of its batch fails transiently (its own Handler, a serialization failure, a lost
+// connection), the whole batch's transaction rolls back and every Handler of the batch
+// runs again. The rolled-back runs leave nothing in the database, so the effect through tx
+// is applied once; an effect outside tx (an HTTP call, a message to another system) must
+// be idempotent itself, for example keyed by msg.ID.
 type Handler func(ctx context.Context, tx pgx.Tx, msg Message) error
 
 // ErrNoMessageID is the reason a record without a message id is dead-lettered.

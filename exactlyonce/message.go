@@ -44,7 +44,9 @@ type Message struct {
 	// Events are written to the outbox, in the same transaction, when the effect ran.
 	Events []Event
 	// MaxAttempts is how many times a permanently failing effect is tried before the
-	// message is dead-lettered. Defaults to 1.
+	// message is dead-lettered: failures of this message's effect, not runs of it (a batch
+	// retried for another message's transient failure runs every effect again, rolled
+	// back). Defaults to 1.
 	MaxAttempts int
 	// Letter is written when the message is dead-lettered; the unit fills in its Reason
 	// and Attempts. Nil: the record is marked dead and nothing else is kept.

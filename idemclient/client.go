@@ -6,7 +6,9 @@
 // original result. Retries (network errors, 409, 408, 425, 429, 5xx) wait a capped
 // exponential backoff with full jitter and never less than the server's Retry-After; other
 // 4xx are never retried. For an operation that must survive a restart of the caller, store a key
-// (NewKey) with the operation and set it on the request yourself.
+// (NewKey) with the operation and set it on the request yourself. Besides the client's
+// retries, net/http may resend an attempt by itself on a failed keep-alive connection, with
+// the same key (Config.MaxAttempts says when).
 package idemclient
 
 import (
@@ -17,11 +19,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/idemd/idemd/internal/idemkey"
 	"github.com/idemd/idemd/internal/retry"
 )
 
@@ -42,6 +48,15 @@ type Config struct {
 	// http.DefaultClient.
 	HTTPClient *http.Client
 	// MaxAttempts bounds the attempts of one operation, the first included. Defaults to 6.
+	//
+	// It counts the attempts of the client, not the requests the server may see: net/http's
+	// Transport resends a request by itself, at once, in the cases it deems safe, and one
+	// with an Idempotency-Key header is one of them (it counts as idempotent, like a GET):
+	// over HTTP/1.1 when a reused keep-alive connection fails before an answer (the server
+	// closed it meanwhile), and over HTTP/2 when the connection became unusable or the server
+	// refused the stream or sent GOAWAY before processing it. That resend carries the same key, so it applies nothing twice,
+	// but it is part of the attempt: no backoff, no OnRetry, not counted. With
+	// http.Transport.DisableKeepAlives set, HTTP/1.1 attempts are never resent so.
 	MaxAttempts int
 	// BackoffMin and BackoffMax bound the wait between attempts: full jitter over
 	// min(BackoffMax, BackoffMin·2^(attempt-1)). Defaults to 200 ms and 10 s.
@@ -49,7 +64,9 @@ type Config struct {
 	// RetryAfterMax is the longest Retry-After the client waits for; a longer one ends the
 	// retries and Do returns that answer. Defaults to 1 min.
 	RetryAfterMax time.Duration
-	// OnRetry, when set, is called before each wait between attempts (logs, metrics, tests).
+	// OnRetry, when set, is called before each wait between attempts (logs, metrics, tests):
+	// once per attempt that the client retries, not for the Transport's own resends
+	// (MaxAttempts).
 	OnRetry func(Retry)
 }
 
@@ -101,30 +118,51 @@ func NewKey() string { return uuid.NewString() }
 // ErrBodyNotReplayable: the request has a body but no GetBody, so it cannot be resent.
 var ErrBodyNotReplayable = errors.New("idemclient: request body is not replayable: build it with http.NewRequest from a bytes.Reader, bytes.Buffer or strings.Reader, or set GetBody")
 
-// Do sends req until the server gives a final answer, and returns it. The key is req's
-// Idempotency-Key header when the caller set one, else a new UUIDv4; either way it is fixed
-// before the first attempt and sent on every attempt (the response's Request carries it).
+// ErrInvalidKey: the request's Idempotency-Key header does not hold one key of 1 to 255
+// printable ASCII characters, the keys idemd (and the IETF draft) accept; the returned error
+// says what is wrong. Do returns it before sending anything.
+var ErrInvalidKey = errors.New("idemclient: invalid Idempotency-Key")
+
+// Do sends req until the server gives a final answer, and returns it. The key is the one in
+// req's Idempotency-Key header when the caller set one, else a new UUIDv4; either way it is
+// fixed before the first attempt and sent on every attempt (the response's Request carries
+// it). A key is 1 to 255 printable ASCII characters, as idemd requires; Do refuses another,
+// or two header lines, with ErrInvalidKey before sending, where the server would answer 400.
+// Set the key as it is ("order,42"); a value that is already a Structured Fields string
+// ("\"order,42\"") is read as one. Do sends the key bare when it is an HTTP token (a UUID
+// is), else as a Structured Fields string, which idemd reads back as the same key: sent
+// bare, a key with a comma would be two keys.
+//
+// The operation ends when ctx or req's own context (http.NewRequestWithContext) ends,
+// whichever comes first: its attempts and its waits.
 //
 // The returned response is the first answer that is not retried: a 2xx, another 4xx, a
 // Retry-After beyond RetryAfterMax; or, when MaxAttempts ran out, the last answer, whatever
-// its status. Do returns an error only when no answer came (the last network error), when
-// ctx ended (wrapping ctx.Err()), or when req's body cannot be replayed. req is not
-// modified.
+// its status. Do returns an error only when no answer came (the last network error, or one
+// that no retry can mend: an unsupported URL scheme, no host, an invalid address or port, a
+// certificate the client refuses), when a context ended (wrapping its Err()), when the key
+// is invalid, or when req's body cannot be replayed. req is not modified.
 func (c *Client) Do(ctx context.Context, req *http.Request) (*http.Response, error) {
 	if req.Body != nil && req.Body != http.NoBody && req.GetBody == nil {
 		return nil, ErrBodyNotReplayable
 	}
-	key := req.Header.Get(HeaderIdempotencyKey)
-	if key == "" {
-		key = NewKey()
+	key, err := requestKey(req)
+	if err != nil {
+		return nil, fmt.Errorf("%w on %s %s: %w", ErrInvalidKey, req.Method, req.URL.Redacted(), err)
 	}
+	// op ends with either context; ended says which one ended, ctx first.
+	op, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(req.Context(), cancel)()
+	ended := func() error { return cmp.Or(ctx.Err(), req.Context().Err()) }
+	header := idemkey.Format(key)
 	for attempt := 1; ; attempt++ {
-		resp, err := c.send(ctx, req, key)
-		if ctx.Err() != nil {
+		resp, err := c.send(op, req, header)
+		if op.Err() != nil {
 			if resp != nil {
 				resp.Body.Close()
 			}
-			return nil, fmt.Errorf("idemclient: %s %s with key %s: %w", req.Method, req.URL.Redacted(), key, ctx.Err())
+			return nil, fmt.Errorf("idemclient: %s %s with key %s: %w", req.Method, req.URL.Redacted(), key, ended())
 		}
 		r := Retry{Key: key, Attempt: attempt, Err: err}
 		var retryAfter time.Duration
@@ -153,16 +191,42 @@ func (c *Client) Do(ctx context.Context, req *http.Request) (*http.Response, err
 		}
 		timer := time.NewTimer(r.Wait)
 		select {
-		case <-ctx.Done():
+		case <-op.Done():
 			timer.Stop()
-			return nil, fmt.Errorf("idemclient: %s %s with key %s, waiting after attempt %d: %w", req.Method, req.URL.Redacted(), key, attempt, ctx.Err())
+			return nil, fmt.Errorf("idemclient: %s %s with key %s, waiting after attempt %d: %w", req.Method, req.URL.Redacted(), key, attempt, ended())
 		case <-timer.C:
 		}
 	}
 }
 
-// send makes one attempt on a copy of req with a fresh body.
-func (c *Client) send(ctx context.Context, req *http.Request, key string) (*http.Response, error) {
+// requestKey is the key of req's Idempotency-Key header, or a new one when it has none. A
+// value that starts with '"' is a Structured Fields string, read as idemd reads it; any
+// other value is the key itself, which Do sends quoted when it must be.
+func requestKey(req *http.Request) (string, error) {
+	values := req.Header.Values(HeaderIdempotencyKey)
+	switch {
+	case len(values) == 0 || len(values) == 1 && values[0] == "":
+		return NewKey(), nil
+	case len(values) > 1:
+		return "", fmt.Errorf("%w: %d header lines", idemkey.ErrManyKeys, len(values))
+	case strings.HasPrefix(strings.TrimLeft(values[0], " \t"), `"`):
+		return idemkey.Parse(values)
+	}
+	k := values[0]
+	if len(k) > idemkey.MaxLen {
+		return "", fmt.Errorf("%w, got %d", idemkey.ErrInvalidKey, len(k))
+	}
+	for i := 0; i < len(k); i++ {
+		if c := k[i]; c < 0x20 || c > 0x7e {
+			return "", fmt.Errorf("%w, got byte %#02x at %d", idemkey.ErrInvalidKey, c, i)
+		}
+	}
+	return k, nil
+}
+
+// send makes one attempt on a copy of req with a fresh body, under ctx, with header as the
+// Idempotency-Key header.
+func (c *Client) send(ctx context.Context, req *http.Request, header string) (*http.Response, error) {
 	r := req.Clone(ctx)
 	if req.GetBody != nil {
 		body, err := req.GetBody()
@@ -171,7 +235,7 @@ func (c *Client) send(ctx context.Context, req *http.Request, key string) (*http
 		}
 		r.Body = body
 	}
-	r.Header.Set(HeaderIdempotencyKey, key)
+	r.Header.Set(HeaderIdempotencyKey, header)
 	return c.http.Do(r)
 }
 
@@ -183,15 +247,43 @@ func retryableStatus(status int) bool {
 }
 
 // retryableError: a network error may have happened before or after the server applied
-// the operation; the key makes the retry safe either way. A certificate the client refuses
-// would be refused again.
+// the operation; the key makes the retry safe either way, and a refused or reset connection
+// or a timeout may well pass next time. An error about the request itself would come again
+// on every attempt: a certificate the client refuses, an address or port that cannot be
+// dialled as written (*net.AddrError), and the requests net/http refuses before sending
+// them, which it reports with errors of no exported type (unsupported scheme, no host,
+// invalid method or header), recognised by their text.
 func retryableError(err error) bool {
 	var (
 		unknownAuthority x509.UnknownAuthorityError
 		hostname         x509.HostnameError
 		invalid          x509.CertificateInvalidError
 		verify           *tls.CertificateVerificationError
+		addr             *net.AddrError
 	)
-	return !errors.As(err, &unknownAuthority) && !errors.As(err, &hostname) &&
-		!errors.As(err, &invalid) && !errors.As(err, &verify)
+	if errors.As(err, &unknownAuthority) || errors.As(err, &hostname) || errors.As(err, &invalid) ||
+		errors.As(err, &verify) || errors.As(err, &addr) {
+		return false
+	}
+	var u *url.Error
+	if errors.As(err, &u) {
+		msg := u.Err.Error()
+		for _, refused := range refusedRequests {
+			if strings.HasPrefix(msg, refused) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// refusedRequests are the beginnings of the errors with which net/http's Client and
+// Transport refuse a request before sending it (transport.go, client.go).
+var refusedRequests = []string{
+	"unsupported protocol scheme",
+	"http: no Host in request URL",
+	"http: nil Request.",
+	"net/http: invalid method",
+	"net/http: invalid header",
+	"net/http: invalid trailer",
 }

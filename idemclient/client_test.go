@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -56,6 +57,20 @@ func drop(w http.ResponseWriter) {
 	if err == nil {
 		conn.Close()
 	}
+}
+
+// newHangingServer never answers; arrived receives when a request arrives.
+func newHangingServer(t *testing.T) (*server, <-chan struct{}) {
+	t.Helper()
+	block, arrived := make(chan struct{}), make(chan struct{}, 1)
+	t.Cleanup(func() { close(block) })
+	return newServer(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		arrived <- struct{}{}
+		select {
+		case <-block:
+		case <-r.Context().Done():
+		}
+	}), arrived
 }
 
 func newClient(t *testing.T, cfg idemclient.Config) (*idemclient.Client, *[]idemclient.Retry) {
@@ -226,15 +241,7 @@ func TestCancellationStopsRetrying(t *testing.T) {
 	require.Len(t, keys, 1)
 
 	// And during a request: the server never answers.
-	block, arrived := make(chan struct{}), make(chan struct{}, 1)
-	t.Cleanup(func() { close(block) })
-	hang := newServer(t, func(w http.ResponseWriter, r *http.Request, n int) {
-		arrived <- struct{}{}
-		select {
-		case <-block:
-		case <-r.Context().Done():
-		}
-	})
+	hang, arrived := newHangingServer(t)
 	ctx, cancel2 := context.WithCancel(context.Background())
 	go func() {
 		<-arrived
@@ -259,4 +266,68 @@ func TestNewRefusesBadConfig(t *testing.T) {
 	require.ErrorContains(t, err, "MaxAttempts")
 	_, err = idemclient.New(&idemclient.Config{BackoffMin: time.Second, BackoffMax: time.Millisecond})
 	require.ErrorContains(t, err, "BackoffMax")
+}
+
+// TestRequestContextEndsTheOperation: a request made with http.NewRequestWithContext is
+// bounded by its context too, during a wait and during an attempt, whichever context ends
+// first.
+func TestRequestContextEndsTheOperation(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		w.Header().Set("Retry-After", "30")
+		w.WriteHeader(http.StatusServiceUnavailable)
+	})
+	reqCtx, cancel := context.WithCancel(context.Background())
+	cfg := idemclient.Config{MaxAttempts: 2, OnRetry: func(idemclient.Retry) { cancel() }}
+	c, err := idemclient.New(&cfg)
+	require.NoError(t, err)
+	req, err := http.NewRequestWithContext(reqCtx, http.MethodPost, s.URL, strings.NewReader(`{}`))
+	require.NoError(t, err)
+	// Do's own context only guards the test: without the request's, Do would end with it.
+	ctx, stop := context.WithTimeout(context.Background(), 10*time.Second)
+	defer stop()
+	_, err = c.Do(ctx, req)
+	require.ErrorIs(t, err, context.Canceled)
+	require.ErrorContains(t, err, "waiting after attempt 1")
+	keys, _, _ := s.seen()
+	require.Len(t, keys, 1)
+
+	// During an attempt: the server never answers.
+	hang, arrived := newHangingServer(t)
+	reqCtx, cancel2 := context.WithCancel(context.Background())
+	go func() {
+		<-arrived
+		cancel2()
+	}()
+	req, err = http.NewRequestWithContext(reqCtx, http.MethodPost, hang.URL, strings.NewReader(`{}`))
+	require.NoError(t, err)
+	_, err = c.Do(ctx, req)
+	require.ErrorIs(t, err, context.Canceled)
+	require.NoError(t, ctx.Err(), "ended by the request's context, not by Do's")
+}
+
+// TestPermanentErrorsAreNotRetried: a request that can never be sent as written fails at
+// once; a refused connection is retried.
+func TestPermanentErrorsAreNotRetried(t *testing.T) {
+	t.Parallel()
+	for _, u := range []string{"htp://127.0.0.1:8080/x", "http://127.0.0.1:99999/x", "http:///x"} {
+		c, retries := newClient(t, idemclient.Config{MaxAttempts: 3})
+		req, err := http.NewRequest(http.MethodPost, u, strings.NewReader(`{}`))
+		if err != nil {
+			t.Fatalf("%s: %v", u, err)
+		}
+		_, err = c.Do(context.Background(), req)
+		require.ErrorContains(t, err, "attempt 1 of 3", u)
+		require.Empty(t, *retries, u)
+	}
+
+	// A port nothing listens on: refused now, maybe not later.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	refused := "http://" + l.Addr().String() + "/x"
+	require.NoError(t, l.Close())
+	c, retries := newClient(t, idemclient.Config{MaxAttempts: 3})
+	_, err = c.Do(context.Background(), post(t, refused, `{}`))
+	require.ErrorContains(t, err, "attempt 3 of 3")
+	require.Len(t, *retries, 2)
 }

@@ -97,3 +97,49 @@ func TestClientAgainstAnIdemdAPISource(t *testing.T) {
 	}
 	require.EqualValues(t, id, rows.(map[string]any)["id"], "the client returns the original result: %s", body)
 }
+
+// TestKeysAsTheReceiverReadsThem: the key the caller sets is the key idemd's parser reads,
+// a comma, a quote or spaces included; a key idemd would refuse is refused before sending.
+func TestKeysAsTheReceiverReadsThem(t *testing.T) {
+	t.Parallel()
+	got := make(chan string, 1)
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key, err := receiver.ParseIdempotencyKey(r.Header.Values(idemclient.HeaderIdempotencyKey))
+		if err != nil {
+			key = "refused: " + err.Error()
+		}
+		got <- key
+	}))
+	t.Cleanup(api.Close)
+	c, _ := newClient(t, idemclient.Config{})
+	do := func(header ...string) error {
+		req, err := http.NewRequest(http.MethodPost, api.URL, strings.NewReader(`{}`))
+		require.NoError(t, err)
+		for _, h := range header {
+			req.Header.Add(idemclient.HeaderIdempotencyKey, h)
+		}
+		resp, err := c.Do(context.Background(), req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err
+	}
+	for header, want := range map[string]string{
+		"order-42":                              "order-42",
+		"order,42":                              "order,42",
+		`say "hi"`:                              `say "hi"`,
+		`back\slash`:                            `back\slash`,
+		" padded ":                              " padded ",
+		`"already,quoted"`:                      "already,quoted",
+		strings.Repeat("k", receiver.KeyMaxLen): strings.Repeat("k", receiver.KeyMaxLen),
+	} {
+		require.NoError(t, do(header), header)
+		require.Equal(t, want, <-got, "header %q", header)
+	}
+	for _, header := range [][]string{{strings.Repeat("k", receiver.KeyMaxLen+1)}, {"caf\u00e9"}, {"a", "b"}, {`"unclosed`}} {
+		err := do(header...)
+		require.ErrorIs(t, err, idemclient.ErrInvalidKey, "%q", header)
+		require.ErrorContains(t, err, "Idempotency-Key", "%q", header)
+	}
+	require.Empty(t, got, "nothing sent with an invalid key")
+}

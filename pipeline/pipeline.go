@@ -24,8 +24,8 @@ const (
 	RetentionDefault = 7 * 24 * time.Hour
 	// IdempotencyRetentionDefault is how long API idempotency keys are kept.
 	IdempotencyRetentionDefault = 24 * time.Hour
-	// MaxAttemptsDefault is how many times a permanently failing effect runs (each in a
-	// savepoint) before its message is dead-lettered.
+	// MaxAttemptsDefault is how many times a permanently failing effect fails (each in a
+	// savepoint) before its message is dead-lettered (DeadLetter.MaxAttempts).
 	MaxAttemptsDefault = 5
 )
 
@@ -251,8 +251,13 @@ type DeadLetter struct {
 	// Topic, when set, receives a record per dead letter, through the outbox. Defaults to
 	// none: a dead_letters row only.
 	Topic string `yaml:"topic"`
-	// MaxAttempts is how many times the effect runs before the message is dead-lettered.
-	// Defaults to 5.
+	// MaxAttempts is how many failed attempts of its own a message gets before it is
+	// dead-lettered: the effect failing permanently this many times. It does not bound how
+	// often the effect (a Go Handler) runs: when another message of the same batch fails
+	// transiently, the batch is rolled back and retried, and every effect in it runs again.
+	// Nothing of a rolled-back run is applied (its writes through tx are undone), but what
+	// an effect does outside the transaction (an HTTP call, a file) happens once per run,
+	// so it must be idempotent. Defaults to 5.
 	MaxAttempts int `yaml:"max_attempts"`
 }
 

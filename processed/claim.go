@@ -26,7 +26,8 @@ const (
 	Claimed Outcome = iota + 1
 	// Duplicate: applied before with the same fingerprint.
 	Duplicate
-	// Conflict: the id is known with a different fingerprint; recorded.
+	// Conflict: the id is known with a different fingerprint; recorded (ClaimTx,
+	// ClaimBatchTx say where).
 	Conflict
 	// InFlight: a reservation holds the id and its lease is live.
 	InFlight
@@ -94,30 +95,72 @@ func (r Result) Err() error {
 }
 
 // ClaimTx claims (scope, id) in tx on the default schema. It returns nil when the id is new,
-// or ErrDuplicate, ErrConflict or ErrInFlight with the stored record.
+// or ErrDuplicate, ErrConflict or ErrInFlight with the stored record. fingerprint identifies
+// the payload (Fingerprint computes idemd's) and is required: an empty one is an error.
+//
+// ErrConflict means the conflict has been recorded already, in a transaction of its own
+// that ClaimTx commits on a short-lived connection opened with the configuration of tx's
+// connection: the record stays whether the caller then commits tx or rolls it back, as a
+// caller that stops at the error naturally does. Conflicts are rare (a sender reusing an id
+// for another payload), so the extra connection is paid for only then; a failure to record
+// is returned as an error instead of ErrConflict, never dropped. ClaimBatchTx, which the
+// daemon's doors use, records conflicts in the caller's transaction instead.
 func ClaimTx(ctx context.Context, tx pgx.Tx, scope, id string, fingerprint []byte) (*Record, error) {
 	return Default.ClaimTx(ctx, tx, scope, id, fingerprint)
 }
 
 // ClaimTx claims (scope, id) in tx. See the package-level ClaimTx.
 func (s *Store) ClaimTx(ctx context.Context, tx pgx.Tx, scope, id string, fingerprint []byte) (*Record, error) {
-	res, err := s.ClaimBatchTx(ctx, tx, []Claim{{Scope: scope, MessageID: id, Fingerprint: fingerprint}})
+	claims := []Claim{{Scope: scope, MessageID: id, Fingerprint: fingerprint}}
+	_, res, err := s.claimBatch(ctx, tx, nil, claims, nil, false)
 	if err != nil {
 		return nil, err
 	}
+	if res[0].Outcome == Conflict {
+		if err := s.recordConflictsApart(ctx, tx, claims, res, []int{0}); err != nil {
+			return nil, err
+		}
+	}
 	return res[0].Record, res[0].Err()
+}
+
+// conflictLockTimeout bounds how long recordConflictsApart waits for a row lock: the
+// holder could be the caller's own transaction (a conflict of the same id and payload that
+// it recorded itself with ClaimBatchTx and has not committed), which waits on ClaimTx and
+// would never let go.
+const conflictLockTimeout = "10s"
+
+// recordConflictsApart records the conflicts idx of claims in a transaction of its own, on
+// a connection opened for it with the configuration of tx's, so that they survive tx's
+// rollback (ClaimTx).
+func (s *Store) recordConflictsApart(ctx context.Context, tx pgx.Tx, claims []Claim, results []Result, idx []int) error {
+	cfg := tx.Conn().Config()
+	if cfg.RuntimeParams == nil {
+		cfg.RuntimeParams = map[string]string{}
+	}
+	cfg.RuntimeParams["lock_timeout"] = conflictLockTimeout
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("error connecting to record a conflict: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx)) //nolint:errcheck // nothing left to do on it
+	return s.recordConflicts(ctx, conn, claims, results, idx)
 }
 
 // ClaimBatchTx claims many ids and returns one Result per claim, in order: in one round
 // trip when every id is new, two when some are known, three when a known one has expired
 // (or its reservation's lease has ended) and is taken over. An id repeated within the
 // batch is claimed by its first occurrence; the later ones are Duplicate (or Conflict) of
-// it with FirstIndex set.
+// it with FirstIndex set. Every claim needs a fingerprint.
+//
+// Unlike ClaimTx, it records the conflicts it finds in tx (Result.ConflictCount counts
+// them): they are kept only if tx commits, so commit it after a Conflict, as the daemon's
+// doors do with the answer they store.
 //
 // Rows are inserted in (scope, id) order so that two batches sharing ids cannot deadlock
 // on each other's claims.
 func (s *Store) ClaimBatchTx(ctx context.Context, tx pgx.Tx, claims []Claim) ([]Result, error) {
-	_, res, err := s.claimBatch(ctx, tx, nil, claims, nil)
+	_, res, err := s.claimBatch(ctx, tx, nil, claims, nil, true)
 	return res, err
 }
 
@@ -127,7 +170,7 @@ func (s *Store) ClaimBatchTx(ctx context.Context, tx pgx.Tx, claims []Claim) ([]
 // (pg_xact_status) instead of guessing.
 func (s *Store) ClaimBatchXactTx(ctx context.Context, tx pgx.Tx, claims []Claim) ([]Result, string, error) {
 	var xid string
-	_, res, err := s.claimBatch(ctx, tx, nil, claims, &xid)
+	_, res, err := s.claimBatch(ctx, tx, nil, claims, &xid, true)
 	return res, xid, err
 }
 
@@ -144,7 +187,7 @@ type Begin struct {
 // transaction, for the caller to go on with, commit or roll back; on error tx may still be
 // open (roll it back) or nil.
 func (s *Store) ClaimBatchBeginXact(ctx context.Context, b Begin, claims []Claim) (tx pgx.Tx, res []Result, xid string, err error) {
-	tx, res, err = s.claimBatch(ctx, nil, &b, claims, &xid)
+	tx, res, err = s.claimBatch(ctx, nil, &b, claims, &xid, true)
 	return tx, res, xid, err
 }
 
@@ -273,7 +316,7 @@ func (r *claimRun) claim(batch *pgx.Batch, sql, shared string, cc *claimColumns)
 // lock, and a new one no second index probe. Each statement runs in its own snapshot (READ
 // COMMITTED): the lookup sees a row that a concurrent claimer committed while the INSERT
 // waited for it.
-func (s *Store) claimBatch(ctx context.Context, tx pgx.Tx, begin *Begin, claims []Claim, xid *string) (pgx.Tx, []Result, error) {
+func (s *Store) claimBatch(ctx context.Context, tx pgx.Tx, begin *Begin, claims []Claim, xid *string, recordInTx bool) (pgx.Tx, []Result, error) {
 	r := &claimRun{claims: claims, results: make([]Result, len(claims)), first: make(map[string]int, len(claims))}
 	results := r.results
 	uniq := make([]int, 0, len(claims))
@@ -287,6 +330,9 @@ func (s *Store) claimBatch(ctx context.Context, tx pgx.Tx, begin *Begin, claims 
 		results[i].FirstIndex = -1
 		if c.MessageID == "" {
 			return nil, nil, fmt.Errorf("processed: claim %d has an empty message id", i)
+		}
+		if len(c.Fingerprint) == 0 {
+			return nil, nil, fmt.Errorf("processed: claim %d (id %q) has no fingerprint: it is required, to tell a duplicate from a conflict (processed.Fingerprint computes idemd's)", i, c.MessageID)
 		}
 		r.buf = appendKey(r.buf[:0], c.Scope, c.MessageID)
 		if j, ok := r.first[string(r.buf)]; ok {
@@ -413,7 +459,7 @@ func (s *Store) claimBatch(ctx context.Context, tx pgx.Tx, begin *Begin, claims 
 			results[i].Record = results[j].Record
 		}
 	}
-	if len(conflicts) > 0 {
+	if len(conflicts) > 0 && recordInTx {
 		if err := s.recordConflicts(ctx, tx, claims, results, conflicts); err != nil {
 			return tx, nil, err
 		}
@@ -491,7 +537,13 @@ func (s *Store) takeOver(ctx context.Context, tx pgx.Tx, r *claimRun, takeover [
 	return nil
 }
 
-func (s *Store) recordConflicts(ctx context.Context, tx pgx.Tx, claims []Claim, results []Result, idx []int) error {
+// batchSender is a pgx.Tx or a *pgx.Conn.
+type batchSender interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// recordConflicts records the conflicts idx of claims on db, and sets their ConflictCount.
+func (s *Store) recordConflicts(ctx context.Context, db batchSender, claims []Claim, results []Result, idx []int) error {
 	batch := &pgx.Batch{}
 	for _, i := range idx {
 		c, r := claims[i], &results[i]
@@ -505,7 +557,7 @@ func (s *Store) recordConflicts(ctx context.Context, tx pgx.Tx, claims []Claim, 
 			return row.Scan(&r.ConflictCount)
 		})
 	}
-	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+	if err := db.SendBatch(ctx, batch).Close(); err != nil {
 		return fmt.Errorf("error recording conflicts: %w", err)
 	}
 	return nil

@@ -11,12 +11,16 @@
 // Claiming and the effect belong in one transaction:
 //
 //	tx, _ := pool.Begin(ctx)
-//	rec, err := processed.ClaimTx(ctx, tx, "orders", id, fingerprint)
+//	defer tx.Rollback(ctx)
+//	rec, err := processed.ClaimTx(ctx, tx, "orders", id, processed.Fingerprint(body))
 //	switch {
 //	case errors.Is(err, processed.ErrDuplicate): // already applied: answer rec.Response
-//	case err != nil: // conflict, in flight, or a database error
-//	default: // new: run the effect in tx, then processed.CompleteTx and commit
+//	case errors.Is(err, processed.ErrConflict): // refuse it; already recorded, even if tx rolls back
+//	case err != nil: // in flight, or a database error: retry later
+//	default: // new: run the effect in tx (CompleteTx stores an answer to replay), then commit
 //	}
+//
+// The fingerprint is required: it tells a duplicate (same payload) from a conflict.
 package processed
 
 import (
@@ -45,7 +49,8 @@ var (
 	// holds what was stored for it.
 	ErrDuplicate = errors.New("message already processed")
 	// ErrConflict: the id was applied (or is in flight) with a different fingerprint. The
-	// conflict has been recorded in the caller's transaction.
+	// conflict has been recorded for investigation, in a transaction of its own: rolling
+	// back the caller's does not lose it (ClaimTx).
 	ErrConflict = errors.New("message id reused with a different payload")
 	// ErrInFlight: another transaction holds a live claim on the id.
 	ErrInFlight = errors.New("message is being processed")

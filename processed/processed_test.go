@@ -43,6 +43,15 @@ func (b *bundle) inTx(t *testing.T, fn func(tx pgx.Tx) error) error {
 	return tx.Commit(ctx)
 }
 
+// claimTx claims (scope, id) with ClaimTx in a transaction it commits.
+func (b *bundle) claimTx(t *testing.T, scope, id string, fingerprint []byte) error {
+	t.Helper()
+	return b.inTx(t, func(tx pgx.Tx) error {
+		_, err := b.store.ClaimTx(context.Background(), tx, scope, id, fingerprint)
+		return err
+	})
+}
+
 var fp = []byte("fingerprint-a")
 
 func TestClaimConcurrentSameID(t *testing.T) {
@@ -134,10 +143,7 @@ func TestClaimConflictRecordedAndCounted(t *testing.T) {
 	t.Parallel()
 	b := setup(t, pgtest.Options{}, processed.Config{})
 	ctx := context.Background()
-	require.NoError(t, b.inTx(t, func(tx pgx.Tx) error {
-		_, err := b.store.ClaimTx(ctx, tx, "s", "m1", fp)
-		return err
-	}))
+	require.NoError(t, b.claimTx(t, "s", "m1", fp))
 	other := []byte("fingerprint-b")
 	for want := int64(1); want <= 3; want++ {
 		require.NoError(t, b.inTx(t, func(tx pgx.Tx) error {
@@ -509,4 +515,47 @@ func TestClaimBatchesSharingIDsDoNotDeadlock(t *testing.T) {
 	close(start)
 	wg.Wait()
 	require.Equal(t, ids, b.db.Count(t, "{schema}.processed_messages"))
+}
+
+// ClaimTx's conflict is recorded whatever the caller does with its transaction next: a
+// caller that rolls back on ErrConflict, as most code stops at an error, keeps the record
+// (SPEC 1.4: conflicts are recorded for investigation).
+func TestClaimTxConflictSurvivesRollback(t *testing.T) {
+	t.Parallel()
+	b := setup(t, pgtest.Options{}, processed.Config{})
+	ctx := context.Background()
+	require.NoError(t, b.claimTx(t, "s", "m1", fp))
+	for range 2 {
+		tx, err := b.db.Pool.Begin(ctx)
+		require.NoError(t, err)
+		rec, err := b.store.ClaimTx(ctx, tx, "s", "m1", []byte("fingerprint-b"))
+		require.ErrorIs(t, err, processed.ErrConflict)
+		require.Equal(t, fp, rec.Fingerprint)
+		require.NoError(t, tx.Rollback(ctx))
+	}
+	var count int64
+	require.NoError(t, b.db.Pool.QueryRow(ctx, b.db.Q("SELECT count FROM {schema}.conflicts WHERE scope = 's' AND message_id = 'm1' AND incoming_fingerprint = 'fingerprint-b'")).Scan(&count))
+	require.Equal(t, int64(2), count)
+
+	// Committed instead, it is recorded once, not twice.
+	require.NoError(t, b.inTx(t, func(tx pgx.Tx) error {
+		_, err := b.store.ClaimTx(ctx, tx, "s", "m1", []byte("fingerprint-b"))
+		require.ErrorIs(t, err, processed.ErrConflict)
+		return nil
+	}))
+	require.NoError(t, b.db.Pool.QueryRow(ctx, b.db.Q("SELECT count FROM {schema}.conflicts WHERE scope = 's' AND message_id = 'm1' AND incoming_fingerprint = 'fingerprint-b'")).Scan(&count))
+	require.Equal(t, int64(3), count)
+}
+
+// A claim without a fingerprint is refused with an error that says so, before any SQL.
+func TestClaimRequiresFingerprint(t *testing.T) {
+	t.Parallel()
+	b := setup(t, pgtest.Options{}, processed.Config{})
+	ctx := context.Background()
+	for _, f := range [][]byte{nil, {}} {
+		require.ErrorContains(t, b.claimTx(t, "s", "m1", f), "no fingerprint")
+		_, err := processed.ClaimTx(ctx, nil, "s", "m1", f) // before the transaction is used
+		require.ErrorContains(t, err, "no fingerprint")
+	}
+	require.Equal(t, 0, b.db.Count(t, "{schema}.processed_messages"))
 }

@@ -1,121 +1,33 @@
 package receiver
 
-import (
-	"errors"
-	"strings"
-)
+import "github.com/idemd/idemd/internal/idemkey"
 
 // Errors of ParseIdempotencyKey.
 var (
-	ErrNoKey      = errors.New("no Idempotency-Key header")
-	ErrManyKeys   = errors.New("more than one Idempotency-Key")
-	ErrInvalidKey = errors.New("Idempotency-Key must be 1 to 255 printable ASCII characters")
+	ErrNoKey      = idemkey.ErrNoKey
+	ErrManyKeys   = idemkey.ErrManyKeys
+	ErrInvalidKey = idemkey.ErrInvalidKey
 )
 
 // Errors of ParseIdempotencyKey that say more than the sentinel they match with errors.Is.
 var (
 	// ErrMalformedKey: a key that starts with '"' is read as a Structured Fields string,
 	// and this one is not well formed. errors.Is(ErrMalformedKey, ErrInvalidKey) holds.
-	ErrMalformedKey error = keyError{ErrInvalidKey, `Idempotency-Key starts with '"' but is not a valid Structured Fields string: ` +
-		`it needs its closing '"', \" and \\ are the only escapes, and only ";parameters" may follow it`}
+	ErrMalformedKey = idemkey.ErrMalformedKey
 	// ErrCommaKey: a bare key with a comma is an HTTP list of keys; a key that holds a comma
 	// is sent as a Structured Fields string ("a,b"). errors.Is(ErrCommaKey, ErrManyKeys)
 	// holds.
-	ErrCommaKey error = keyError{ErrManyKeys, `more than one Idempotency-Key: a comma separates list members, ` +
-		`so a bare key cannot hold one (send it quoted, as a Structured Fields string: "a,b")`}
+	ErrCommaKey = idemkey.ErrCommaKey
 )
 
-// keyError is a refusal with a precise message that still matches its sentinel, is.
-type keyError struct {
-	is  error
-	msg string
-}
-
-func (e keyError) Error() string        { return e.msg }
-func (e keyError) Is(target error) bool { return target == e.is }
-
 // KeyMaxLen is the longest accepted idempotency key.
-const KeyMaxLen = 255
+const KeyMaxLen = idemkey.MaxLen
 
-// ParseIdempotencyKey returns the one key carried by the Idempotency-Key header values.
-// The draft standard makes the field a Structured Fields string ("k"); many clients send the
-// key bare (k). Both mean the same key. Two header lines, a list ("a", "b") or an inner
-// list (("a" "b"), or anything bare that starts with "(") are refused: which one would the
-// client expect us to honour? Parameters after a quoted key (";p=1") are ignored, as
-// Structured Fields allow.
-func ParseIdempotencyKey(values []string) (string, error) {
-	switch len(values) {
-	case 0:
-		return "", ErrNoKey
-	case 1:
-	default:
-		return "", ErrManyKeys
-	}
-	v := strings.Trim(values[0], " \t")
-	if v == "" {
-		return "", ErrNoKey
-	}
-	var key string
-	if v[0] == '"' {
-		var b strings.Builder
-		i := 1
-		closed := false
-		for i < len(v) {
-			c := v[i]
-			i++
-			if c == '\\' {
-				if i >= len(v) || (v[i] != '"' && v[i] != '\\') {
-					return "", ErrMalformedKey
-				}
-				b.WriteByte(v[i])
-				i++
-				continue
-			}
-			if c == '"' {
-				closed = true
-				break
-			}
-			if c < 0x20 || c > 0x7e {
-				return "", ErrInvalidKey
-			}
-			b.WriteByte(c)
-		}
-		if !closed {
-			return "", ErrMalformedKey
-		}
-		rest := strings.TrimLeft(v[i:], " \t")
-		switch {
-		case rest == "", rest[0] == ';':
-		case rest[0] == ',':
-			return "", ErrManyKeys
-		default:
-			return "", ErrMalformedKey
-		}
-		key = b.String()
-	} else {
-		if strings.Contains(v, ",") {
-			return "", ErrCommaKey
-		}
-		if v[0] == '(' {
-			return "", ErrManyKeys
-		}
-		key = v
-	}
-	if !ValidKey(key) {
-		return "", ErrInvalidKey
-	}
-	return key, nil
-}
+// ParseIdempotencyKey returns the one key carried by the Idempotency-Key header values: a
+// Structured Fields string ("k") or a bare key (k), which mean the same key. Two header
+// lines, a list or an inner list are refused (ErrManyKeys). idemclient writes keys that it
+// reads back (internal/idemkey holds both sides).
+func ParseIdempotencyKey(values []string) (string, error) { return idemkey.Parse(values) }
 
 // ValidKey reports whether k is 1 to 255 printable ASCII characters (space included).
-func ValidKey(k string) bool {
-	if len(k) == 0 || len(k) > KeyMaxLen {
-		return false
-	}
-	for i := 0; i < len(k); i++ {
-		if k[i] < 0x20 || k[i] > 0x7e {
-			return false
-		}
-	}
-	return true
-}
+func ValidKey(k string) bool { return idemkey.Valid(k) }

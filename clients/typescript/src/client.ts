@@ -1,7 +1,7 @@
 import { type Clock, realClock } from "./clock.js";
 import { ConflictError, NetworkError, ProblemError, isConflict, isReplayed } from "./errors.js";
 import { HEADER_IDEMPOTENCY_KEY, newKey, parseKeyHeader, serializeKey, validKey, KEY_MAX_LENGTH } from "./key.js";
-import { backoff, parseRetryAfter, retryableError, retryableStatus } from "./retry.js";
+import { backoff, parseRetryAfter, retryableError, retryableStatus, unreachableURL } from "./retry.js";
 
 /** The defaults of ClientOptions, the same as the Go client's (idemclient). */
 export const MAX_ATTEMPTS_DEFAULT = 6;
@@ -156,11 +156,13 @@ export class IdempotentClient {
    * server gives a final answer.
    *
    * Resolves with the first answer it does not retry when its status is below 400. Rejects
-   * with a ConflictError (422: the key was used with another request), a ProblemError
-   * (another final error status, or the last answer when the attempts ran out), a
-   * NetworkError (no answer came), the signal's reason when `signal` aborted, or a
-   * `TimeoutError` DOMException when the deadline passed. Retried: network errors, 408,
-   * 409 (in flight), 425, 429 and 5xx, after max(full-jitter backoff, Retry-After).
+   * with a ConflictError (idemd's 422 #conflict: the key was used with another request), a
+   * ProblemError (another final error status, any other 422 included, or the last answer
+   * when the attempts ran out), a NetworkError (no answer came), the signal's reason when
+   * `signal` aborted, or a `TimeoutError` DOMException when the deadline passed. Retried:
+   * network errors, 408, 409 (in flight), 425, 429 and 5xx, after max(full-jitter backoff,
+   * Retry-After); not a network error that no retry can mend (a certificate the runtime
+   * refuses, a scheme other than http(s), a port the Fetch standard blocks).
    *
    * The body is read once before the first attempt and the same bytes are sent on every
    * attempt, so a FormData or stream body keeps one encoding (and one fingerprint).
@@ -211,7 +213,7 @@ export class IdempotentClient {
         let retryAfter = 0;
         if (response === undefined) {
           retry.error = error;
-          if (!retryableError(error) || attempt >= s.maxAttempts) {
+          if (!retryableError(error) || unreachableURL(template.url) || attempt >= s.maxAttempts) {
             throw new NetworkError(`idempotentFetch: ${what}, attempt ${attempt} of ${s.maxAttempts}: ${describe(error)}`, key, attempt, { cause: error });
           }
         } else {

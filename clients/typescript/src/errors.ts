@@ -79,11 +79,12 @@ export class ProblemError extends IdempotencyError {
 }
 
 /**
- * 422: the key was already used with a different request (another body, method or path).
- * The operation's effect did not run for this request. Never retried: it is a bug in the
- * caller (a key reused for a new intent) or a changed request sent with an old key. A
- * replayed 422, and idemd's 422 of a failed effect, are the operation's own result: they
- * are plain ProblemErrors.
+ * 422 of problem type PROBLEM_TYPE_CONFLICT: idemd says the key was already used with a
+ * different request (another body, method or path). The operation's effect did not run for
+ * this request. Never retried: it is a bug in the caller (a key reused for a new intent) or
+ * a changed request sent with an old key. Any other 422 (a business error, idemd's 422 of a
+ * failed effect, another API's validation error), first answer or replay, is the
+ * operation's own result: a plain ProblemError.
  */
 export class ConflictError extends ProblemError {
   override name = "ConflictError";
@@ -105,9 +106,14 @@ export function isReplayed(response: Response): boolean {
   return v === "true" || v === "?1";
 }
 
-/** Reports whether a final error answer is a key conflict (see ConflictError). */
+/**
+ * Reports whether a final error answer is a key conflict (see ConflictError): idemd's 422
+ * problem of type PROBLEM_TYPE_CONFLICT, never replayed. Any other 422 (a business error an
+ * effect answered, a stored failed effect, another API's validation error) is the
+ * operation's own result, the same on the first answer and on a replay.
+ */
 export function isConflict(response: Response, problem: ProblemDetails): boolean {
-  return response.status === 422 && !isReplayed(response) && problem.type !== PROBLEM_TYPE_EFFECT_FAILED;
+  return response.status === 422 && !isReplayed(response) && problem.type === PROBLEM_TYPE_CONFLICT;
 }
 
 function problemOf(response: Response, body: string): ProblemDetails {

@@ -85,10 +85,33 @@ export function retryableStatus(status: number): boolean {
 const certificateError =
   /^(?:CERT_|ERR_TLS_CERT|UNABLE_TO_(?:GET_ISSUER_CERT|VERIFY_LEAF_SIGNATURE|DECRYPT_CERT)|DEPTH_ZERO_SELF_SIGNED_CERT|SELF_SIGNED_CERT_IN_CHAIN|INVALID_CA|PATH_LENGTH_EXCEEDED|INVALID_PURPOSE|HOSTNAME_MISMATCH)/;
 
+// The ports the Fetch standard blocks (https://fetch.spec.whatwg.org/#bad-port): a fetch to
+// one fails at once, on every runtime that follows it, before anything is sent.
+const badPorts = new Set([
+  1, 7, 9, 11, 13, 15, 17, 19, 20, 21, 22, 23, 25, 37, 42, 43, 53, 69, 77, 79, 87, 95, 101, 102, 103, 104, 109, 110,
+  111, 113, 115, 117, 119, 123, 135, 137, 139, 143, 161, 179, 389, 427, 465, 512, 513, 514, 515, 526, 530, 531, 532,
+  540, 548, 554, 556, 563, 587, 601, 636, 989, 990, 993, 995, 1719, 1720, 1723, 2049, 3659, 4045, 4190, 5060, 5061,
+  6000, 6566, 6665, 6666, 6667, 6668, 6669, 6679, 6697, 10080,
+]);
+
+/**
+ * Reports whether a fetch of `url` can never reach a server, whatever the network does: its
+ * scheme is not http or https, or its port is one the Fetch standard blocks. Runtimes report
+ * these as a bare "fetch failed" (Node: "unknown scheme", "bad port"; browsers say nothing),
+ * so the URL, not the error, tells them apart.
+ */
+export function unreachableURL(url: string): boolean {
+  const u = new URL(url);
+  if (u.protocol !== "http:" && u.protocol !== "https:") return true;
+  return u.port !== "" && badPorts.has(Number(u.port));
+}
+
 /**
  * Reports whether a failed fetch is worth another attempt. A network error may have
  * happened before or after the server applied the operation; the key makes the retry safe
- * either way. A certificate the client refuses would be refused again.
+ * either way, and a refused or reset connection or a timeout may pass next time. A
+ * certificate the client refuses would be refused again (unreachableURL says which URLs
+ * would fail again).
  */
 export function retryableError(error: unknown): boolean {
   for (let e = error, depth = 0; e instanceof Object && depth < 8; depth++) {

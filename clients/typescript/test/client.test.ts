@@ -1,6 +1,8 @@
 // Unit tests of what the case table does not cover: Retry-After parsing, keys, Prefer,
 // bodies, cancellation, the deadline, the attempt timeout and the options.
 import assert from "node:assert/strict";
+import { createServer } from "node:net";
+import type { AddressInfo } from "node:net";
 import { describe, it } from "node:test";
 
 import {
@@ -184,6 +186,44 @@ describe("requests", () => {
     assert.ok(err instanceof NetworkError);
     assert.match(err.message, /attempt 1 of 6: fetch failed \(self-signed certificate\)/);
     assert.equal(calls, 1);
+  });
+});
+
+describe("network errors that no retry can mend", () => {
+  // The runtime's own fetch, on the real clock with tiny backoffs: these URLs never leave
+  // the process, so they cost no network and no time.
+  const attempts = async (target: string) => {
+    let calls = 0;
+    const client = new IdempotentClient({
+      backoffMin: 1,
+      backoffMax: 2,
+      maxAttempts: 3,
+      fetch: (request) => {
+        calls++;
+        return globalThis.fetch(request);
+      },
+    });
+    const err = await client.fetch(target, post()).catch((e: unknown) => e);
+    assert.ok(err instanceof NetworkError, String(err));
+    return { calls, err };
+  };
+
+  for (const target of ["htp://127.0.0.1:8080/x", "ftp://127.0.0.1/x", "http://127.0.0.1:1/x", "https://127.0.0.1:25/x"]) {
+    it(`fails at once for ${target}`, async () => {
+      const { calls, err } = await attempts(target);
+      assert.equal(calls, 1);
+      assert.match(err.message, /attempt 1 of 3/);
+    });
+  }
+
+  it("retries a refused connection", async () => {
+    const server = createServer();
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    const { port } = server.address() as AddressInfo;
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+    const { calls, err } = await attempts(`http://127.0.0.1:${port}/x`);
+    assert.equal(calls, 3);
+    assert.match(err.message, /attempt 3 of 3/);
   });
 });
 
