@@ -41,8 +41,9 @@ type Handler func(ctx context.Context, tx pgx.Tx, msg Message) error
 var ErrNoMessageID = errors.New("no message id")
 
 // ErrMalformedMessageID is the reason a record whose message id is not 1-255 bytes of UTF-8
-// text without control characters is dead-lettered.
-var ErrMalformedMessageID = errors.New("malformed message id: want 1-255 bytes of UTF-8 text without control characters")
+// text without control characters (read from JSON: a string, or a number as written; not a
+// boolean) is dead-lettered.
+var ErrMalformedMessageID = errors.New("malformed message id: want 1-255 bytes of UTF-8 text without control characters (from JSON, a string or a number)")
 
 // Params are the named parameters a SQL effect may use (pgx named arguments, @name).
 var Params = effectsql.Params

@@ -150,7 +150,12 @@ func (r *record) headers() map[string]string {
 // Pub/Sub and SQS, the default header chain on Kafka.
 func (r *record) id(spec *pipeline.Field) (string, bool) {
 	if spec != nil {
-		return r.lookup(spec)
+		v, ok := r.lookup(spec)
+		if ok && spec.JSON != "" && (v == "true" || v == "false") && r.jsonBool(spec.JSON) {
+			// A JSON boolean is no id (the receiver answers it 400): found, but malformed.
+			return "", true
+		}
+		return v, ok
 	}
 	if r.msg.Door != DoorKafka {
 		return r.msg.BrokerID, r.msg.BrokerID != ""
@@ -161,6 +166,17 @@ func (r *record) id(spec *pipeline.Field) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// jsonBool reports whether the record's JSON value at ptr is a boolean.
+func (r *record) jsonBool(ptr string) bool {
+	doc, ok := r.json()
+	if !ok {
+		return false
+	}
+	v, ok := jsonpointer.Get(doc, ptr)
+	_, isBool := v.(bool)
+	return ok && isBool
 }
 
 func newRecord(pipeline string, m kafka.Message, now time.Time) *record {
