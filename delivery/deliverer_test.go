@@ -608,3 +608,24 @@ func TestLeaseOfADeadDelivererRunsOut(t *testing.T) {
 	require.Equal(t, 2, seen[0].Number)
 	require.Equal(t, 1, b.db.Count(t, "{schema}.http_deliveries WHERE causation_id = 'm1' AND state = 'delivered' AND attempts = 2"))
 }
+
+// TestOtherRefusalsDeadLetter: every 4xx but 408, 425, 429 (and 410, which disables the
+// endpoint) is a refusal for good (SPEC 2.6b): one attempt, then a dead letter.
+func TestOtherRefusalsDeadLetter(t *testing.T) {
+	t.Parallel()
+	for _, status := range []int{http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound, http.StatusConflict, http.StatusUnprocessableEntity} {
+		t.Run(strconv.Itoa(status), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			e := newEndpoint(t, func(w http.ResponseWriter, r *http.Request, n int) {
+				http.Error(w, http.StatusText(status), status)
+			})
+			b.enqueue(t, event("partner", "m1", "k", `{"n":1}`))
+			b.start(t, delivery.Config{Endpoints: []delivery.Endpoint{endpointConfig("partner", e)}})
+			b.waitFor(t, delivery.DeadLettered, 1)
+			attempts, _, _ := e.snapshot()
+			require.Len(t, attempts[outbox.OperationID("p", "m1", 0).String()], 1, "a %d is never retried", status)
+			require.Equal(t, 1, b.db.Count(t, "{schema}.http_deliveries WHERE state = 'dead' AND last_status = $1", status))
+		})
+	}
+}
