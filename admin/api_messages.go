@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"time"
@@ -17,21 +18,43 @@ import (
 // Outcomes of processed records as the API names them (the outcome filter's values).
 const (
 	OutcomeProcessed    = "processed"
+	OutcomeStale        = "stale"
 	OutcomeDeadLettered = "dead_lettered"
 	OutcomeInFlight     = "in_flight"
 )
 
-var outcomeStates = map[string]processed.State{
-	OutcomeProcessed: processed.StateDone, OutcomeDeadLettered: processed.StateDead, OutcomeInFlight: processed.StateInFlight,
+// recordOutcome is what a record's outcome is stored as: its state, and for a done record
+// whether the stale-event guard skipped its effect (processed.Record.Stale), which the
+// receiver answered "stale" rather than "processed".
+type recordOutcome struct {
+	state processed.State
+	stale bool
 }
 
-func outcomeOf(st processed.State) string {
-	for o, s := range outcomeStates {
-		if s == st {
+var outcomes = map[string]recordOutcome{
+	OutcomeProcessed: {state: processed.StateDone}, OutcomeStale: {state: processed.StateDone, stale: true},
+	OutcomeDeadLettered: {state: processed.StateDead}, OutcomeInFlight: {state: processed.StateInFlight},
+}
+
+func outcomeOf(rec *processed.Record) string {
+	for o, ro := range outcomes {
+		if ro.state == rec.State && ro.stale == (rec.Stale != nil) {
 			return o
 		}
 	}
-	return string(st)
+	return string(rec.State)
+}
+
+// outcomeFilter narrows f to the records of outcome o ("" for any).
+func outcomeFilter(f *processed.RecordFilter, o string) {
+	ro, ok := outcomes[o]
+	if !ok {
+		return
+	}
+	f.State = ro.state
+	if ro.state == processed.StateDone {
+		f.Stale = &ro.stale
+	}
 }
 
 // Message is a processed record as the API shows it.
@@ -53,7 +76,7 @@ type Message struct {
 func messageOf(rec *processed.Record) Message {
 	p, t := processed.ScopeTenant(rec.Scope)
 	m := Message{
-		Pipeline: p, Tenant: t, MessageID: rec.MessageID, Status: outcomeOf(rec.State),
+		Pipeline: p, Tenant: t, MessageID: rec.MessageID, Status: outcomeOf(rec),
 		Fingerprint: hex.EncodeToString(rec.Fingerprint), ReceivedAt: rec.ReceivedAt,
 		CompletedAt: rec.CompletedAt, ExpiresAt: rec.ExpiresAt,
 	}
@@ -76,9 +99,9 @@ type messageCursor struct {
 func messageFilter(p *params) processed.RecordFilter {
 	f := processed.RecordFilter{
 		Pipeline: p.str("pipeline"), Tenant: p.str("tenant"), MessageID: p.str("id"),
-		State: outcomeStates[p.oneOf("outcome", OutcomeProcessed, OutcomeDeadLettered, OutcomeInFlight)],
 		Since: p.time("since"), Until: p.time("until"), Limit: p.limit(),
 	}
+	outcomeFilter(&f, p.oneOf("outcome", OutcomeProcessed, OutcomeStale, OutcomeDeadLettered, OutcomeInFlight))
 	if b := p.boolean("body_claims"); b != nil {
 		f.BodyClaims = *b
 	}
@@ -156,12 +179,17 @@ type StoredResponse struct {
 
 // Effect is the outcome of a message's effect.
 type Effect struct {
-	// Outcome is applied, dead_lettered or in_flight.
+	// Outcome is applied, stale (skipped by the stale-event guard), dead_lettered or
+	// in_flight.
 	Outcome string `json:"outcome"`
 	// Attempts is how many times the effect ran, when a dead letter says it.
 	Attempts int `json:"attempts,omitempty"`
-	// Reason is the dead letter's reason.
+	// Reason is the dead letter's reason, or why a stale message was skipped.
 	Reason string `json:"reason,omitempty"`
+	// Entity and Version, for a stale message, are its entity and its version, which was not
+	// newer than the entity's last applied one.
+	Entity  string `json:"entity,omitempty"`
+	Version string `json:"version,omitempty"`
 }
 
 // story collects the story of (scope, id).
@@ -171,15 +199,19 @@ func (s *Server) story(ctx context.Context, rec *processed.Record) (*Story, erro
 	if rec.Response != nil {
 		st.Response = &StoredResponse{Status: rec.Response.Status, Headers: rec.Response.Headers, Body: encodeBody(rec.Response.Body)}
 	}
-	switch rec.State {
-	case processed.StateDone:
+	pipeline, tenant := processed.ScopeTenant(rec.Scope)
+	switch {
+	case rec.State == processed.StateDone && rec.Stale != nil:
+		if err := s.staleEffect(ctx, &st.Effect, pipeline, rec.Stale); err != nil {
+			return nil, err
+		}
+	case rec.State == processed.StateDone:
 		st.Effect.Outcome = "applied"
-	case processed.StateDead:
+	case rec.State == processed.StateDead:
 		st.Effect.Outcome = OutcomeDeadLettered
 	default:
 		st.Effect.Outcome = OutcomeInFlight
 	}
-	pipeline, tenant := processed.ScopeTenant(rec.Scope)
 	rows, err := s.outbox.Rows(ctx, s.pool, outbox.RowFilter{Pipeline: pipeline, CausationID: rec.MessageID, Limit: ListLimitMax})
 	if err != nil {
 		return nil, err
@@ -225,6 +257,23 @@ func (s *Server) story(ctx context.Context, rec *processed.Record) (*Story, erro
 		st.Effect.Attempts, st.Effect.Reason = own.Attempts, own.Reason
 	}
 	return st, nil
+}
+
+// staleEffect is the effect of a message of pipeline that the stale-event guard skipped:
+// its entity and version, and the version the entity is at now. The doors' guard scope is
+// the pipeline's name.
+func (s *Server) staleEffect(ctx context.Context, e *Effect, pipeline string, st *processed.Stale) error {
+	e.Outcome, e.Entity, e.Version = OutcomeStale, st.Entity, st.Version
+	now, err := s.processed.GetEntityVersion(ctx, s.pool, pipeline, st.Entity)
+	if err != nil {
+		return err
+	}
+	e.Reason = fmt.Sprintf("version %s of entity %s was not newer than the last applied one", st.Version, quote(st.Entity))
+	if now != nil {
+		e.Reason += fmt.Sprintf("; the entity is at version %s now, applied by message %s at %s",
+			now.Version, quote(now.MessageID), now.UpdatedAt.UTC().Format(time.RFC3339))
+	}
+	return nil
 }
 
 // Story returns the whole story of message id of pipeline. tenant picks an API source's

@@ -29,13 +29,15 @@ const (
 
 // bundle is one test's idemd: a schema, a receiver whose source "hooks" dead-letters every
 // webhook until the gate is opened (its effect inserts the gate's value into a NOT NULL
-// column), and the admin server replaying through that receiver.
+// column), as does "versions", which has the stale-event guard on /entity and /version,
+// and the admin server replaying through that receiver (and the doors a test adds to rp).
 type bundle struct {
 	db      *pgtest.DB
 	rcv     *receiver.Receiver
 	hooks   *httptest.Server
 	adm     *admin.Server
 	srv     *httptest.Server
+	rp      *deadletter.Replayer
 	sources []receiver.Source
 }
 
@@ -56,13 +58,20 @@ func setup(t *testing.T, o options) *bundle {
 		Verify:          receiver.Verify{Scheme: receiver.SchemeNone},
 		AllowUnverified: true,
 		MessageID:       &pipeline.Field{JSON: "/id"},
-		Effect:          receiver.Effect{SQL: db.Q(`INSERT INTO {schema}.effects (message_id, v) VALUES (@message_id, (SELECT v FROM {schema}.gate))`)},
+		Effect:          receiver.Effect{SQL: db.Q(gatedEffect)},
+	}, {
+		Name:            "versions",
+		Verify:          receiver.Verify{Scheme: receiver.SchemeNone},
+		AllowUnverified: true,
+		MessageID:       &pipeline.Field{JSON: "/id"},
+		Order:           &pipeline.Order{Entity: pipeline.Field{JSON: "/entity"}, Version: pipeline.Field{JSON: "/version"}},
+		Effect:          receiver.Effect{SQL: db.Q(gatedEffect)},
 	}, {
 		Name:            "other",
 		Verify:          receiver.Verify{Scheme: receiver.SchemeNone},
 		AllowUnverified: true,
 		MessageID:       &pipeline.Field{JSON: "/id"},
-		Effect:          receiver.Effect{SQL: db.Q(`INSERT INTO {schema}.effects (message_id, v) VALUES (@message_id, (SELECT v FROM {schema}.gate))`)},
+		Effect:          receiver.Effect{SQL: db.Q(gatedEffect)},
 	}, {
 		Name:        "orders",
 		Path:        "/v1/orders",
@@ -90,8 +99,12 @@ func setup(t *testing.T, o options) *bundle {
 	adm.Started()
 	srv := httptest.NewServer(adm)
 	t.Cleanup(srv.Close)
-	return &bundle{db: db, rcv: rcv, hooks: hooks, adm: adm, srv: srv, sources: sources}
+	return &bundle{db: db, rcv: rcv, hooks: hooks, adm: adm, srv: srv, rp: rp, sources: sources}
 }
+
+// gatedEffect is the effect of the test's pipelines: it fails for good (a NULL in a NOT NULL
+// column) until the gate is opened.
+const gatedEffect = `INSERT INTO {schema}.effects (message_id, v) VALUES (@message_id, (SELECT v FROM {schema}.gate))`
 
 // webhook posts {"id": id, …} to a source and returns the status.
 func (b *bundle) webhook(t *testing.T, source, id, extra string) int {

@@ -25,54 +25,16 @@ type bundle struct {
 	topic      string
 	group      string
 	partitions int
-	commits    *commitLog
+	commits    *kafkatest.CommitLog
 	watchOnce  sync.Once
 	watch      *pgtest.Watcher
 }
 
-// commitLog records the offsets the test's consumers committed, from their OnOffsetCommit
-// hook, so that tests wait on the consumers' own signal rather than poll the broker.
-type commitLog struct {
-	mu      sync.Mutex
-	next    map[int]int64
-	changed chan struct{}
-}
-
-func (l *commitLog) record(_ string, partition int, next int64) {
-	l.mu.Lock()
-	l.next[partition] = max(l.next[partition], next)
-	l.mu.Unlock()
-	select {
-	case l.changed <- struct{}{}:
-	default:
-	}
-}
-
 // waitCommitted returns once cond holds for the committed offsets (one per partition, -1
-// when none). It checks after each commit; it fails the test when timeout passes first.
+// when none), checked after each commit of the test's consumers.
 func (b *bundle) waitCommitted(t testing.TB, timeout time.Duration, cond func(offs []int64) bool) {
 	t.Helper()
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	for {
-		offs := make([]int64, b.partitions)
-		b.commits.mu.Lock()
-		for p := range offs {
-			offs[p] = -1
-			if n, ok := b.commits.next[p]; ok {
-				offs[p] = n
-			}
-		}
-		b.commits.mu.Unlock()
-		if cond(offs) {
-			return
-		}
-		select {
-		case <-b.commits.changed:
-		case <-deadline.C:
-			t.Fatalf("timed out waiting for the consumers to commit: offsets %v", offs)
-		}
-	}
+	b.commits.Wait(t, timeout, b.partitions, cond)
 }
 
 // effectSQL records every run of the effect; the table has no unique key, so a repeated
@@ -89,7 +51,7 @@ func setup(t testing.TB, partitions int) *bundle {
 		group:   kafkatest.Group(t),
 
 		partitions: partitions,
-		commits:    &commitLog{next: map[int]int64{}, changed: make(chan struct{}, 1)},
+		commits:    kafkatest.NewCommitLog(),
 	}
 	b.db.Exec(t, b.db.Q(`CREATE TABLE {schema}.effects (
     message_id text NOT NULL, payload jsonb, topic text, part int, off bigint)`))
@@ -119,7 +81,7 @@ func (b *bundle) config() *consumer.Config {
 		BackoffMin:        5 * time.Millisecond,
 		BackoffMax:        50 * time.Millisecond,
 		Logger:            testLogger(),
-		OnOffsetCommit:    b.commits.record,
+		OnOffsetCommit:    b.commits.Record,
 	}
 }
 

@@ -242,7 +242,7 @@ func TestMessageWithoutIDAfterTopicRecreated(t *testing.T) {
 	kafkatest.CreateTopicOn(t, b.brokers, b.topic, 1)
 	produce(t, b.brokers, b.topic, kafka.Message{Value: []byte(`{"no":"id","n":2}`)})
 
-	b.commits = &commitLog{next: map[int]int64{}, changed: make(chan struct{}, 1)}
+	b.commits = kafkatest.NewCommitLog()
 	cfg = b.config()
 	cfg.Group = kafkatest.Group(t) + "-2" // the first group's offset belongs to the deleted topic
 	start(t, b.db, cfg)

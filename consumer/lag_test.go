@@ -155,7 +155,7 @@ func TestLagFollowsRebalance(t *testing.T) {
 		}
 	}
 	second.OnOffsetCommit = func(topic string, p int, next int64) {
-		b.commits.record(topic, p, next)
+		b.commits.Record(topic, p, next)
 		moved <- p
 	}
 	run(second)

@@ -13,6 +13,7 @@ import (
 	"github.com/idemd/idemd/deadletter"
 	"github.com/idemd/idemd/internal/pgarray"
 	"github.com/idemd/idemd/outbox"
+	"github.com/idemd/idemd/processed"
 )
 
 // queue collects the statements and events of one try of a batch whose results nobody
@@ -183,7 +184,7 @@ func (u *Unit) apply(ctx context.Context, tx pgx.Tx, m *Message, q *queue) error
 		}
 		if !fresh {
 			m.Outcome = Stale
-			return nil
+			return u.markStale(ctx, tx, m, q)
 		}
 	}
 	span := u.startEffect(ctx, m)
@@ -217,6 +218,20 @@ func (u *Unit) apply(ctx context.Context, tx pgx.Tx, m *Message, q *queue) error
 	}
 	m.Outcome = Applied
 	return nil
+}
+
+// markStale marks m's record as skipped by its guard (processed.Record.Stale): the record
+// is done, as an applied message's, and only this tells them apart. Unless q is direct the
+// statement is queued: it costs a stale message no round trip of its own, and an applied
+// one nothing.
+func (u *Unit) markStale(ctx context.Context, tx pgx.Tx, m *Message, q *queue) error {
+	st := processed.Stale{Entity: m.Guard.Entity, Version: m.Guard.Version}
+	if !q.direct {
+		q.flushMany()
+		u.cfg.Processed.QueueStale(&q.batch, m.Scope, m.ID, st)
+		return nil
+	}
+	return u.cfg.Processed.MarkStaleTx(ctx, tx, m.Scope, m.ID, st)
 }
 
 // sendIf sends what a queue that is not direct holds.

@@ -325,19 +325,39 @@ func TestLettererRunsOnlyWhenDeadLettered(t *testing.T) {
 	require.Zero(t, b.db.Count(t, "{schema}.dead_letters WHERE message_id = 'good'"))
 }
 
+// versioned is a message of entity E at version v, whose effect sets the entity's state.
+func (b *bundle) versioned(v int) *exactlyonce.Message {
+	id := fmt.Sprintf("v%d", v)
+	return &exactlyonce.Message{Scope: "s", ID: id, Fingerprint: []byte(id),
+		Guard: &exactlyonce.Guard{Scope: "s", Entity: "E", Version: fmt.Sprint(v)},
+		Effect: exactlyonce.Effect{SQL: b.db.Q(`INSERT INTO {schema}.state VALUES ('E', $1)
+			ON CONFLICT (entity) DO UPDATE SET version = excluded.version`), Args: []any{v}}}
+}
+
+// requireStale checks the records of ids: done, and marked stale (with entity E and the
+// version in the id) exactly when stale says so.
+func (b *bundle) requireStale(t *testing.T, stale map[string]bool) {
+	t.Helper()
+	for id, want := range stale {
+		rec, err := b.unit.Processed().GetRecord(context.Background(), b.db.Pool, "s", id)
+		require.NoError(t, err, id)
+		require.Equal(t, processed.StateDone, rec.State, id)
+		if !want {
+			require.Nil(t, rec.Stale, id)
+			continue
+		}
+		require.Equal(t, &processed.Stale{Entity: "E", Version: id[1:]}, rec.Stale, id)
+	}
+}
+
 // TestGuardSkipsStaleMessages: versions of one entity, out of order and spread over
-// batches: only newer ones run, the final state is the newest.
+// batches: only newer ones run, the final state is the newest. The records of the skipped
+// ones say so (the last of a batch's is marked in the round trip of COMMIT).
 func TestGuardSkipsStaleMessages(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.db.Exec(t, b.db.Q("CREATE TABLE {schema}.state (entity text PRIMARY KEY, version int)"))
-	m := func(v int) *exactlyonce.Message {
-		id := fmt.Sprintf("v%d", v)
-		return &exactlyonce.Message{Scope: "s", ID: id, Fingerprint: []byte(id),
-			Guard: &exactlyonce.Guard{Scope: "s", Entity: "E", Version: fmt.Sprint(v)},
-			Effect: exactlyonce.Effect{SQL: b.db.Q(`INSERT INTO {schema}.state VALUES ('E', $1)
-				ON CONFLICT (entity) DO UPDATE SET version = excluded.version`), Args: []any{v}}}
-	}
+	m := b.versioned
 	first := []*exactlyonce.Message{m(3), m(1), m(5), m(4)}
 	require.NoError(t, b.unit.Apply(context.Background(), first))
 	require.Equal(t, []exactlyonce.Outcome{exactlyonce.Applied, exactlyonce.Stale, exactlyonce.Applied, exactlyonce.Stale},
@@ -347,6 +367,34 @@ func TestGuardSkipsStaleMessages(t *testing.T) {
 	require.Equal(t, exactlyonce.Stale, second[0].Outcome)
 	require.Equal(t, exactlyonce.Applied, second[1].Outcome)
 	require.Equal(t, 1, b.db.Count(t, "{schema}.state WHERE version = 6"))
+	b.requireStale(t, map[string]bool{"v1": true, "v2": true, "v3": false, "v4": true, "v5": false, "v6": false})
+
+	again := []*exactlyonce.Message{m(2), m(6)}
+	require.NoError(t, b.unit.Apply(context.Background(), again))
+	require.Equal(t, exactlyonce.Duplicate, again[0].Outcome, "a stale message's redelivery")
+	require.Equal(t, exactlyonce.Duplicate, again[1].Outcome)
+}
+
+// TestStaleMarkedWithSavepointsAndReservations: a stale message's record says so when its
+// batch runs with savepoints (a poison neighbour), and when it was reserved first (the
+// effect in a transaction of its own).
+func TestStaleMarkedWithSavepointsAndReservations(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.db.Exec(t, b.db.Q("CREATE TABLE {schema}.state (entity text PRIMARY KEY, version int)"))
+	poison := b.msg("poison", -1)
+	poison.Answer = nil
+	batch := []*exactlyonce.Message{b.versioned(5), poison, b.versioned(4)}
+	require.NoError(t, b.unit.Apply(context.Background(), batch))
+	require.Equal(t, []exactlyonce.Outcome{exactlyonce.Applied, exactlyonce.DeadLettered, exactlyonce.Stale},
+		[]exactlyonce.Outcome{batch[0].Outcome, batch[1].Outcome, batch[2].Outcome})
+
+	reserved := b.versioned(3)
+	token, err := b.unit.Reserve(context.Background(), reserved, 0)
+	require.NoError(t, err)
+	require.NoError(t, b.unit.ApplyReserved(context.Background(), reserved, token))
+	require.Equal(t, exactlyonce.Stale, reserved.Outcome)
+	b.requireStale(t, map[string]bool{"v3": true, "v4": true, "v5": false})
 }
 
 // TestGiveUpUnreachable: with GiveUpUnreachable, Apply returns the connection failure at

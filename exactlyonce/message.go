@@ -161,7 +161,8 @@ const (
 	// Invalid; its Letter was written.
 	DeadLettered
 	// Stale: new, but older than the last message applied for its entity (Guard); its
-	// effect and events were skipped.
+	// effect and events were skipped, and its record, done, says so
+	// (processed.Record.Stale).
 	Stale
 )
 

@@ -14,9 +14,9 @@ import (
 
 // A connection whose generic plans were made while processed_messages looked empty (its
 // statistics an empty table's) still finds its rows by index once the table has grown:
-// the claim's probe of the older epoch, the lookup of known ids and the completion of a
-// reservation read no partition whole. And the effects' statements that follow in the
-// transaction are planned with the session's settings again.
+// the claim's probe of the older epoch, the lookup of known ids, the completion of a
+// reservation and the stale mark read no partition whole. And the effects' statements that
+// follow in the transaction are planned with the session's settings again.
 func TestClaimStatementsFindRowsByIndex(t *testing.T) {
 	t.Parallel()
 	b := setup(t, pgtest.Options{}, processed.Config{})
@@ -48,6 +48,7 @@ func TestClaimStatementsFindRowsByIndex(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, tx.QueryRow(ctx, "SELECT current_setting('enable_seqscan')").Scan(&seqscanAfter))
 		require.NoError(t, b.store.CompleteBatchTx(ctx, tx, []processed.Completion{{Scope: "s", MessageID: fmt.Sprint("reserved-", round), State: processed.StateDone, LeaseToken: res[2].LeaseToken}}))
+		require.NoError(t, b.store.MarkStaleTx(ctx, tx, "s", fmt.Sprint("new-", round), processed.Stale{Entity: "e", Version: "1"}))
 		require.NoError(t, tx.QueryRow(ctx, scans, b.db.Schema).Scan(&seqScans))
 		require.NoError(t, tx.Commit(ctx))
 		return seqScans - before, seqscanAfter

@@ -628,11 +628,6 @@ func durationOr(d, def time.Duration) time.Duration {
 	return def
 }
 
-// scanRecord reads a record row (recordColumns), then the columns after it into extra.
-func scanRecord(rows pgx.Rows, extra ...any) (*Record, error) {
-	return newRecordScanner(extra...).scan(rows)
-}
-
 // recordScanner reads record rows (recordColumns, then extra) into new Records through
 // one list of destinations for all the rows of a statement: built for each row, the list
 // and the variables it points at were most of the bytes the lookup of redelivered ids

@@ -3,6 +3,7 @@ package processed
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -32,4 +33,29 @@ func (s *Store) PruneEntityVersions(ctx context.Context, pool *pgxpool.Pool, old
 			return total, nil
 		}
 	}
+}
+
+// EntityVersion is the last version of an entity that the stale-event guard let through.
+type EntityVersion struct {
+	// Version is a decimal number (an RFC 3339 time is in microseconds since the Unix epoch).
+	Version string
+	// MessageID is the message that applied it.
+	MessageID string
+	UpdatedAt time.Time
+}
+
+// GetEntityVersion returns the last applied version of entity in scope (the guard's scope:
+// the pipeline's name, for idemd's doors), or nil when none is kept: never applied, or
+// pruned (PruneEntityVersions).
+func (s *Store) GetEntityVersion(ctx context.Context, pool *pgxpool.Pool, scope, entity string) (*EntityVersion, error) {
+	var v EntityVersion
+	err := pool.QueryRow(ctx, `SELECT version::text, message_id, updated_at FROM `+pgx.Identifier{s.schema, "entity_versions"}.Sanitize()+`
+WHERE scope = $1 AND entity = $2`, scope, entity).Scan(&v.Version, &v.MessageID, &v.UpdatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("error reading the version of entity %q: %w", entity, err)
+	}
+	return &v, nil
 }

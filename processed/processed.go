@@ -154,6 +154,19 @@ type Record struct {
 	CompletedAt *time.Time
 	ExpiresAt   time.Time
 	LeaseUntil  *time.Time
+	// Stale, on a done record, says that the stale-event guard skipped its message's effect
+	// (QueueStale); nil when the effect was applied. The operators' reads (ListRecords,
+	// GetRecord) fill it in; a claim's record (a duplicate's) leaves it nil.
+	Stale *Stale
+}
+
+// Stale is what the stale-event guard found for a message it skipped: its entity, and its
+// version, which was not newer than the entity's last applied one.
+type Stale struct {
+	Entity string
+	// Version is the version as the guard compared it: a decimal number (an RFC 3339 time
+	// is in microseconds since the Unix epoch).
+	Version string
 }
 
 // Scope joins a pipeline name and a tenant into a claim scope. Ids of different scopes never

@@ -2,7 +2,7 @@ package processed
 
 // queries are built once per Store, with the schema already quoted in.
 type queries struct {
-	epochLock, claimNew, claimNewShared, claim, lookup, conflict, complete, replayed, acquire, release, forget, pruneConflicts, pruneConflictsExpired string
+	epochLock, claimNew, claimNewShared, claim, lookup, conflict, complete, replayed, stale, acquire, release, forget, pruneConflicts, pruneConflictsExpired string
 }
 
 func newQueries(schema string) queries {
@@ -89,7 +89,9 @@ RETURNING p.scope, p.message_id`,
 		// latest version. A row of the current epoch is updated in place; one of an older
 		// epoch is moved to the current one (deleted there, inserted here), so that dropping
 		// its old partition does not lose it. An older row that is not claimable (any more:
-		// another claimer took it first) stays, and its id is not inserted.
+		// another claimer took it first) stays, and its id is not inserted. A row taken over
+		// is a new message's: what was stored of the old one (its answer, its stale mark)
+		// goes.
 		claim: `
 WITH e AS (SELECT max(epoch) AS epoch, min(epoch) AS oldest FROM ` + epochs + `),
 c AS (SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::bigint[], $6::bigint[], $7::uuid[])
@@ -112,6 +114,7 @@ ORDER BY c.scope, c.message_id
 ON CONFLICT (scope, message_id, epoch) DO UPDATE SET
     fingerprint = EXCLUDED.fingerprint, status = EXCLUDED.status,
     response_status = NULL, response_headers = NULL, response_body = NULL,
+    stale_entity = NULL, stale_version = NULL,
     received_at = EXCLUDED.received_at, completed_at = EXCLUDED.completed_at,
     expires_at = EXCLUDED.expires_at, lease_until = EXCLUDED.lease_until,
     lease_token = EXCLUDED.lease_token
@@ -165,6 +168,9 @@ WHERE p.scope = c.scope AND p.message_id = c.message_id
   AND (c.token IS NULL OR p.lease_token = c.token)`,
 
 		replayed: `UPDATE ` + t + ` SET status = 'done', completed_at = now() WHERE scope = $1 AND message_id = $2 AND status = 'dead'`,
+
+		// Whatever the record's epoch: a replayed dead letter's may be an older one.
+		stale: `UPDATE ` + t + ` SET stale_entity = $3, stale_version = $4::numeric WHERE scope = $1 AND message_id = $2`,
 
 		acquire: `
 SELECT pg_current_xact_id()::text FROM ` + t + `

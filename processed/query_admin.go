@@ -46,6 +46,9 @@ type RecordFilter struct {
 	MessageID string
 	// State keeps the records in one state.
 	State State
+	// Stale, when set, keeps the records whose effect the stale-event guard skipped
+	// (Record.Stale; true) or the others (false). Defaults to nil: both.
+	Stale *bool
 	// Since and Until bound received_at: Since <= received_at < Until.
 	Since, Until time.Time
 	// After continues a list after the last record of the previous page.
@@ -72,6 +75,40 @@ func scopeFilter(w *sqlwhere.Where, pipeline, tenant string) {
 const recordColumns = `scope, message_id, fingerprint, status, response_status, response_headers, response_body,
        received_at, completed_at, expires_at, lease_until`
 
+// listedColumns are the columns of the operators' reads: recordColumns, then the stale
+// mark (Record.Stale), which a claim's lookup does not read.
+const listedColumns = recordColumns + `, stale_entity, stale_version::text`
+
+// isStale is the condition of the records whose effect the stale-event guard skipped.
+const isStale = `stale_version IS NOT NULL`
+
+// listedScanner reads listedColumns rows into new Records.
+type listedScanner struct {
+	sc              *recordScanner
+	entity, version *string
+}
+
+func newListedScanner() *listedScanner {
+	s := &listedScanner{}
+	s.sc = newRecordScanner(&s.entity, &s.version)
+	return s
+}
+
+func (s *listedScanner) scan(rows pgx.Rows) (*Record, error) {
+	s.entity, s.version = nil, nil
+	r, err := s.sc.scan(rows)
+	if err != nil {
+		return nil, err
+	}
+	if s.version != nil {
+		r.Stale = &Stale{Version: *s.version}
+		if s.entity != nil {
+			r.Stale.Entity = *s.entity
+		}
+	}
+	return r, nil
+}
+
 // ListRecords returns processed records, newest first.
 func (s *Store) ListRecords(ctx context.Context, pool *pgxpool.Pool, f RecordFilter) ([]*Record, error) {
 	sql, args := s.listRecordsSQL(f)
@@ -81,7 +118,7 @@ func (s *Store) ListRecords(ctx context.Context, pool *pgxpool.Pool, f RecordFil
 	}
 	defer rows.Close()
 	var out []*Record
-	sc := newRecordScanner()
+	sc := newListedScanner()
 	for rows.Next() {
 		r, err := sc.scan(rows)
 		if err != nil {
@@ -110,6 +147,13 @@ func (s *Store) listRecordsSQL(f RecordFilter) (string, []any) {
 	if f.State != "" {
 		w.Add("status = ?", string(f.State))
 	}
+	if f.Stale != nil {
+		cond := isStale
+		if !*f.Stale {
+			cond = "NOT (" + isStale + ")"
+		}
+		w.Add(cond)
+	}
 	if !f.Since.IsZero() {
 		w.Add("received_at >= ?", f.Since)
 	}
@@ -123,7 +167,7 @@ func (s *Store) listRecordsSQL(f RecordFilter) (string, []any) {
 		w.Add("NOT (scope LIKE ? AND message_id = 'sha256:' || encode(fingerprint, 'hex'))", "%"+sqlwhere.Like("\x1f"+BodyTenant))
 	}
 	limit := w.Arg(cmp.Or(f.Limit, ListLimitDefault))
-	return `SELECT ` + recordColumns + ` FROM ` + from + w.SQL() +
+	return `SELECT ` + listedColumns + ` FROM ` + from + w.SQL() +
 		` ORDER BY received_at DESC, scope DESC, message_id DESC LIMIT ` + limit, w.Args()
 }
 
@@ -143,7 +187,7 @@ SELECT p.* FROM scopes s CROSS JOIN LATERAL (
 
 // GetRecord returns the record of (scope, id), or ErrNotFound.
 func (s *Store) GetRecord(ctx context.Context, pool *pgxpool.Pool, scope, id string) (*Record, error) {
-	rows, err := pool.Query(ctx, `SELECT `+recordColumns+` FROM `+pgx.Identifier{s.schema}.Sanitize()+
+	rows, err := pool.Query(ctx, `SELECT `+listedColumns+` FROM `+pgx.Identifier{s.schema}.Sanitize()+
 		`.processed_messages WHERE scope = $1 AND message_id = $2`, scope, id)
 	if err != nil {
 		return nil, fmt.Errorf("error reading processed record: %w", err)
@@ -155,7 +199,7 @@ func (s *Store) GetRecord(ctx context.Context, pool *pgxpool.Pool, scope, id str
 		}
 		return nil, ErrNotFound
 	}
-	return scanRecord(rows)
+	return newListedScanner().scan(rows)
 }
 
 // ConflictRecord is one recorded conflict: a message id seen again with another payload.
