@@ -9,7 +9,6 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/idemd/idemd/deadletter"
-	"github.com/idemd/idemd/exactlyonce"
 )
 
 // ErrUnknownPipeline: the dead letter was not written by this subscription.
@@ -30,13 +29,19 @@ var ErrUnknownPipeline = errors.New("dead letter does not belong to this subscri
 // A Pub/Sub or SQS subscription registers its own door (deadletter.DoorPubSub,
 // deadletter.DoorSQS) and replays its letters the same way, without its broker: the message
 // is rebuilt from the letter (body, attributes, ordering key or group id, broker id).
+//
+// A replay that commits counts as the subscription's messages do when consumed: applied
+// (idemd_messages_processed_total) or stale (idemd_messages_stale_total), and in
+// idemd_dead_letters_replayed_total (deadletter.Replayer.Replay).
 func (c *Consumer) RegisterReplay(rp *deadletter.Replayer) {
-	rp.Register(deadletter.Door(c.cfg.Door()), c.cfg.Name, c.replay)
+	door := deadletter.Door(c.cfg.Door())
+	rp.Register(door, c.cfg.Name, c.replay)
+	rp.Expect(door, c.cfg.Name, deadletter.ReplayApplied, deadletter.ReplayStale)
 }
 
-func (c *Consumer) replay(ctx context.Context, tx pgx.Tx, l *deadletter.Letter) (string, error) {
+func (c *Consumer) replay(ctx context.Context, tx pgx.Tx, l *deadletter.Letter) (deadletter.Replayed, error) {
 	if l.Pipeline != c.cfg.Name || l.Scope != c.cfg.Name {
-		return "", fmt.Errorf("dead letter %d (pipeline %q, scope %q): %w", l.ID, l.Pipeline, l.Scope, ErrUnknownPipeline)
+		return deadletter.Replayed{}, fmt.Errorf("dead letter %d (pipeline %q, scope %q): %w", l.ID, l.Pipeline, l.Scope, ErrUnknownPipeline)
 	}
 	r := replayRecord(c.cfg.Name, l)
 	if door := c.cfg.Door(); door != DoorKafka {
@@ -51,20 +56,22 @@ func (c *Consumer) replay(ctx context.Context, tx pgx.Tx, l *deadletter.Letter) 
 	m := c.messageWithID(new(unitMessage), r, id, ok)
 	if m.Invalid != nil {
 		if errors.Is(m.Invalid, ErrNoMessageID) {
-			return "", fmt.Errorf("dead letter %d: the pipeline still finds no message id in the record: %w", l.ID, m.Invalid)
+			return deadletter.Replayed{}, fmt.Errorf("dead letter %d: the pipeline still finds no message id in the record: %w", l.ID, m.Invalid)
 		}
 		if errors.Is(m.Invalid, ErrMalformedMessageID) {
-			return "", fmt.Errorf("dead letter %d: the record's message id cannot be claimed: %w", l.ID, m.Invalid)
+			return deadletter.Replayed{}, fmt.Errorf("dead letter %d: the record's message id cannot be claimed: %w", l.ID, m.Invalid)
 		}
 	}
-	if err := c.unit.ReplayTx(ctx, tx, m, claim); err != nil {
-		return "", fmt.Errorf("error replaying dead letter %d: %w", l.ID, err)
+	outcome, err := c.unit.ReplayTx(ctx, tx, m, claim)
+	if err != nil {
+		return deadletter.Replayed{}, fmt.Errorf("error replaying dead letter %d: %w", l.ID, err)
 	}
 	c.log.WithField("dead_letter", l.ID).WithField("message_id", m.ID).WithField("outcome", m.Outcome.String()).Info("dead letter replayed")
-	if m.Outcome == exactlyonce.Stale {
-		return fmt.Sprintf("replayed through subscription %q: stale message, effect skipped", c.cfg.Name), nil
+	done := fmt.Sprintf("replayed through subscription %q", c.cfg.Name)
+	if outcome == deadletter.ReplayStale {
+		done += ": stale message, effect skipped"
 	}
-	return fmt.Sprintf("replayed through subscription %q", c.cfg.Name), nil
+	return deadletter.Replayed{Outcome: outcome, Done: done}, nil
 }
 
 // replayRecord rebuilds a dead-lettered record from the letter the consumer wrote

@@ -5,11 +5,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemd/idemd/consumer"
 	"github.com/idemd/idemd/deadletter"
+	"github.com/idemd/idemd/internal/metrics"
+	"github.com/idemd/idemd/internal/pgtest"
 	"github.com/idemd/idemd/outbox"
 	"github.com/idemd/idemd/pipeline"
 	"github.com/idemd/idemd/processed"
@@ -192,11 +195,15 @@ func TestReplayRefusesOtherLetters(t *testing.T) {
 	require.Equal(t, 0, b.db.Count(t, "{schema}.effects"))
 }
 
+// TestReplayKeepsTheStaleGuard: a letter whose entity has moved on is replayed as stale:
+// effect skipped, letter done, counted as a stale message and a stale replay, not as
+// processed.
 func TestReplayKeepsTheStaleGuard(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 1)
 	b.db.Exec(t, b.db.Q(`ALTER TABLE {schema}.effects ADD CONSTRAINT no_poison CHECK (message_id <> 'a1')`))
 	cfg := b.config()
+	cfg.Name = pgtest.SchemaName(t) // a pipeline of its own: its metrics are its own
 	cfg.DeadLetter.MaxAttempts = 1
 	cfg.Order = &pipeline.Order{Entity: pipeline.Field{JSON: "/entity"}, Version: pipeline.Field{JSON: "/version"}}
 	letters := b.deadLetter(t, cfg, 1,
@@ -207,9 +214,15 @@ func TestReplayKeepsTheStaleGuard(t *testing.T) {
 
 	// a2 is newer and applied: the replayed a1 is stale, its effect skipped, the letter done.
 	cfg2 := b.config()
-	cfg2.Order = cfg.Order
+	cfg2.Name, cfg2.Order = cfg.Name, cfg.Order
+	processed, stale := metrics.Processed.WithLabelValues(cfg.Name), metrics.Stale.WithLabelValues(cfg.Name)
+	replayed := metrics.DeadLettersReplayed.WithLabelValues(cfg.Name, consumer.DoorKafka, "stale")
+	before := []float64{testutil.ToFloat64(processed), testutil.ToFloat64(stale), testutil.ToFloat64(replayed)}
 	require.NoError(t, b.replayer(t, cfg2).Replay(context.Background(), letters[0].ID))
 	require.Equal(t, 0, b.db.Count(t, "{schema}.effects WHERE message_id = 'a1'"))
 	require.Equal(t, 1, b.db.Count(t, "{schema}.effects WHERE message_id = 'a2'"))
 	require.Equal(t, 1, b.db.Count(t, "{schema}.dead_letters WHERE id = $1 AND replayed_at IS NOT NULL", letters[0].ID))
+	require.Equal(t, []float64{before[0], before[1] + 1, before[2] + 1},
+		[]float64{testutil.ToFloat64(processed), testutil.ToFloat64(stale), testutil.ToFloat64(replayed)},
+		"processed, stale, replayed as stale")
 }

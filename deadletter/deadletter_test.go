@@ -94,7 +94,9 @@ func TestReplayerRoutesByOrigin(t *testing.T) {
 	generic, specific, orphan := write(deadletter.DoorKafka, "a"), write(deadletter.DoorKafka, "b"), write(deadletter.DoorRelay, "a")
 	rp := deadletter.NewReplayer(db.Pool, s)
 	fn := func(name string) deadletter.ReplayFunc {
-		return func(context.Context, pgx.Tx, *deadletter.Letter) (string, error) { return name, nil }
+		return func(context.Context, pgx.Tx, *deadletter.Letter) (deadletter.Replayed, error) {
+			return deadletter.Replayed{Outcome: deadletter.ReplayApplied, Done: name}, nil
+		}
 	}
 	rp.Register(deadletter.DoorKafka, "", fn("any kafka pipeline"))
 	rp.Register(deadletter.DoorKafka, "b", fn("pipeline b"))

@@ -18,17 +18,20 @@ func (s *Store) RegisterReplay(rp *deadletter.Replayer) {
 	rp.Register(deadletter.DoorDelivery, "", s.replay)
 }
 
-func (s *Store) replay(ctx context.Context, tx pgx.Tx, l *deadletter.Letter) (string, error) {
+func (s *Store) replay(ctx context.Context, tx pgx.Tx, l *deadletter.Letter) (deadletter.Replayed, error) {
 	id := l.Origin.DeliveryID
 	if id == 0 {
-		return "", fmt.Errorf("dead letter %d names no delivery", l.ID)
+		return deadletter.Replayed{}, fmt.Errorf("dead letter %d names no delivery", l.ID)
 	}
 	if err := s.RequeueTx(ctx, tx, id); err != nil {
 		if errors.Is(err, ErrNotFound) {
-			return "", fmt.Errorf("delivery %d no longer exists (pruned?); the payload is in `idemd dlq list -json`", id)
+			return deadletter.Replayed{}, fmt.Errorf("delivery %d no longer exists (pruned?); the payload is in `idemd dlq list -json`", id)
 		}
-		return "", err
+		return deadletter.Replayed{}, err
 	}
 	endpoint, _ := l.Metadata["endpoint"].(string)
-	return fmt.Sprintf("delivery %d requeued to endpoint %q with the same operation id", id, endpoint), nil
+	return deadletter.Replayed{
+		Outcome: deadletter.ReplayRequeued,
+		Done:    fmt.Sprintf("delivery %d requeued to endpoint %q with the same operation id", id, endpoint),
+	}, nil
 }

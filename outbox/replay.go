@@ -18,11 +18,11 @@ func (s *Store) RegisterReplay(rp *deadletter.Replayer) {
 	rp.Register(deadletter.DoorRelay, "", s.replay)
 }
 
-func (s *Store) replay(ctx context.Context, tx pgx.Tx, l *deadletter.Letter) (string, error) {
+func (s *Store) replay(ctx context.Context, tx pgx.Tx, l *deadletter.Letter) (deadletter.Replayed, error) {
 	topic, _ := l.Metadata["topic"].(string)
 	op := l.Origin.OperationID
 	if topic == "" || op == [16]byte{} {
-		return "", fmt.Errorf("dead letter %d names no topic or operation id", l.ID)
+		return deadletter.Replayed{}, fmt.Errorf("dead letter %d names no topic or operation id", l.ID)
 	}
 	ev := Event{Topic: topic, Payload: l.Payload, Pipeline: l.Pipeline, CausationID: l.MessageID, OperationID: op, Headers: map[string]string{}}
 	if k, _ := l.Metadata["key"].(string); k != "" {
@@ -38,12 +38,15 @@ func (s *Store) replay(ctx context.Context, tx pgx.Tx, l *deadletter.Letter) (st
 		}
 	}
 	if err := s.EnqueueTx(ctx, tx, ev); err != nil {
-		return "", err
+		return deadletter.Replayed{}, err
 	}
 	kind, name := ParseDestination(topic)
 	noun := "topic"
 	if kind != DestinationKafka {
 		noun = destinationNoun(kind)
 	}
-	return fmt.Sprintf("event requeued to %s %q with the same operation id %s", noun, name, op), nil
+	return deadletter.Replayed{
+		Outcome: deadletter.ReplayRequeued,
+		Done:    fmt.Sprintf("event requeued to %s %q with the same operation id %s", noun, name, op),
+	}, nil
 }

@@ -24,6 +24,7 @@ func TestConformance(t *testing.T) {
 }
 
 type httpDoor struct {
+	env     *doortest.Env
 	rcv     *Receiver
 	srv     *httptest.Server
 	armed   atomic.Bool
@@ -37,7 +38,7 @@ func newHTTPDoor(t *testing.T, env *doortest.Env) doortest.Door {
 	}}})
 	require.NoError(t, err)
 	t.Cleanup(rcv.Close)
-	d := &httpDoor{rcv: rcv}
+	d := &httpDoor{env: env, rcv: rcv}
 	d.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if d.armed.CompareAndSwap(true, false) {
 			// Committed, then the process dies before the answer leaves it.
@@ -54,7 +55,7 @@ func newHTTPDoor(t *testing.T, env *doortest.Env) doortest.Door {
 // Send posts like a webhook sender: until it gets an answer other than a transient one.
 func (d *httpDoor) Send(t *testing.T, id string, body []byte) {
 	for attempt := 0; ; attempt++ {
-		req, err := http.NewRequest(http.MethodPost, d.srv.URL+"/webhooks/conformance", bytes.NewReader(body))
+		req, err := http.NewRequest(http.MethodPost, d.srv.URL+"/webhooks/"+d.env.Pipeline, bytes.NewReader(body))
 		require.NoError(t, err)
 		req.Header.Set("Stripe-Signature", stripeSig(testSecret, time.Now(), body))
 		res, err := http.DefaultClient.Do(req)

@@ -20,20 +20,32 @@ var ErrUnknownSource = errors.New("dead letter's pipeline is not a source of thi
 // work, once the cause was fixed. The request is not verified again: it was when it arrived.
 // Its event keeps the operation id it would have had, so a downstream consumer deduplicates
 // it against an earlier copy.
+//
+// A replay that commits counts as the source's webhooks do when they arrive: applied
+// (idemd_messages_processed_total) or stale (idemd_messages_stale_total), and in
+// idemd_dead_letters_replayed_total (deadletter.Replayer.Replay).
 func (r *Receiver) RegisterReplay(rp *deadletter.Replayer) {
 	rp.Register(deadletter.DoorHTTP, "", r.replay)
+	for name := range r.byName {
+		rp.Expect(deadletter.DoorHTTP, name, deadletter.ReplayApplied, deadletter.ReplayStale)
+	}
 }
 
-func (r *Receiver) replay(ctx context.Context, tx pgx.Tx, l *deadletter.Letter) (string, error) {
+func (r *Receiver) replay(ctx context.Context, tx pgx.Tx, l *deadletter.Letter) (deadletter.Replayed, error) {
 	src := r.byName[l.Pipeline]
 	if src == nil {
-		return "", fmt.Errorf("dead letter %d (pipeline %q): %w", l.ID, l.Pipeline, ErrUnknownSource)
+		return deadletter.Replayed{}, fmt.Errorf("dead letter %d (pipeline %q): %w", l.ID, l.Pipeline, ErrUnknownSource)
 	}
 	m := src.message(replayCall(src, l))
-	if err := r.unit.ReplayTx(ctx, tx, m, false); err != nil {
-		return "", fmt.Errorf("error replaying dead letter %d: %w", l.ID, err)
+	outcome, err := r.unit.ReplayTx(ctx, tx, m, false)
+	if err != nil {
+		return deadletter.Replayed{}, fmt.Errorf("error replaying dead letter %d: %w", l.ID, err)
 	}
-	return fmt.Sprintf("replayed through source %q", src.name), nil
+	done := fmt.Sprintf("replayed through source %q", src.name)
+	if outcome == deadletter.ReplayStale {
+		done += ": stale message, effect skipped"
+	}
+	return deadletter.Replayed{Outcome: outcome, Done: done}, nil
 }
 
 // replayCall rebuilds the call of a dead-lettered request from its letter.

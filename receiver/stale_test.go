@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemd/idemd/deadletter"
 	"github.com/idemd/idemd/internal/metrics"
 	"github.com/idemd/idemd/internal/pgtest"
 	"github.com/idemd/idemd/pipeline"
@@ -122,4 +123,34 @@ func TestStaleWebhooksConcurrent(t *testing.T) {
 	require.IsIncreasing(t, b.appliedVersions(t))
 	require.Equal(t, 100-stale, b.effects(t))
 	require.Equal(t, float64(stale), testutil.ToFloat64(metrics.Stale.WithLabelValues(name)))
+}
+
+// TestStaleReplay: a webhook dead-lettered before a newer version of its entity was applied
+// is replayed as stale once its cause is fixed: effect skipped, letter done, counted as a
+// stale message and a stale replay of the source, not as processed.
+func TestStaleReplay(t *testing.T) {
+	t.Parallel()
+	name := pgtest.SchemaName(t)
+	b := staleSetup(t, name)
+	b.db.Exec(t, b.db.Q(`ALTER TABLE {schema}.effects ADD CONSTRAINT not_v1 CHECK (message_id <> 'evt_v1')`))
+	require.Equal(t, "dead_lettered", b.stripe(t, customerEvent(1)).json(t)["status"])
+	require.Equal(t, "processed", b.stripe(t, customerEvent(2)).json(t)["status"])
+	letters, err := deadletter.New(b.db.Schema).List(context.Background(), b.db.Pool, deadletter.Filter{Pipeline: name})
+	require.NoError(t, err)
+	require.Len(t, letters, 1)
+	b.db.Exec(t, b.db.Q(`ALTER TABLE {schema}.effects DROP CONSTRAINT not_v1`))
+
+	rp := deadletter.NewReplayer(b.db.Pool, deadletter.New(b.db.Schema))
+	b.rcv.RegisterReplay(rp)
+	processed, stale := metrics.Processed.WithLabelValues(name), metrics.Stale.WithLabelValues(name)
+	replayed := metrics.DeadLettersReplayed.WithLabelValues(name, string(deadletter.DoorHTTP), "stale")
+	before := []float64{testutil.ToFloat64(processed), testutil.ToFloat64(stale), testutil.ToFloat64(replayed)}
+	done, err := rp.Replay(context.Background(), letters[0].ID)
+	require.NoError(t, err)
+	require.Contains(t, done, "stale message, effect skipped")
+	require.Equal(t, []int{2}, b.appliedVersions(t))
+	require.Equal(t, 2, b.version(t))
+	require.Equal(t, []float64{before[0], before[1] + 1, before[2] + 1},
+		[]float64{testutil.ToFloat64(processed), testutil.ToFloat64(stale), testutil.ToFloat64(replayed)},
+		"processed, stale, replayed as stale")
 }

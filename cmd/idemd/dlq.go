@@ -462,8 +462,16 @@ func newReplayer(pool *pgxpool.Pool, e *Env, f *config.File, log *logrus.Entry) 
 	rp := deadletter.NewReplayer(pool, deadletter.New(e.DBSchema))
 	outbox.New(&outbox.Config{Schema: e.DBSchema}).RegisterReplay(rp)
 	delivery.NewStore(e.DBSchema).RegisterReplay(rp)
+	// The relay's and the deliverer's letters may be of any pipeline: the series their
+	// replays count in start at 0 for each of the file's (the doors' own, in RegisterReplay).
+	for _, p := range f.Pipelines() {
+		rp.Expect(deadletter.DoorRelay, p, deadletter.ReplayRequeued)
+		rp.Expect(deadletter.DoorDelivery, p, deadletter.ReplayRequeued)
+	}
 	refuse := func(door deadletter.Door, pipeline string, err error) {
-		rp.Register(door, pipeline, func(context.Context, pgx.Tx, *deadletter.Letter) (string, error) { return "", err })
+		rp.Register(door, pipeline, func(context.Context, pgx.Tx, *deadletter.Letter) (deadletter.Replayed, error) {
+			return deadletter.Replayed{}, err
+		})
 	}
 	closeDoors := func() {}
 	if len(f.Sources) > 0 {

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,9 +13,11 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/sirupsen/logrus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemd/idemd/deadletter"
+	"github.com/idemd/idemd/internal/metricstest"
 	"github.com/idemd/idemd/internal/pgtest"
 	"github.com/idemd/idemd/outbox"
 )
@@ -281,4 +284,76 @@ func TestDLQReplayDev(t *testing.T) {
 	code, _, errOut = runIdemd(t, map[string]string{"IDEMD_DATABASE_URL": pgtest.URL(), "IDEMD_DB_SCHEMA": other}, "dlq", "replay", "1")
 	require.Equal(t, exitUsage, code)
 	require.Contains(t, errOut, "the pipelines file idemd.yaml was not found")
+}
+
+// TestReplayerSeries: the daemon's replayer (the admin API's) has every door's replay
+// series of every pipeline at 0 before any replay, so that the first replays show in
+// rate(); a webhook and a record replayed through it count once each as processed and as
+// replayed.
+func TestReplayerSeries(t *testing.T) {
+	t.Parallel()
+	schema, pool := migratedSchema(t)
+	ctx := context.Background()
+	_, err := pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE %[1]s.payments (event_id text PRIMARY KEY);
+CREATE TABLE %[1]s.ledger (event_id text PRIMARY KEY)`, schema))
+	require.NoError(t, err)
+	// Pipelines of their own: their metrics are their own.
+	src, sub := schema+".stripe", schema+".ledger"
+	file := filepath.Join(t.TempDir(), "idemd.yaml")
+	require.NoError(t, os.WriteFile(file, []byte(fmt.Sprintf(`sources:
+  - name: %[2]s
+    verify: {scheme: stripe, secrets_env: [DLQ_STRIPE_SECRET]}
+    effect: {sql: "INSERT INTO %[1]s.payments (event_id) VALUES (@message_id)"}
+subscriptions:
+  - name: %[3]s
+    topics: [payments]
+    effect: {sql: "INSERT INTO %[1]s.ledger (event_id) VALUES (@message_id)"}
+`, schema, src, sub)), 0o600))
+	f, err := loadPipelines(file, func(string) (string, bool) { return "whsec_dlq_test_secret_01", true })
+	require.NoError(t, err)
+	quiet := logrus.New()
+	quiet.SetOutput(io.Discard)
+	rp, closeDoors := newReplayer(pool, &Env{DBSchema: schema}, f, logrus.NewEntry(quiet))
+	t.Cleanup(closeDoors)
+
+	series := func(name string, labels map[string]string) (float64, int) { return metricstest.Sum(t, name, labels) }
+	for _, s := range []struct{ pipeline, door, outcome string }{
+		{src, "http", "applied"}, {src, "http", "stale"}, {src, "relay", "requeued"}, {src, "delivery", "requeued"},
+		{sub, "kafka", "applied"}, {sub, "kafka", "stale"}, {sub, "relay", "requeued"}, {sub, "delivery", "requeued"},
+	} {
+		v, n := series("idemd_dead_letters_replayed_total", map[string]string{"pipeline": s.pipeline, "door": s.door, "outcome": s.outcome})
+		require.Equal(t, 1, n, "%+v exists", s)
+		require.Zero(t, v, "%+v", s)
+	}
+	for _, p := range []string{src, sub} {
+		_, n := series("idemd_messages_processed_total", map[string]string{"pipeline": p})
+		require.Equal(t, 1, n, "processed %s exists", p)
+	}
+
+	letters := deadletter.New(schema)
+	var webhook, record int64
+	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		var err error
+		if webhook, err = letters.WriteTx(ctx, tx, &deadletter.Letter{
+			Pipeline: src, Origin: deadletter.Origin{Door: deadletter.DoorHTTP}, Scope: src, MessageID: "evt_1", Payload: []byte(`{}`),
+			Metadata: map[string]any{"method": "POST", "path": "/webhooks/" + src, "tenant": ""}, Reason: "boom", Attempts: 1,
+		}); err != nil {
+			return err
+		}
+		record, err = letters.WriteTx(ctx, tx, &deadletter.Letter{
+			Pipeline: sub, Origin: deadletter.Origin{Door: deadletter.DoorKafka}, Scope: sub, MessageID: "op_1", Payload: []byte(`{}`),
+			Metadata: map[string]any{"topic": "payments", "partition": 0, "offset": 1}, Reason: "boom", Attempts: 1,
+		})
+		return err
+	}))
+	for _, id := range []int64{webhook, record} {
+		_, err := rp.Replay(ctx, id)
+		require.NoError(t, err)
+	}
+	for _, s := range []struct{ pipeline, door string }{{src, "http"}, {sub, "kafka"}} {
+		v, _ := series("idemd_messages_processed_total", map[string]string{"pipeline": s.pipeline})
+		require.Equal(t, 1.0, v, "%s processed", s.pipeline)
+		v, _ = series("idemd_dead_letters_replayed_total", map[string]string{"pipeline": s.pipeline, "door": s.door, "outcome": "applied"})
+		require.Equal(t, 1.0, v, "%s replayed", s.pipeline)
+	}
 }

@@ -7,7 +7,7 @@
 // crash between commit and acknowledgement (the delivery is repeated and deduplicated), a
 // poison message among good ones (dead-lettered, its neighbours applied), a conflict (same
 // id, another payload: recorded, not applied), and the replay of a dead letter (applied
-// once, a second replay refused).
+// once and counted once, a failing or second replay refused and not counted).
 package doortest
 
 import (
@@ -19,13 +19,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemd/idemd/deadletter"
+	"github.com/idemd/idemd/internal/metricstest"
 	"github.com/idemd/idemd/internal/pgtest"
 )
 
 // Env is what the suite gives a door: its database and the pipeline it must serve.
 type Env struct {
 	DB *pgtest.DB
-	// Pipeline is the name of the door's pipeline.
+	// Pipeline is the name of the door's pipeline, its own in the process (so are its
+	// metrics): a source's path is /webhooks/ and this name.
 	Pipeline string
 	// EffectSQL is the pipeline's effect (pgx named arguments): it records @message_id and
 	// @payload; a payload with "poison": true violates a constraint (a permanent failure).
@@ -79,7 +81,7 @@ func setup(t *testing.T, newDoor Constructor) (*Env, Door) {
 	db := pgtest.NewWithOptions(t, pgtest.Options{MaxConns: 10})
 	db.Exec(t, db.Q(`CREATE TABLE {schema}.effects (
     message_id text NOT NULL, body jsonb NOT NULL, CONSTRAINT no_poison CHECK (body->>'poison' IS NULL))`))
-	env := &Env{DB: db, Pipeline: "conformance",
+	env := &Env{DB: db, Pipeline: pgtest.SchemaName(t),
 		EffectSQL: db.Q(`INSERT INTO {schema}.effects (message_id, body) VALUES (@message_id, @payload::jsonb)`)}
 	return env, newDoor(t, env)
 }
@@ -173,8 +175,9 @@ func conflict(t *testing.T, newDoor Constructor) {
 	require.Equal(t, 1, env.DB.Count(t, "{schema}.conflicts WHERE message_id = 'x'"))
 }
 
-// replayDeadLetter: once the cause is fixed, a dead letter is replayed through its door:
-// applied once; a second replay is refused.
+// replayDeadLetter: a dead letter replayed before its cause is fixed fails and changes
+// nothing; once it is fixed, the letter is replayed through its door: applied once, and
+// counted once as processed and as replayed; a second replay is refused and counts nothing.
 func replayDeadLetter(t *testing.T, newDoor Constructor) {
 	env, door := setup(t, newDoor)
 	door.Send(t, "poison", Body("poison", `"poison":true`))
@@ -183,12 +186,29 @@ func replayDeadLetter(t *testing.T, newDoor Constructor) {
 	require.NoError(t, err)
 	require.Len(t, letters, 1)
 
-	env.DB.Exec(t, env.DB.Q(`ALTER TABLE {schema}.effects DROP CONSTRAINT no_poison`))
 	rp := deadletter.NewReplayer(env.DB.Pool, deadletter.New(env.DB.Schema))
 	door.RegisterReplay(t, rp)
+	// The pipeline's processed messages, replays, and replays applied.
+	counts := func() [3]float64 {
+		var c [3]float64
+		c[0], _ = metricstest.Sum(t, "idemd_messages_processed_total", map[string]string{"pipeline": env.Pipeline})
+		c[1], _ = metricstest.Sum(t, "idemd_dead_letters_replayed_total", map[string]string{"pipeline": env.Pipeline})
+		c[2], _ = metricstest.Sum(t, "idemd_dead_letters_replayed_total", map[string]string{"pipeline": env.Pipeline, "outcome": "applied"})
+		return c
+	}
+	before := counts()
+	_, err = rp.Replay(context.Background(), letters[0].ID)
+	require.ErrorContains(t, err, "no_poison", "the cause is not fixed yet")
+	require.Equal(t, before, counts(), "a failed replay counts nothing")
+
+	env.DB.Exec(t, env.DB.Q(`ALTER TABLE {schema}.effects DROP CONSTRAINT no_poison`))
 	_, err = rp.Replay(context.Background(), letters[0].ID)
 	require.NoError(t, err)
+	once := [3]float64{before[0] + 1, before[1] + 1, before[2] + 1}
+	require.Equal(t, once, counts(), "processed, replayed, replayed applied: once each")
+
 	_, err = rp.Replay(context.Background(), letters[0].ID)
 	require.ErrorIs(t, err, deadletter.ErrAlreadyReplayed)
 	require.Equal(t, 1, env.DB.Count(t, "{schema}.effects WHERE message_id = 'poison'"))
+	require.Equal(t, once, counts(), "a refused replay counts nothing")
 }

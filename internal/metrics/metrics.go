@@ -15,7 +15,8 @@ var (
 	// Received counts inbound messages per pipeline and door ("http", "kafka", "pubsub" or
 	// "sqs"), before dedup.
 	Received = counter("idemd_messages_received_total", "Inbound messages received, before dedup.", "pipeline", "door")
-	// Processed counts messages whose effect committed.
+	// Processed counts messages whose effect committed: when they arrived, or when their
+	// dead letter was replayed.
 	Processed = counter("idemd_messages_processed_total", "Messages whose effect committed (exactly once).", "pipeline")
 	// Duplicates counts redeliveries answered from the processed record.
 	Duplicates = counter("idemd_messages_duplicate_total", "Redeliveries recognised as duplicates; effect not repeated.", "pipeline")
@@ -23,8 +24,16 @@ var (
 	Conflicts = counter("idemd_messages_conflict_total", "Ids seen again with a different payload fingerprint; effect not run.", "pipeline")
 	// DeadLettered counts messages dead-lettered after permanent failures.
 	DeadLettered = counter("idemd_messages_dead_lettered_total", "Messages dead-lettered after permanent failures.", "pipeline")
-	// Stale counts messages acknowledged without effect by the stale-event guard.
+	// Stale counts messages acknowledged without effect by the stale-event guard, and dead
+	// letters whose replay it skipped.
 	Stale = counter("idemd_messages_stale_total", "Messages skipped by the stale-event guard (version not newer).", "pipeline")
+	// DeadLettersReplayed counts dead letters replayed (deadletter.Replayer), per pipeline,
+	// door that wrote the letter, and what the replay did: "applied" (the effect committed;
+	// also counted in Processed), "stale" (skipped by the stale-event guard; also counted in
+	// Stale) or "requeued" (an outbound event put back in the outbox or made pending again).
+	// Only committed replays count: a replay that fails, or is refused as already replayed,
+	// counts nothing.
+	DeadLettersReplayed = counter("idemd_dead_letters_replayed_total", "Dead letters replayed, counted at the replay's commit, by the door that wrote them and what the replay did (applied, stale, requeued).", "pipeline", "door", "outcome")
 	// InFlight counts requests answered 409 because the same key was in flight.
 	InFlight = counter("idemd_messages_in_flight_total", "Requests answered while the same key was in flight.", "pipeline")
 	// Rejected counts HTTP requests rejected before dedup, by reason (signature, bad_request, too_large…).
@@ -120,7 +129,7 @@ func init() {
 	Registry.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		Received, Processed, Duplicates, Conflicts, DeadLettered, Stale, InFlight, Rejected, Retries,
+		Received, Processed, Duplicates, Conflicts, DeadLettered, DeadLettersReplayed, Stale, InFlight, Rejected, Retries,
 		TxDuration, TxBatchSize, RequestDuration,
 		OutboxBacklog, OutboxOldestAge, OutboxPublished, OutboxPublishErrors, OutboxTopicFailing, RelayLeader, RelayExpected,
 		ConsumerLag, ConsumerLagErrors, SubscriptionBacklog, Pruned, ProcessedEpochs, ProcessedFilterIDs,
