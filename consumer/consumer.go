@@ -413,6 +413,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Consumer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("consumer %s: %w", c.Name, err)
 	}
+	metrics.Pipeline(c.Name, door)
 	return con, nil
 }
 

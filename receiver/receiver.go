@@ -167,6 +167,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Receiver, error) {
 		}
 		r.byName[src.name], r.byPath[src.path] = src, src
 		r.logs[src] = r.log.WithField("pipeline", src.name)
+		metrics.Pipeline(src.name, "http")
 	}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	r.wg.Add(1)

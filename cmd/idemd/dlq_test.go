@@ -288,7 +288,7 @@ func TestDLQReplayDev(t *testing.T) {
 
 // TestReplayerSeries: the daemon's replayer (the admin API's) has every door's replay
 // series of every pipeline at 0 before any replay, so that the first replays show in
-// rate(); a webhook and a record replayed through it count once each as processed and as
+// rate(), and so has each pipeline's message series; a webhook and a record replayed through it count once each as processed and as
 // replayed.
 func TestReplayerSeries(t *testing.T) {
 	t.Parallel()
@@ -325,10 +325,21 @@ subscriptions:
 		require.Equal(t, 1, n, "%+v exists", s)
 		require.Zero(t, v, "%+v", s)
 	}
-	for _, p := range []string{src, sub} {
-		_, n := series("idemd_messages_processed_total", map[string]string{"pipeline": p})
-		require.Equal(t, 1, n, "processed %s exists", p)
+	// Every door creates its pipelines' message series at 0 when it is built
+	// (metrics.Pipeline): an alert on increase(), such as IdemdDeadLetters, sees a
+	// pipeline's first dead letter after a start.
+	for _, p := range []struct{ pipeline, door string }{{src, "http"}, {sub, "kafka"}} {
+		v, n := series("idemd_messages_received_total", map[string]string{"pipeline": p.pipeline, "door": p.door})
+		require.Equal(t, 1, n, "received %+v exists", p)
+		require.Zero(t, v, "received %+v", p)
+		for _, name := range []string{"processed", "duplicate", "conflict", "dead_lettered", "stale"} {
+			v, n := series("idemd_messages_"+name+"_total", map[string]string{"pipeline": p.pipeline})
+			require.Equal(t, 1, n, "%s %+v exists", name, p)
+			require.Zero(t, v, "%s %+v", name, p)
+		}
 	}
+	_, n := series("idemd_messages_in_flight_total", map[string]string{"pipeline": src})
+	require.Equal(t, 1, n, "in flight %s exists", src)
 
 	letters := deadletter.New(schema)
 	var webhook, record int64

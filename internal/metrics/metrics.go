@@ -121,6 +121,20 @@ var (
 	})
 )
 
+// Pipeline creates at 0 the message series of pipeline, whose messages arrive through door
+// ("http", "kafka", "pubsub" or "sqs"): a series born at its first increment hides that
+// increment from rate() and increase(), so that an alert such as IdemdDeadLetters would miss
+// a pipeline's first dead letter after each start. The doors call it when they are built.
+func Pipeline(pipeline, door string) {
+	Received.WithLabelValues(pipeline, door)
+	for _, c := range []*prometheus.CounterVec{Processed, Duplicates, Conflicts, DeadLettered, Stale} {
+		c.WithLabelValues(pipeline)
+	}
+	if door == "http" {
+		InFlight.WithLabelValues(pipeline)
+	}
+}
+
 func counter(name, help string, labels ...string) *prometheus.CounterVec {
 	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
 }
