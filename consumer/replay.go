@@ -66,7 +66,9 @@ func (c *Consumer) replay(ctx context.Context, tx pgx.Tx, l *deadletter.Letter) 
 	if err != nil {
 		return deadletter.Replayed{}, fmt.Errorf("error replaying dead letter %d: %w", l.ID, err)
 	}
-	c.log.WithField("dead_letter", l.ID).WithField("message_id", m.ID).WithField("outcome", m.Outcome.String()).Info("dead letter replayed")
+	// Debug, and worded so: the replay's transaction has not committed yet. The admin API
+	// (or the CLI) logs the replay once it has, with its audit.
+	c.log.WithField("dead_letter", l.ID).WithField("message_id", m.ID).WithField("outcome", m.Outcome.String()).Debug("dead letter's message applied in the replay's transaction")
 	done := fmt.Sprintf("replayed through subscription %q", c.cfg.Name)
 	if outcome == deadletter.ReplayStale {
 		done += ": stale message, effect skipped"
