@@ -711,13 +711,19 @@ func (r *Relay) idle(ctx context.Context, conn *pgx.Conn) error {
 	r.mu.Lock()
 	r.cancelWait = nil
 	r.mu.Unlock()
-	if err == nil || (ctx.Err() == nil && errors.Is(wctx.Err(), context.DeadlineExceeded)) {
+	// Why the wait ended, read before cancel() below ends wctx whatever the reason: nil
+	// when it was not ended (the connection failed), DeadlineExceeded at the poll interval,
+	// Canceled when Drain or a handed row woke the relay, or when ctx ended.
+	waitErr := wctx.Err()
+	cancel()
+	if err == nil || (ctx.Err() == nil && errors.Is(waitErr, context.DeadlineExceeded)) {
 		// A NOTIFY (rows written without the Handoff, here or in another process), the poll
 		// interval, or a failing destination's retry: the next round reads the table.
 		r.selectDue = true
 	}
-	cancel()
-	if err != nil && ctx.Err() == nil && wctx.Err() == nil {
+	if err != nil && ctx.Err() == nil && waitErr == nil {
+		// The session holding the lock is gone (terminated, the server restarted, the
+		// network cut), and with it the lock: another replica may lead now.
 		return fmt.Errorf("relay lock connection lost: %w", err)
 	}
 	return nil

@@ -567,3 +567,41 @@ func TestRelayRoundOfOnePartitionIsOneProduceRequest(t *testing.T) {
 	}
 	require.Equal(t, want, got)
 }
+
+// TestRelayStepsDownWhenItsLockSessionEnds: a leader waiting for work whose lock session
+// ends (terminated here; a server restart or idle_session_timeout does the same) steps down
+// at once, and the standby takes over: never two leaders. The former leader used to miss
+// it while idle, and went on publishing beside the new one.
+func TestRelayStepsDownWhenItsLockSessionEnds(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t, 1, pgtest.Options{})
+	// The first leader stays a standby once it stepped down; the second takes over.
+	first, _ := b.startRelay(t, outbox.RelayConfig{StandbyPoll: time.Hour})
+	select {
+	case <-first.TestSignals().Leading.C():
+	case <-time.After(testsignal.WaitTimeout):
+		t.Fatal("the relay did not lead")
+	}
+	second, _ := b.startRelay(t, outbox.RelayConfig{StandbyPoll: 50 * time.Millisecond})
+	b.enqueue(t, b.events(10, "before")...)
+	require.NoError(t, first.Drain(context.Background()))
+	require.False(t, second.IsLeader())
+
+	// The leader is idle, waiting for a notification on its lock session: end that session.
+	var n int
+	require.NoError(t, b.db.Pool.QueryRow(t.Context(), `SELECT count(pg_terminate_backend(pid)) FROM pg_locks
+WHERE locktype = 'advisory' AND granted AND classid = (($1::bigint >> 32) & 4294967295)::oid AND objid = ($1::bigint & 4294967295)::oid AND objsubid = 1`,
+		outbox.RelayLockKey(b.db.Schema)).Scan(&n))
+	require.Equal(t, 1, n, "the leader's lock session")
+	require.Eventually(t, func() bool { return !first.IsLeader() }, 10*time.Second, 5*time.Millisecond,
+		"the leader whose lock session ended still says it leads")
+	require.Eventually(t, second.IsLeader, 10*time.Second, 5*time.Millisecond, "the standby did not take over")
+
+	firstBefore := first.Published()
+	b.enqueue(t, b.events(10, "after")...)
+	b.drain(t, second, 20*time.Second)
+	require.EqualValues(t, 10, second.Published())
+	require.Equal(t, firstBefore, first.Published(), "the former leader published beside the new one")
+	require.False(t, first.IsLeader())
+	require.Len(t, kafkatest.ReadAll(t, b.topic, 20, 20*time.Second), 20, "each event once")
+}
