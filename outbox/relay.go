@@ -9,6 +9,7 @@ import (
 	"hash/fnv"
 	"net"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/idemd/idemd/deadletter"
 	"github.com/idemd/idemd/internal/metrics"
+	"github.com/idemd/idemd/internal/pgerr"
 	"github.com/idemd/idemd/internal/retry"
 	"github.com/idemd/idemd/internal/testsignal"
 	"github.com/idemd/idemd/internal/tracing"
@@ -47,6 +49,8 @@ const (
 	RelayStatsIntervalDefault = 5 * time.Second
 	RelayFloorIntervalDefault = 200 * time.Millisecond
 	RelayMaxFailingForDefault = 10 * time.Minute
+	RelayLockCheckDefault     = 10 * time.Second
+	RelayLockTimeoutDefault   = time.Minute
 )
 
 // Writer is what the relay needs of a Kafka producer; *kafka.Writer has it. The relay calls
@@ -92,6 +96,18 @@ type RelayConfig struct {
 	PollInterval time.Duration
 	// StandbyPoll is how often a standby relay tries to take the leadership. Defaults to 1 s.
 	StandbyPoll time.Duration
+	// LockCheck is how often the leader checks that the PostgreSQL session holding its lock
+	// still answers (a ping of at most 5 s): a leader whose session ended or stopped
+	// answering steps down. Defaults to 10 s.
+	//
+	// LockTimeout is how long that session may go without a query before PostgreSQL ends it
+	// (idle_session_timeout, PostgreSQL 14 and later), which releases the lock for a
+	// standby: a leader that hangs, or whose connection is frozen, hands over within
+	// LockTimeout. Keep it above LockCheck plus a round's longest time. The session also
+	// asks the server for TCP keepalives (10 s idle, then every 5 s, 3 missed), so that the
+	// lock of a leader whose host or network died is released within about 25 s. Defaults
+	// to 1 minute.
+	LockCheck, LockTimeout time.Duration
 	// BackoffMin and BackoffMax bound the wait before a destination (a Kafka or Pub/Sub
 	// topic, an SQS queue) whose publish failed (broker outage, missing topic or queue,
 	// refused authorization) is tried again; other destinations go on meanwhile. Defaults
@@ -288,6 +304,8 @@ func NewRelay(pool *pgxpool.Pool, cfg *RelayConfig) (*Relay, error) {
 	c.MaxFailingFor = cmp.Or(c.MaxFailingFor, RelayMaxFailingForDefault)
 	c.StatsInterval = cmp.Or(c.StatsInterval, RelayStatsIntervalDefault)
 	c.FloorInterval = cmp.Or(c.FloorInterval, RelayFloorIntervalDefault)
+	c.LockCheck = cmp.Or(c.LockCheck, RelayLockCheckDefault)
+	c.LockTimeout = cmp.Or(c.LockTimeout, RelayLockTimeoutDefault)
 	switch {
 	case c.BatchSize < 0:
 		return nil, fmt.Errorf("outbox: RelayConfig.BatchSize must be positive, got %d", c.BatchSize)
@@ -593,6 +611,9 @@ func (r *Relay) lead(ctx context.Context) error {
 		r.decide()
 		return nil
 	}
+	if err := r.bindLockToLiveness(ctx, conn); err != nil {
+		return err
+	}
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{r.channel}.Sanitize()); err != nil {
 		return fmt.Errorf("error listening on %s: %w", r.channel, err)
 	}
@@ -610,9 +631,16 @@ func (r *Relay) lead(ctx context.Context) error {
 	// The first round does not wait for it: rows may be waiting, or Kafka may be down.
 	defer r.warmWriter(ctx)()
 
-	lastStats := time.Time{}
+	lastStats, lastLockCheck := time.Time{}, time.Now()
 	failures := 0
 	for {
+		if time.Since(lastLockCheck) >= r.cfg.LockCheck {
+			// Also what keeps the session from PostgreSQL's idle_session_timeout.
+			if err := pingLock(ctx, conn); err != nil {
+				return fmt.Errorf("relay lock connection lost: %w", err)
+			}
+			lastLockCheck = time.Now()
+		}
 		if time.Since(lastStats) >= r.cfg.StatsInterval {
 			r.refreshStats(ctx)
 			lastStats = time.Now()
@@ -803,6 +831,26 @@ func relayLockKey(schema string) int64 {
 
 // pingLock checks that the lock connection, and so the leadership, is still there. Bounded:
 // a half-open connection must not keep an old leader publishing while TCP gives up.
+// bindLockToLiveness makes the lock session end, and the lock go to a standby, when this
+// process stops using it (LockTimeout) or its host stops answering (TCP keepalives): without
+// them a frozen or vanished leader kept the lock until the server's own keepalives gave up,
+// two hours by Linux's defaults. A server without idle_session_timeout (before PostgreSQL
+// 14) keeps the keepalives alone, and says so.
+func (r *Relay) bindLockToLiveness(ctx context.Context, conn *pgx.Conn) error {
+	if _, err := conn.Exec(ctx, `SELECT set_config('tcp_keepalives_idle', '10', false),
+       set_config('tcp_keepalives_interval', '5', false), set_config('tcp_keepalives_count', '3', false)`); err != nil {
+		return fmt.Errorf("error setting the relay lock session's keepalives: %w", err)
+	}
+	_, err := conn.Exec(ctx, `SELECT set_config('idle_session_timeout', $1, false)`, strconv.FormatInt(r.cfg.LockTimeout.Milliseconds(), 10))
+	switch {
+	case pgerr.Code(err) == "42704": // undefined_object: no such setting
+		r.log.Warn("PostgreSQL has no idle_session_timeout (before 14): a relay leader that hangs keeps the leadership until its process ends")
+	case err != nil:
+		return fmt.Errorf("error setting the relay lock session's idle_session_timeout: %w", err)
+	}
+	return nil
+}
+
 func pingLock(ctx context.Context, conn *pgx.Conn) error {
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()

@@ -605,3 +605,33 @@ WHERE locktype = 'advisory' AND granted AND classid = (($1::bigint >> 32) & 4294
 	require.False(t, first.IsLeader())
 	require.Len(t, kafkatest.ReadAll(t, b.topic, 20, 20*time.Second), 20, "each event once")
 }
+
+// TestRelayLockSessionEndsWhenTheLeaderStopsUsingIt: the lock session ends when the leader
+// stops using it for LockTimeout (idle_session_timeout), so that a leader that hangs, or
+// whose connection is frozen, hands the lock to a standby; a live leader keeps it, by
+// checking its session every LockCheck.
+func TestRelayLockSessionEndsWhenTheLeaderStopsUsingIt(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t, 1, pgtest.Options{})
+	live, _ := b.startRelay(t, outbox.RelayConfig{LockCheck: 200 * time.Millisecond, LockTimeout: time.Second})
+	select {
+	case <-live.TestSignals().Leading.C():
+	case <-time.After(testsignal.WaitTimeout):
+		t.Fatal("the relay did not lead")
+	}
+	for range 30 { // 3 s: three times its session's timeout
+		require.True(t, live.IsLeader(), "a leader that checks its session lost it")
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	// A leader that does not check its session in time: PostgreSQL ends the session.
+	b2 := setupRelay(t, 1, pgtest.Options{})
+	silent, _ := b2.startRelay(t, outbox.RelayConfig{LockCheck: time.Hour, LockTimeout: time.Second, StandbyPoll: time.Hour})
+	select {
+	case <-silent.TestSignals().Leading.C():
+	case <-time.After(testsignal.WaitTimeout):
+		t.Fatal("the relay did not lead")
+	}
+	require.Eventually(t, func() bool { return !silent.IsLeader() }, 10*time.Second, 10*time.Millisecond,
+		"the session of a leader that stopped using it was not ended")
+}
