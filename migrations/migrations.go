@@ -57,6 +57,23 @@ type Status struct {
 // UpToDate reports whether every embedded migration is applied.
 func (s Status) UpToDate() bool { return s.Current >= s.Latest }
 
+// Newer reports whether the schema was migrated past this binary's last migration, by a
+// later idemd.
+func (s Status) Newer() bool { return s.Current > s.Latest }
+
+// ErrSchemaNewer: the schema was migrated by a later idemd than this one. Migrations are
+// not undone: this binary can only run on it without migrating (IDEMD_MIGRATE=false), as a
+// replica of the previous version does during a rolling update, when that version works on
+// the newer schema (README, Migrations).
+var ErrSchemaNewer = errors.New("the schema was migrated by a later idemd")
+
+// NewerError is ErrSchemaNewer for schema at s, in words an operator can act on.
+func (s Status) NewerError(schema string) error {
+	return fmt.Errorf("schema %s is at version %d, past this idemd's last migration (%d): %w, and migrations are not undone; "+
+		"run that version, or run this one with IDEMD_MIGRATE=false if it works on the newer schema (README, Migrations)",
+		pgx.Identifier{schema}.Sanitize(), s.Current, s.Latest, ErrSchemaNewer)
+}
+
 // Apply migrates the schema to the latest version. It is safe to call from many processes
 // at once: they serialize on an advisory lock and all but the first find nothing to do.
 func Apply(ctx context.Context, pool *pgxpool.Pool, cfg *Config) error {
@@ -91,6 +108,13 @@ func ApplyConn(ctx context.Context, conn *pgx.Conn, cfg *Config) (err error) {
 	m, err := newMigrator(ctx, conn, schema)
 	if err != nil {
 		return err
+	}
+	current, err := m.GetCurrentVersion(ctx)
+	if err != nil {
+		return fmt.Errorf("error reading the version of schema %s: %w", quoted, err)
+	}
+	if st := (Status{Current: current, Latest: int32(len(m.Migrations))}); st.Newer() {
+		return st.NewerError(schema)
 	}
 	if cfg != nil && cfg.OnApply != nil {
 		m.OnStart = func(version int32, name, _, _ string) { cfg.OnApply(version, strings.TrimSuffix(name, ".sql")) }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemd/idemd/internal/kafkatest"
@@ -17,6 +18,7 @@ import (
 	"github.com/idemd/idemd/internal/proctest"
 	"github.com/idemd/idemd/internal/pubsubtest"
 	"github.com/idemd/idemd/internal/sqstest"
+	"github.com/idemd/idemd/migrations"
 )
 
 // TestCheckAgreesWithServe: for each configuration, `idemd check` exits 0 exactly when
@@ -64,6 +66,7 @@ func TestCheckAgreesWithServe(t *testing.T) {
 		starts bool
 		warns  string // a warning check prints, if any
 		says   string // what check's refusal says, if it matters
+		newer  bool   // the schema was migrated by a later idemd (its version one past this one's)
 	}{
 		{name: "receiver only, no brokers", file: withSubscription(topic()),
 			vars: map[string]string{"IDEMD_ROLES": "receiver"}, starts: true},
@@ -106,6 +109,10 @@ func TestCheckAgreesWithServe(t *testing.T) {
 			vars: sqsEnv, starts: false},
 		{name: "sqs queue that does not exist", file: sqsSub("nonexistent-queue"),
 			vars: with(sqsEnv, "AWS_REGION", "us-east-1"), starts: false, says: `subscription "aws": the SQS queue nonexistent-queue does not exist`},
+		{name: "schema migrated by a later idemd", file: sourcesOnly(topic()), newer: true,
+			vars: map[string]string{"IDEMD_ROLES": "receiver"}, starts: false, says: "past this idemd's last migration"},
+		{name: "schema migrated by a later idemd, IDEMD_MIGRATE=false", file: sourcesOnly(topic()), newer: true,
+			vars: map[string]string{"IDEMD_ROLES": "receiver", "IDEMD_MIGRATE": "false"}, starts: true, warns: "migrated by a later idemd"},
 		{name: "tracing with an unknown sampler", file: sourcesOnly(topic()),
 			vars: map[string]string{"IDEMD_ROLES": "receiver", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318", "OTEL_TRACES_SAMPLER": "sometimes"}, starts: false},
 	} {
@@ -119,6 +126,13 @@ func TestCheckAgreesWithServe(t *testing.T) {
 				"IDEMD_HTTP_ADDR": proctest.FreeAddr(t), "IDEMD_ADMIN_ADDR": proctest.FreeAddr(t),
 			}
 			maps.Copy(vars, tc.vars)
+			if tc.newer {
+				pool := pgtest.Pool(t, 1)
+				cfg := &migrations.Config{Schema: vars["IDEMD_DB_SCHEMA"]}
+				require.NoError(t, migrations.Apply(t.Context(), pool, cfg))
+				_, err := pool.Exec(t.Context(), "UPDATE "+pgx.Identifier{cfg.Schema}.Sanitize()+".schema_version SET version = version + 1")
+				require.NoError(t, err)
+			}
 
 			code, out, errOut := runIdemd(t, vars, "check")
 			if tc.starts {

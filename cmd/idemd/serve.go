@@ -290,6 +290,10 @@ func (c *cli) check(args []string) int {
 			switch {
 			case err != nil:
 				problems.add(err)
+			case st.Newer() && e.Migrate:
+				problems.add(st.NewerError(e.DBSchema))
+			case st.Newer() && !e.invalid["IDEMD_MIGRATE"]:
+				warnings.add(fmt.Errorf("schema %s is at version %d, migrated by a later idemd than this one (%d): serve starts without migrating, and this version must work on the newer schema (README, Migrations)", e.DBSchema, st.Current, st.Latest))
 			case !st.UpToDate() && !e.Migrate && !e.invalid["IDEMD_MIGRATE"]: // an invalid value is reported already
 				problems.add(fmt.Errorf("schema %s is at version %d of %d and IDEMD_MIGRATE=false: serve would not become ready; run idemd migrate", e.DBSchema, st.Current, st.Latest))
 			}
