@@ -68,7 +68,7 @@ func (r *Receiver) applyReserved(w http.ResponseWriter, req *http.Request, c *ca
 	defer noteMessage(c.span, m)
 	token, err := r.unit.Reserve(ctx, m, wait)
 	if err != nil {
-		log.WithError(err).Error("reserving an idempotency key failed; answered 503")
+		src.failures.error(log, err, "reserving an idempotency key failed; answered 503")
 		writeProblem(w, probUnavailable, "retry later with the same Idempotency-Key", key, 1)
 		return
 	}
@@ -94,7 +94,7 @@ func (r *Receiver) applyReserved(w http.ResponseWriter, req *http.Request, c *ca
 		log.Warn("reservation lease expired and was taken over; answered 409")
 		writeProblem(w, probInFlight, "a request with this Idempotency-Key is being processed; retry later", key, 1)
 	case err != nil:
-		log.WithError(err).Error("API transaction failed; answered 503, nothing stored")
+		src.failures.error(log, err, "API transaction failed; answered 503, nothing stored")
 		writeProblem(w, probUnavailable, "retry later with the same Idempotency-Key", key, 1)
 	case m.Outcome == exactlyonce.DeadLettered:
 		metrics.DeadLettered.WithLabelValues(src.name).Inc()

@@ -100,7 +100,7 @@ func (r *Receiver) serveLookup(w http.ResponseWriter, req *http.Request, c *call
 	case errors.Is(err, processed.ErrNotFound), err == nil && !rec.ExpiresAt.After(time.Now()):
 		writeProblem(w, probUnknownKey, "no request with this Idempotency-Key is stored for this tenant", key, 0)
 	case err != nil:
-		log.WithError(err).Error("looking up an idempotency key failed; answered 503")
+		src.failures.error(log, err, "looking up an idempotency key failed; answered 503")
 		writeProblem(w, probUnavailable, "retry later", key, 1)
 	case rec.State == processed.StateInFlight:
 		writeProblem(w, probInFlight, "the request with this Idempotency-Key is being processed; look it up again later", key, 1)

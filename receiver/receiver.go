@@ -359,7 +359,7 @@ func (r *Receiver) serveWebhook(w http.ResponseWriter, c *call, log *logrus.Entr
 		log.Warn("no worker was free within the apply timeout (every worker's batch in its transaction); answered 503, nothing stored")
 		writeProblem(w, probUnavailable, "the receiver is busy: retry later", id, 1)
 	case err != nil:
-		log.WithError(err).Error("webhook transaction failed; answered 503, nothing stored")
+		src.failures.error(log, err, "webhook transaction failed; answered 503, nothing stored")
 		writeProblem(w, probUnavailable, "retry later", id, 1)
 	case m.Outcome == exactlyonce.Applied:
 		metrics.Processed.WithLabelValues(src.name).Inc()

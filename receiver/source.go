@@ -50,6 +50,8 @@ type source struct {
 	// lookup serves GET {path}/{key}; del is the compiled DELETE {path}/{id} effect.
 	lookup bool
 	del    *effectsql.Statement
+	// failures keeps its transient failures' error lines to one a second.
+	failures failureLog
 }
 
 func compileSource(ctx context.Context, pool *pgxpool.Pool, s Source) (*source, error) {
