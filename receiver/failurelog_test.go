@@ -8,8 +8,6 @@ import (
 	"github.com/sirupsen/logrus"
 	logtest "github.com/sirupsen/logrus/hooks/test"
 	"github.com/stretchr/testify/require"
-
-	"github.com/idemd/idemd/internal/pgtest"
 )
 
 // TestOutageLogsOneLineASecond: while the database is down, a source's 503s are logged at
@@ -17,17 +15,9 @@ import (
 // accounted for in the log without a line per request.
 func TestOutageLogsOneLineASecond(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
-	db.Exec(t, db.Q(`CREATE TABLE {schema}.effects (
-		id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, message_id text, tenant text,
-		body jsonb, amount bigint CHECK (amount >= 0))`))
-	pool, proxy := pgtest.OutagePool(t, 4)
 	logger, hook := logtest.NewNullLogger()
 	logger.SetOutput(io.Discard)
-	r, err := New(pool, &Config{Schema: db.Schema, Logger: logrus.NewEntry(logger), Sources: []Source{stripeSource(db)}})
-	require.NoError(t, err)
-	t.Cleanup(r.Close)
-	b := &bundle{db: db, rcv: r, srv: newServer(t, r)}
+	b, proxy := outageSetup(t, logrus.NewEntry(logger))
 
 	proxy.SetDown(true)
 	const failures = 20

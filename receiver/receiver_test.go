@@ -17,9 +17,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/sirupsen/logrus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemd/idemd/deadletter"
+	"github.com/idemd/idemd/internal/outageproxy"
 	"github.com/idemd/idemd/internal/pgtest"
 	"github.com/idemd/idemd/pipeline"
 )
@@ -360,15 +362,8 @@ func TestMessageIDRead(t *testing.T) {
 // database is back the sender's retry is applied once.
 func TestDatabaseOutageAnswers503Promptly(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
-	db.Exec(t, db.Q(`CREATE TABLE {schema}.effects (
-		id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, message_id text, tenant text,
-		body jsonb, amount bigint CHECK (amount >= 0))`))
-	pool, proxy := pgtest.OutagePool(t, 4)
-	r, err := New(pool, &Config{Schema: db.Schema, Logger: quietLogger(), Sources: []Source{stripeSource(db), ordersSource(db)}})
-	require.NoError(t, err)
-	t.Cleanup(r.Close)
-	b := &bundle{db: db, rcv: r, srv: newServer(t, r)}
+	b, proxy := outageSetup(t, quietLogger())
+	db := b.db
 
 	require.Equal(t, 200, b.stripe(t, stripeEvent("evt_before", 1, "")).status)
 	proxy.SetDown(true)
@@ -391,6 +386,21 @@ func TestDatabaseOutageAnswers503Promptly(t *testing.T) {
 	require.Equal(t, 200, until503Passes(func() resp { return b.stripe(t, stripeEvent("evt_outage", 1, "")) }).status)
 	require.Equal(t, 201, until503Passes(func() resp { return b.order(t, "token-a-0123456789", "k-outage", `{"amount":1}`) }).status)
 	require.Equal(t, 3, b.effects(t))
+}
+
+// outageSetup is a receiver with the stripe and orders sources, logging to log, whose pool
+// reaches PostgreSQL through proxy, which the test takes down.
+func outageSetup(t *testing.T, log *logrus.Entry) (*bundle, *outageproxy.Proxy) {
+	t.Helper()
+	db := pgtest.New(t)
+	db.Exec(t, db.Q(`CREATE TABLE {schema}.effects (
+		id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, message_id text, tenant text,
+		body jsonb, amount bigint CHECK (amount >= 0))`))
+	pool, proxy := pgtest.OutagePool(t, 4)
+	r, err := New(pool, &Config{Schema: db.Schema, Logger: log, Sources: []Source{stripeSource(db), ordersSource(db)}})
+	require.NoError(t, err)
+	t.Cleanup(r.Close)
+	return &bundle{db: db, rcv: r, srv: newServer(t, r)}, proxy
 }
 
 // until503Passes sends again, as a sender would, while the answer is 503 (at most 20
