@@ -46,11 +46,11 @@ const (
 )
 
 // Replayer replays one dead letter through the door that wrote it, exactly once, and says
-// in a few words what it did: it returns an error wrapping deadletter.ErrAlreadyReplayed for
+// what it did (its outcome, and in a few words how): it returns an error wrapping deadletter.ErrAlreadyReplayed for
 // a letter replayed before, and deadletter.ErrNotFound for an unknown one. Any other error
 // means nothing was committed. *deadletter.Replayer, with the doors registered, is one.
 type Replayer interface {
-	Replay(ctx context.Context, id int64) (string, error)
+	Replay(ctx context.Context, id int64) (deadletter.Replayed, error)
 }
 
 // ConsumerStatus reports the inbound subscriptions (groups, partitions, lag, last batch).

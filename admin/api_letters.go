@@ -200,6 +200,11 @@ type ReplayResult struct {
 	// Outcome is replayed, or failed (Error says why; nothing was committed, the letter can
 	// be replayed again once the cause is fixed).
 	Outcome string `json:"outcome"`
+	// Effect, for a replay that committed, is what it did with the letter's message:
+	// applied (its effect ran again), stale (the stale-event guard skipped it: a newer
+	// version of its entity was applied meanwhile) or requeued (its event went back to the
+	// relay or the deliverer).
+	Effect string `json:"effect,omitempty"`
 	// Done says what the replay did (through which door, with which operation id).
 	Done  string `json:"done,omitempty"`
 	Error string `json:"error,omitempty"`
@@ -220,7 +225,7 @@ func (s *Server) DeadLetter(ctx context.Context, id int64) (*DeadLetter, error) 
 
 // replayOne replays letter id and audits it. It returns the audited outcome and the
 // replayer's error.
-func (s *Server) replayOne(ctx context.Context, actor string, id int64, requestID uuid.UUID, bulk bool) (string, string, error) {
+func (s *Server) replayOne(ctx context.Context, actor string, id int64, requestID uuid.UUID, bulk bool) (string, deadletter.Replayed, error) {
 	done, err := s.cfg.Replayer.Replay(ctx, id)
 	return s.recordReplay(ctx, actor, id, requestID, bulk, err), done, err
 }
@@ -277,7 +282,7 @@ func (s *Server) apiReplay(w http.ResponseWriter, r *http.Request) {
 		s.problem(w, r, http.StatusConflict, "already-replayed", "Dead letter already replayed",
 			fmt.Sprintf("dead letter %d was replayed before; it is not run again", id))
 	default:
-		res := ReplayResult{ID: id, Outcome: outcome, Done: done}
+		res := ReplayResult{ID: id, Outcome: outcome, Effect: string(done.Outcome), Done: done.Done}
 		if err != nil {
 			res.Error = redactURLs(err.Error())
 		}

@@ -66,14 +66,16 @@ func (b *bundle) requireApplied(t *testing.T, pipeline, id string) {
 	require.Equal(t, map[string]any{"outcome": "applied"}, effect, id)
 }
 
-// replayLetter replays the one dead letter of pipeline through the admin API.
-func (b *bundle) replayLetter(t *testing.T, pipeline string) {
+// replayLetter replays the one dead letter of pipeline through the admin API, and checks
+// what the replay says it did with the message (effect).
+func (b *bundle) replayLetter(t *testing.T, pipeline, effect string) {
 	t.Helper()
 	letters := b.get(t, "/api/v1/dead-letters?pipeline="+pipeline).data(t)
 	require.Len(t, letters, 1)
 	r := b.call(t, "POST", fmt.Sprintf("/api/v1/dead-letters/%v/replay", letters[0]["id"]), testToken, nil)
 	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
 	require.Equal(t, "replayed", r.json(t)["outcome"], "%s", r.body)
+	require.Equal(t, effect, r.json(t)["effect"], "%s", r.body)
 }
 
 // A webhook older than its entity's last applied one is answered stale, and its story says
@@ -94,7 +96,7 @@ func TestStaleWebhookStory(t *testing.T) {
 	require.Equal(t, []string{"w2"}, ids(b.get(t, "/api/v1/messages?pipeline=versions&outcome=stale").data(t), "message_id"))
 	require.Equal(t, []string{"w3"}, ids(b.get(t, "/api/v1/messages?pipeline=versions&outcome=processed").data(t), "message_id"))
 
-	b.replayLetter(t, "versions")
+	b.replayLetter(t, "versions", "stale")
 	b.requireStale(t, "versions", "w1", 1, `the entity is at version 3 now, applied by message "w3"`)
 	require.Equal(t, []string{"w2", "w1"}, ids(b.get(t, "/api/v1/messages?pipeline=versions&outcome=stale").data(t), "message_id"))
 	require.Equal(t, 1, b.db.Count(t, "{schema}.effects"), "only w3 applied")
@@ -172,7 +174,7 @@ func TestStaleSubscriptionStory(t *testing.T) {
 	require.Equal(t, 1, b.db.Count(t, "{schema}.effects"), "only k3 applied, once")
 	require.Equal(t, []string{"k2"}, ids(b.get(t, "/api/v1/messages?pipeline=ledger&outcome=stale").data(t), "message_id"))
 
-	b.replayLetter(t, "ledger")
+	b.replayLetter(t, "ledger", "stale")
 	b.requireStale(t, "ledger", "k1", 1, `applied by message "k3"`)
 	require.Equal(t, 1, b.db.Count(t, "{schema}.effects"))
 	require.Equal(t, []string{"k3"}, ids(b.get(t, "/api/v1/messages?pipeline=ledger&outcome=processed").data(t), "message_id"))

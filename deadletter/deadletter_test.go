@@ -103,10 +103,10 @@ func TestReplayerRoutesByOrigin(t *testing.T) {
 
 	what, err := rp.Replay(ctx, generic)
 	require.NoError(t, err)
-	require.Equal(t, "any kafka pipeline", what)
+	require.Equal(t, "any kafka pipeline", what.Done)
 	what, err = rp.Replay(ctx, specific)
 	require.NoError(t, err)
-	require.Equal(t, "pipeline b", what)
+	require.Equal(t, "pipeline b", what.Done)
 	_, err = rp.Replay(ctx, specific)
 	require.ErrorIs(t, err, deadletter.ErrAlreadyReplayed)
 	_, err = rp.Replay(ctx, orphan)

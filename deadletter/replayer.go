@@ -119,8 +119,8 @@ func (r *Replayer) Expect(door Door, pipeline string, outcomes ...ReplayOutcome)
 // id, ErrNoReplayer when no door registered the letter's origin, or the door's error; in
 // each case nothing changed, and nothing is counted. A replay that commits is counted in
 // idemd_dead_letters_replayed_total and, by its outcome, in the pipeline's processed or
-// stale messages.
-func (r *Replayer) Replay(ctx context.Context, id int64) (string, error) {
+// stale messages. It returns what the door did (Replayed: its outcome and, in words, how).
+func (r *Replayer) Replay(ctx context.Context, id int64) (Replayed, error) {
 	var (
 		letter *Letter
 		done   Replayed
@@ -141,11 +141,11 @@ func (r *Replayer) Replay(ctx context.Context, id int64) (string, error) {
 		return nil
 	})
 	if err != nil {
-		return "", err
+		return Replayed{}, err
 	}
 	// Only now: the replay's transaction committed.
 	for _, c := range counters(letter.Origin.Door, letter.Pipeline, done.Outcome) {
 		c.Inc()
 	}
-	return done.Done, nil
+	return done, nil
 }

@@ -452,7 +452,8 @@ func TestRelayDeadLettersAMissingQueueAfterMaxFailingFor(t *testing.T) {
 	for _, l := range letters {
 		out, err := rp.Replay(context.Background(), l.ID)
 		require.NoError(t, err)
-		require.Contains(t, out, fmt.Sprintf("event requeued to SQS queue %q with the same operation id", missing))
+		require.Contains(t, out.Done, fmt.Sprintf("event requeued to SQS queue %q with the same operation id", missing))
+		require.Equal(t, deadletter.ReplayRequeued, out.Outcome)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

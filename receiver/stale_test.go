@@ -147,7 +147,8 @@ func TestStaleReplay(t *testing.T) {
 	before := []float64{testutil.ToFloat64(processed), testutil.ToFloat64(stale), testutil.ToFloat64(replayed)}
 	done, err := rp.Replay(context.Background(), letters[0].ID)
 	require.NoError(t, err)
-	require.Contains(t, done, "stale message, effect skipped")
+	require.Contains(t, done.Done, "stale message, effect skipped")
+	require.Equal(t, deadletter.ReplayStale, done.Outcome)
 	require.Equal(t, []int{2}, b.appliedVersions(t))
 	require.Equal(t, 2, b.version(t))
 	require.Equal(t, []float64{before[0], before[1] + 1, before[2] + 1},

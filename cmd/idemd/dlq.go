@@ -385,7 +385,7 @@ func (c *cli) dlqReplay(args []string) int {
 			adm.RecordReplay(ctx, actor, id, err)
 			switch {
 			case err == nil:
-				fmt.Fprintf(c.stdout, "%d: %s\n", id, what)
+				fmt.Fprintf(c.stdout, "%d: %s\n", id, what.Done)
 			case errors.Is(err, deadletter.ErrAlreadyReplayed):
 				failed++
 				fmt.Fprintf(c.stdout, "%d: not replayed: it was replayed before; not run again\n", id)
