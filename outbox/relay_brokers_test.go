@@ -27,6 +27,7 @@ import (
 	"github.com/idemd/idemd/deadletter"
 	"github.com/idemd/idemd/internal/kafkatest"
 	"github.com/idemd/idemd/internal/metrics"
+	"github.com/idemd/idemd/internal/metricstest"
 	"github.com/idemd/idemd/internal/outageproxy"
 	"github.com/idemd/idemd/internal/pgtest"
 	"github.com/idemd/idemd/internal/pubsubtest"
@@ -428,6 +429,10 @@ func TestRelayDeadLettersAMissingQueueAfterMaxFailingFor(t *testing.T) {
 	b := setupBrokerRelay(t, pubsubtest.Client(t), sqstest.Client(t))
 	missing := sqstest.Name(t) + "-gone"
 	events := brokerEvents(outbox.SQSDestination(missing), "gone", 4, "g")
+	// A pipeline of its own: its replay counter is this test's.
+	for i := range events {
+		events[i].Pipeline = "missing-queue-replays"
+	}
 	b.enqueue(t, events...)
 	opOf := ops(events)
 	cfg := b.config()
@@ -449,12 +454,16 @@ func TestRelayDeadLettersAMissingQueueAfterMaxFailingFor(t *testing.T) {
 	url := sqstest.CreateQueue(t, missing, nil)
 	rp := deadletter.NewReplayer(b.db.Pool, deadletter.New(b.db.Schema))
 	b.store.RegisterReplay(rp)
+	requeued := map[string]string{"pipeline": "missing-queue-replays", "door": "relay", "outcome": "requeued"}
+	before, _ := metricstest.Sum(t, "idemd_dead_letters_replayed_total", requeued)
 	for _, l := range letters {
 		out, err := rp.Replay(context.Background(), l.ID)
 		require.NoError(t, err)
 		require.Contains(t, out.Done, fmt.Sprintf("event requeued to SQS queue %q with the same operation id", missing))
 		require.Equal(t, deadletter.ReplayRequeued, out.Outcome)
 	}
+	after, _ := metricstest.Sum(t, "idemd_dead_letters_replayed_total", requeued)
+	require.Equal(t, float64(len(letters)), after-before, "each requeue counted once, after its commit")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	require.NoError(t, r.Drain(ctx))
