@@ -94,7 +94,8 @@ type RelayConfig struct {
 	// PollInterval is how often the relay looks for rows when no NOTIFY woke it; it bounds
 	// the delay if a notification is lost. Defaults to 1 s.
 	PollInterval time.Duration
-	// StandbyPoll is how often a standby relay tries to take the leadership. Defaults to 1 s.
+	// StandbyPoll is how often a standby relay tries to take the leadership, on the session
+	// it keeps for that (a new one only when the server ended it). Defaults to 1 s.
 	StandbyPoll time.Duration
 	// LockCheck is how often the leader checks that the PostgreSQL session holding its lock
 	// still answers (a ping of at most 5 s): a leader whose session ended or stopped
@@ -154,7 +155,8 @@ type RelayConfig struct {
 // Relay publishes committed outbox rows to Kafka, Pub/Sub and SQS, each row to the
 // destination its topic column encodes (ParseDestination). Exactly one relay per database is
 // active: the one holding a session advisory lock on a dedicated connection. The others
-// stand by and take over within StandbyPoll when the leader's connection goes away.
+// stand by, each trying the lock every StandbyPoll on a session it keeps for that, and take
+// over within StandbyPoll when the leader's connection goes away.
 //
 // The relay keeps no cursor: each round selects every unpublished row in id order, so a row
 // whose transaction committed late is picked up by the next round, never skipped. When it is
@@ -223,6 +225,9 @@ type Relay struct {
 	readAheads atomic.Int64 // rounds whose rows were read ahead
 	// aheadsDropped counts the rows read ahead and dropped for a key's order (passedOver).
 	aheadsDropped atomic.Int64
+	// warnedNoIdleTimeout: the warning that the server has no idle_session_timeout was
+	// logged (once a relay, not once a session). Run's goroutine only.
+	warnedNoIdleTimeout bool
 	// lastRows is how many rows the last round read: the room the next one's first
 	// destination starts with.
 	lastRows atomic.Int64
@@ -549,8 +554,17 @@ func (r *Relay) setLeader(leading bool) {
 // AfterPublish hook.
 func (r *Relay) Run(ctx context.Context) error {
 	defer r.close()
+	// The session the lock is tried on, kept while the relay stands by: a standby polls on
+	// one session instead of opening a connection every StandbyPoll.
+	var session *pgx.Conn
+	defer func() {
+		if session != nil {
+			session.Close(context.WithoutCancel(ctx))
+		}
+	}()
 	for {
-		err := r.lead(ctx)
+		var err error
+		session, err = r.lead(ctx, session)
 		r.setLeader(false)
 		r.clearFailing()
 		// The hook's error first: the test that stops the relay on it may cancel ctx at once.
@@ -593,29 +607,23 @@ type hookError struct{ err error }
 
 func (e hookError) Error() string { return e.err.Error() }
 
-// lead takes the advisory lock on a dedicated connection and publishes while it holds it.
-// It returns nil when the lock is held by someone else.
-func (r *Relay) lead(ctx context.Context) error {
-	conn, err := pgx.ConnectConfig(ctx, r.pool.Config().ConnConfig.Copy())
+// lead takes the advisory lock on a session of its own and publishes while it holds it. It
+// tries the lock on session, the one a standby kept from its last try, or on a new one. When
+// the lock is held by someone else it returns the session, to be kept for the next try;
+// otherwise it closes the session (which releases the lock, whatever else happened) and
+// returns nil, with the reason it stopped leading or could not lead.
+func (r *Relay) lead(ctx context.Context, session *pgx.Conn) (standby *pgx.Conn, err error) {
+	conn, got, err := r.tryLock(ctx, session)
 	if err != nil {
-		return fmt.Errorf("error connecting for the relay lock: %w", err)
-	}
-	// Closing the connection releases the session lock, whatever else happened.
-	defer conn.Close(context.WithoutCancel(ctx))
-
-	var got bool
-	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", r.lockKey).Scan(&got); err != nil {
-		return fmt.Errorf("error trying the relay lock: %w", err)
+		return nil, err
 	}
 	if !got {
 		r.decide()
-		return nil
+		return conn, nil
 	}
-	if err := r.bindLockToLiveness(ctx, conn); err != nil {
-		return err
-	}
+	defer conn.Close(context.WithoutCancel(ctx))
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{r.channel}.Sanitize()); err != nil {
-		return fmt.Errorf("error listening on %s: %w", r.channel, err)
+		return nil, fmt.Errorf("error listening on %s: %w", r.channel, err)
 	}
 	r.setLeader(true)
 	r.decide()
@@ -637,7 +645,7 @@ func (r *Relay) lead(ctx context.Context) error {
 		if time.Since(lastLockCheck) >= r.cfg.LockCheck {
 			// Also what keeps the session from PostgreSQL's idle_session_timeout.
 			if err := pingLock(ctx, conn); err != nil {
-				return fmt.Errorf("relay lock connection lost: %w", err)
+				return nil, fmt.Errorf("relay lock connection lost: %w", err)
 			}
 			lastLockCheck = time.Now()
 		}
@@ -676,9 +684,9 @@ func (r *Relay) lead(ctx context.Context) error {
 		var hookErr hookError
 		switch {
 		case errors.As(err, &hookErr):
-			return err
+			return nil, err
 		case ctx.Err() != nil:
-			return nil
+			return nil, nil
 		case err != nil:
 			// The database failed us (reading or marking rows): retry the whole round.
 			failures++
@@ -686,11 +694,11 @@ func (r *Relay) lead(ctx context.Context) error {
 			r.log.WithError(err).WithField("retry_in", wait.Seconds()).Warn("error in an outbox round; rows are kept and retried")
 			// Still the leader? A dead lock connection means someone else may lead now.
 			if err := pingLock(ctx, conn); err != nil {
-				return fmt.Errorf("relay lock connection lost: %w", err)
+				return nil, fmt.Errorf("relay lock connection lost: %w", err)
 			}
 			select {
 			case <-ctx.Done():
-				return nil
+				return nil, nil
 			case <-time.After(wait):
 			}
 			continue
@@ -707,14 +715,14 @@ func (r *Relay) lead(ctx context.Context) error {
 			// came from the Handoff (which the lock does not guard): check the lock is still
 			// ours, then go on with what is not waiting for a retry.
 			if err := pingLock(ctx, conn); err != nil {
-				return fmt.Errorf("relay lock connection lost: %w", err)
+				return nil, fmt.Errorf("relay lock connection lost: %w", err)
 			}
 			if rd.More {
 				continue
 			}
 		}
 		if err := r.idle(ctx, conn); err != nil {
-			return err
+			return nil, err
 		}
 	}
 }
@@ -844,11 +852,59 @@ func (r *Relay) bindLockToLiveness(ctx context.Context, conn *pgx.Conn) error {
 	_, err := conn.Exec(ctx, `SELECT set_config('idle_session_timeout', $1, false)`, strconv.FormatInt(r.cfg.LockTimeout.Milliseconds(), 10))
 	switch {
 	case pgerr.Code(err) == "42704": // undefined_object: no such setting
-		r.log.Warn("PostgreSQL has no idle_session_timeout (before 14): a relay leader that hangs keeps the leadership until its process ends")
+		if !r.warnedNoIdleTimeout {
+			r.warnedNoIdleTimeout = true
+			r.log.Warn("PostgreSQL has no idle_session_timeout (before 14): a relay leader that hangs keeps the leadership until its process ends")
+		}
 	case err != nil:
 		return fmt.Errorf("error setting the relay lock session's idle_session_timeout: %w", err)
 	}
 	return nil
+}
+
+// tryLock tries the relay lock on session, or on a new session when session is nil or no
+// longer answers (the server ended it: a restart, a standby's idle_session_timeout when
+// StandbyPoll is longer than LockTimeout). It returns the session it tried on, open, unless
+// it failed.
+func (r *Relay) tryLock(ctx context.Context, session *pgx.Conn) (conn *pgx.Conn, got bool, err error) {
+	if session != nil {
+		if got, err = tryLockOn(ctx, session, r.lockKey); err == nil {
+			return session, got, nil
+		}
+		session.Close(context.WithoutCancel(ctx))
+		r.log.WithError(err).Debug("the relay's lock session no longer answers: opening another")
+	}
+	if conn, err = r.lockSession(ctx); err != nil {
+		return nil, false, err
+	}
+	if got, err = tryLockOn(ctx, conn, r.lockKey); err != nil {
+		conn.Close(context.WithoutCancel(ctx))
+		return nil, false, err
+	}
+	return conn, got, nil
+}
+
+func tryLockOn(ctx context.Context, conn *pgx.Conn, key int64) (got bool, err error) {
+	// Bounded, as pingLock is: a standby whose session hangs must not stop trying.
+	tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := conn.QueryRow(tctx, "SELECT pg_try_advisory_lock($1)", key).Scan(&got); err != nil {
+		return false, fmt.Errorf("error trying the relay lock: %w", err)
+	}
+	return got, nil
+}
+
+// lockSession opens the session the relay tries its lock on and, once it has it, leads on.
+func (r *Relay) lockSession(ctx context.Context) (*pgx.Conn, error) {
+	conn, err := pgx.ConnectConfig(ctx, r.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return nil, fmt.Errorf("error connecting for the relay lock: %w", err)
+	}
+	if err := r.bindLockToLiveness(ctx, conn); err != nil {
+		conn.Close(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	return conn, nil
 }
 
 func pingLock(ctx context.Context, conn *pgx.Conn) error {

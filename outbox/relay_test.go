@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/segmentio/kafka-go"
 	"github.com/sirupsen/logrus"
 	"github.com/stretchr/testify/require"
@@ -48,6 +49,12 @@ func quietLogger() *logrus.Entry {
 // Leading signal is initialised, and so are the signals init initialises.
 func (b *relayBundle) startRelay(t testing.TB, cfg outbox.RelayConfig, init ...func(*outbox.RelaySignals)) (r *outbox.Relay, stop func() error) {
 	t.Helper()
+	return b.startRelayOn(t, b.db.Pool, cfg, init...)
+}
+
+// startRelayOn is startRelay with the relay on pool.
+func (b *relayBundle) startRelayOn(t testing.TB, pool *pgxpool.Pool, cfg outbox.RelayConfig, init ...func(*outbox.RelaySignals)) (r *outbox.Relay, stop func() error) {
+	t.Helper()
 	cfg.Schema = b.db.Schema
 	if cfg.Brokers == nil && cfg.Writer == nil && cfg.PubSub == nil && cfg.SQS == nil {
 		cfg.Brokers = kafkatest.Brokers(t)
@@ -59,7 +66,7 @@ func (b *relayBundle) startRelay(t testing.TB, cfg outbox.RelayConfig, init ...f
 	// The floor moves as often as the relay can move it: every test of the relay runs
 	// through it (late commits, rollbacks, crashes).
 	cfg.FloorInterval = cmpOr(cfg.FloorInterval, time.Millisecond)
-	r, err := outbox.NewRelay(b.db.Pool, &cfg)
+	r, err := outbox.NewRelay(pool, &cfg)
 	require.NoError(t, err)
 	r.TestSignals().Leading.Init(t)
 	for _, f := range init {
@@ -604,6 +611,75 @@ WHERE locktype = 'advisory' AND granted AND classid = (($1::bigint >> 32) & 4294
 	require.Equal(t, firstBefore, first.Published(), "the former leader published beside the new one")
 	require.False(t, first.IsLeader())
 	require.Len(t, kafkatest.ReadAll(t, b.topic, 20, 20*time.Second), 20, "each event once")
+}
+
+// TestRelayStandbyKeepsOneSession: a standby tries the lock every StandbyPoll on one session
+// of its own, and leads on that session, instead of opening a connection at every try; when
+// that session ends, it tries on a new one.
+func TestRelayStandbyKeepsOneSession(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := setupRelay(t, 1, pgtest.Options{})
+	leader, stopLeader := b.startRelay(t, outbox.RelayConfig{})
+	select {
+	case <-leader.TestSignals().Leading.C():
+	case <-time.After(testsignal.WaitTimeout):
+		t.Fatal("the relay did not lead")
+	}
+	// The standby's connections carry a name of their own, so that its sessions can be told
+	// from the other tests'.
+	cfg, err := pgxpool.ParseConfig(b.db.URL)
+	require.NoError(t, err)
+	app := "standby " + b.db.Schema
+	cfg.ConnConfig.RuntimeParams["application_name"] = app
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	standby, _ := b.startRelayOn(t, pool, outbox.RelayConfig{StandbyPoll: 20 * time.Millisecond})
+
+	// sessions returns the pids of the standby's sessions that tried the lock.
+	sessions := func() []int32 {
+		var pids []int32
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT coalesce(array_agg(pid ORDER BY pid), '{}') FROM pg_stat_activity
+WHERE application_name = $1 AND query = 'SELECT pg_try_advisory_lock($1)'`, app).Scan(&pids))
+		return pids
+	}
+	seen := map[int32]bool{}
+	for range 50 { // 1 s: fifty tries
+		for _, pid := range sessions() {
+			seen[pid] = true
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	require.False(t, standby.IsLeader())
+	require.Len(t, seen, 1, "the standby's sessions over fifty tries of the lock")
+	var kept int32
+	for pid := range seen {
+		kept = pid
+	}
+
+	// Its session ends (terminated, as a server restart or an idle_session_timeout ends it):
+	// it tries on a new one, and keeps that.
+	var ended bool
+	require.NoError(t, b.db.Pool.QueryRow(ctx, "SELECT pg_terminate_backend($1)", kept).Scan(&ended))
+	require.True(t, ended)
+	require.Eventually(t, func() bool {
+		pids := sessions()
+		return len(pids) == 1 && pids[0] != kept
+	}, 10*time.Second, 10*time.Millisecond, "the standby did not try the lock on a new session")
+	kept = sessions()[0]
+
+	// The leader stops: the standby leads, on the session it kept.
+	require.NoError(t, stopLeader())
+	require.Eventually(t, standby.IsLeader, 10*time.Second, 5*time.Millisecond, "the standby did not take over")
+	var holder int32
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT pid FROM pg_locks
+WHERE locktype = 'advisory' AND granted AND classid = (($1::bigint >> 32) & 4294967295)::oid AND objid = ($1::bigint & 4294967295)::oid AND objsubid = 1`,
+		outbox.RelayLockKey(b.db.Schema)).Scan(&holder))
+	require.Equal(t, kept, holder, "the lock's session")
+	b.enqueue(t, b.events(5, "standby")...)
+	b.drain(t, standby, 20*time.Second)
+	require.Len(t, kafkatest.ReadAll(t, b.topic, 5, 20*time.Second), 5)
 }
 
 // TestRelayLockSessionEndsWhenTheLeaderStopsUsingIt: the lock session ends when the leader
