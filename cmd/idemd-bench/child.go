@@ -27,6 +27,7 @@ import (
 	"github.com/idemd/idemd/internal/metrics"
 	"github.com/idemd/idemd/internal/pgarray"
 	"github.com/idemd/idemd/internal/pgpool"
+	"github.com/idemd/idemd/internal/problemconn"
 	"github.com/idemd/idemd/outbox"
 	"github.com/idemd/idemd/pipeline"
 	"github.com/idemd/idemd/processed"
@@ -272,7 +273,7 @@ func serveChild(ctx context.Context, kind, raw string, stdout io.Writer) error {
 		if err != nil {
 			return err
 		}
-		runFn, detail, err = serveHTTP(receiver.NewServer("", rcv, nil), rcv.Close)
+		runFn, detail, err = serveHTTP(receiver.NewServer("", rcv, nil), rcv.Close, receiver.ProblemTypeBase)
 		if err != nil {
 			return err
 		}
@@ -283,7 +284,7 @@ func serveChild(ctx context.Context, kind, raw string, stdout io.Writer) error {
 		if err != nil {
 			return err
 		}
-		runFn, detail, err = serveHTTP(h, nil)
+		runFn, detail, err = serveHTTP(h, nil, "")
 		if err != nil {
 			return err
 		}
@@ -316,8 +317,9 @@ func serveChild(ctx context.Context, kind, raw string, stdout io.Writer) error {
 }
 
 // serveHTTP serves srv on a loopback port until ctx ends, then shuts it down and calls
-// closeFn (when set).
-func serveHTTP(h any, closeFn func()) (func(context.Context) error, string, error) {
+// closeFn (when set). With a problemTypeBase, the listener is wrapped as the daemon wraps
+// the receiver's (internal/problemconn).
+func serveHTTP(h any, closeFn func(), problemTypeBase string) (func(context.Context) error, string, error) {
 	srv, ok := h.(*http.Server)
 	if !ok {
 		srv = &http.Server{Handler: h.(http.Handler), ReadHeaderTimeout: 5 * time.Second}
@@ -325,6 +327,9 @@ func serveHTTP(h any, closeFn func()) (func(context.Context) error, string, erro
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, "", err
+	}
+	if problemTypeBase != "" {
+		ln = problemconn.Listener(ln, problemTypeBase)
 	}
 	return func(ctx context.Context) error {
 		errc := make(chan error, 1)

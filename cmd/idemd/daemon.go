@@ -22,6 +22,7 @@ import (
 	"github.com/idemd/idemd/internal/metrics"
 	"github.com/idemd/idemd/internal/pgarray"
 	"github.com/idemd/idemd/internal/pgpool"
+	"github.com/idemd/idemd/internal/problemconn"
 	"github.com/idemd/idemd/internal/testsignal"
 	"github.com/idemd/idemd/migrations"
 	"github.com/idemd/idemd/outbox"
@@ -310,6 +311,7 @@ func (d *daemon) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	adminLn = problemconn.Listener(adminLn, admin.ProblemTypeBase)
 	adminSrv := d.admin.HTTPServer()
 	go func() { _ = adminSrv.Serve(adminLn) }()
 	defer adminSrv.Close()

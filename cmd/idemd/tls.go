@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+
+	"github.com/idemd/idemd/internal/problemconn"
+	"github.com/idemd/idemd/receiver"
 )
 
 // receiverTLS loads the receiver's certificate when one is configured: nil without one
@@ -31,10 +34,13 @@ func receiverTLS(c *daemonConfig) (*tls.Config, error) {
 	}, nil
 }
 
-// listenReceiver wraps the receiver's listener in TLS when a certificate is configured.
+// listenReceiver wraps the receiver's listener in TLS when a certificate is configured;
+// without one, in problemconn's, so that the requests net/http refuses by itself are
+// answered problem+json too (http.Server tells TLS by the connection's type, so a TLS
+// listener cannot be wrapped: it keeps net/http's text answers).
 func (d *daemon) listenReceiver(ln net.Listener) net.Listener {
 	if d.tls == nil {
-		return ln
+		return problemconn.Listener(ln, receiver.ProblemTypeBase)
 	}
 	return tls.NewListener(ln, d.tls)
 }
