@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"sync"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/idemd/idemd/admin"
 	"github.com/idemd/idemd/deadletter"
+	"github.com/idemd/idemd/internal/pgtest"
 )
 
 // page walks a list with limit and returns every item, checking that no item repeats.
@@ -375,6 +377,24 @@ func TestReadyzCachedAndDraining(t *testing.T) {
 	require.NoError(t, err)
 	fresh.Started()
 	require.Equal(t, http.StatusServiceUnavailable, get(t, fresh, "/readyz"), "migrations not applied")
+}
+
+// /readyz tells a pool whose every connection is taken (waiting behind a migration's lock,
+// say) from a database that does not answer.
+func TestReadyzSaysWhenNoConnectionIsFree(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	pool := pgtest.Pool(t, 1)
+	adm, err := admin.New(pool, &admin.Config{Schema: b.db.Schema})
+	require.NoError(t, err)
+	adm.Started()
+	held, err := pool.Acquire(t.Context())
+	require.NoError(t, err)
+	defer held.Release()
+	w := httptest.NewRecorder()
+	adm.ServeHTTP(w, httptest.NewRequest("GET", "/readyz", nil))
+	require.Equal(t, http.StatusServiceUnavailable, w.Code)
+	require.JSONEq(t, `{"status":"not_ready","reason":"no database connection free within 2 s: all 1 in use"}`, w.Body.String())
 }
 
 func TestHTTPServerLimits(t *testing.T) {

@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"sync"
 	"time"
@@ -66,6 +67,11 @@ func (s *Server) checkDatabase(ctx context.Context) string {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	if err := s.pool.Ping(ctx); err != nil {
+		if st := s.pool.Stat(); st.AcquiredConns() >= st.MaxConns() {
+			// The server may answer, but every connection is taken by work that waits: on
+			// a lock (a migration's), or on a slow server.
+			return fmt.Sprintf("no database connection free within 2 s: all %d in use", st.MaxConns())
+		}
 		return "database does not answer"
 	}
 	st, err := migrations.CurrentStatus(ctx, s.pool, &migrations.Config{Schema: s.cfg.Schema})
