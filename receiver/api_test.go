@@ -104,6 +104,29 @@ func TestAPIStatusTable(t *testing.T) {
 	require.Equal(t, 2, b.db.Count(t, "{schema}.effects WHERE message_id = 'k1'"))
 }
 
+// TestEmptyKeyRefusedWhereKeysAreOptional: on a source whose key is optional, an empty or
+// blank Idempotency-Key is refused (400), not taken for no key: the client meant to send
+// one, and would otherwise run its effect again on every retry.
+func TestEmptyKeyRefusedWhereKeysAreOptional(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 8, func(db *pgtest.DB) Config {
+		src := ordersSource(db)
+		src.Idempotency = &Idempotency{}
+		return Config{Sources: []Source{src}}
+	})
+	for _, k := range []string{"", "   ", "\t"} {
+		r := do(t, nil, "POST", b.srv.URL+"/v1/orders", []byte(`{"amount":1}`),
+			http.Header{"Authorization": {"Bearer token-a-0123456789"}, "Idempotency-Key": {k}})
+		require.Equal(t, 400, r.status, "%q: %s", k, r.body)
+		require.Equal(t, "invalid-idempotency-key", r.problemType(t))
+		require.Contains(t, string(r.body), "Idempotency-Key is empty")
+	}
+	require.Equal(t, 0, b.effects(t))
+	r := do(t, nil, "POST", b.srv.URL+"/v1/orders", []byte(`{"amount":1}`), http.Header{"Authorization": {"Bearer token-a-0123456789"}})
+	require.Equal(t, 201, r.status, "without the header, the request runs under a key of its own: %s", r.body)
+	require.Equal(t, 1, b.effects(t))
+}
+
 // TestTenantIsolation: tenant B with tenant A's key gets its own result, never A's.
 func TestTenantIsolation(t *testing.T) {
 	t.Parallel()

@@ -18,6 +18,9 @@ var (
 	// is sent as a Structured Fields string ("a,b"). errors.Is(ErrCommaKey, ErrManyKeys)
 	// holds.
 	ErrCommaKey = idemkey.ErrCommaKey
+	// ErrEmptyKey: an empty or blank Idempotency-Key header, refused rather than read as no
+	// key (the client meant to send one). errors.Is(ErrEmptyKey, ErrInvalidKey) holds.
+	ErrEmptyKey = idemkey.ErrEmptyKey
 )
 
 // KeyMaxLen is the longest accepted idempotency key.

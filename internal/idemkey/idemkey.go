@@ -27,6 +27,11 @@ var (
 	// holds.
 	ErrCommaKey error = keyError{ErrManyKeys, `more than one Idempotency-Key: a comma separates list members, ` +
 		`so a bare key cannot hold one (send it quoted, as a Structured Fields string: "a,b")`}
+	// ErrEmptyKey: the header is there, but empty or blank. A client whose key came out empty
+	// asked for idempotency and would silently go without it, even where the key is
+	// optional. errors.Is(ErrEmptyKey, ErrInvalidKey) holds.
+	ErrEmptyKey error = keyError{ErrInvalidKey, `Idempotency-Key is empty: send 1 to 255 printable ASCII characters, ` +
+		`or no Idempotency-Key header at all`}
 )
 
 // keyError is a refusal with a precise message that still matches its sentinel, is.
@@ -57,7 +62,7 @@ func Parse(values []string) (string, error) {
 	}
 	v := strings.Trim(values[0], " \t")
 	if v == "" {
-		return "", ErrNoKey
+		return "", ErrEmptyKey
 	}
 	var key string
 	if v[0] == '"' {
