@@ -45,6 +45,7 @@ import (
 	"github.com/idemd/idemd/exactlyonce"
 	"github.com/idemd/idemd/internal/effectsql"
 	"github.com/idemd/idemd/internal/metrics"
+	"github.com/idemd/idemd/internal/pgerr"
 	"github.com/idemd/idemd/internal/tracing"
 	"github.com/idemd/idemd/migrations"
 	"github.com/idemd/idemd/outbox"
@@ -561,7 +562,8 @@ func (c *Consumer) record(batch []*record, msgs []*exactlyonce.Message) {
 			log.Warn("message id reused with a different payload: effect not run, conflict recorded")
 		case exactlyonce.DeadLettered:
 			dead++
-			log.WithError(m.Cause).WithField("attempts", m.Attempts).Warn("message dead-lettered")
+			log.WithField("error", pgerr.ForLog(m.Cause, log.Logger.IsLevelEnabled(logrus.DebugLevel))).WithField("attempts", m.Attempts).
+				Warn("message dead-lettered (the error is whole in the dead letter)")
 		}
 	}
 	name := c.cfg.Name

@@ -98,7 +98,8 @@ func (r *Receiver) applyReserved(w http.ResponseWriter, req *http.Request, c *ca
 		writeProblem(w, probUnavailable, "retry later with the same Idempotency-Key", key, 1)
 	case m.Outcome == exactlyonce.DeadLettered:
 		metrics.DeadLettered.WithLabelValues(src.name).Inc()
-		log.WithField("reason", errString(m.Cause)).Warn("API effect failed permanently; 422 stored")
+		log.WithField("reason", pgerr.ForLog(m.Cause, log.Logger.IsLevelEnabled(logrus.DebugLevel))).
+			Warn("API effect failed permanently; 422 stored (the database's own words are logged at debug level)")
 		writeStored(w, m.Response, "")
 	default:
 		metrics.Processed.WithLabelValues(src.name).Inc()

@@ -35,6 +35,7 @@ import (
 	"github.com/idemd/idemd/internal/fingerprint"
 	"github.com/idemd/idemd/internal/jsonpointer"
 	"github.com/idemd/idemd/internal/metrics"
+	"github.com/idemd/idemd/internal/pgerr"
 	"github.com/idemd/idemd/internal/tracing"
 	"github.com/idemd/idemd/migrations"
 	"github.com/idemd/idemd/processed"
@@ -373,19 +374,13 @@ func (r *Receiver) serveWebhook(w http.ResponseWriter, c *call, log *logrus.Entr
 		writeProblem(w, probConflict, "this message id was received before with a different payload", id, 0)
 	case m.Outcome == exactlyonce.DeadLettered:
 		metrics.DeadLettered.WithLabelValues(src.name).Inc()
-		log.WithField("reason", errString(m.Cause)).Warn("webhook effect failed permanently; dead-lettered")
+		log.WithField("reason", pgerr.ForLog(m.Cause, log.Logger.IsLevelEnabled(logrus.DebugLevel))).
+			Warn("webhook effect failed permanently; dead-lettered (the error is whole in the dead letter)")
 		writeJSON(w, http.StatusAccepted, statusBody("dead_lettered", id), false)
 	default: // Stale
 		metrics.Stale.WithLabelValues(src.name).Inc()
 		writeJSON(w, http.StatusOK, statusBody("stale", id), false)
 	}
-}
-
-func errString(err error) string {
-	if err == nil {
-		return ""
-	}
-	return err.Error()
 }
 
 // submit hands m to the batcher and waits for its commit. It waits for a worker up to

@@ -130,3 +130,42 @@ func IsUnreachable(err error) bool {
 func IsPermanent(err error) bool {
 	return Classify(err) == Permanent
 }
+
+// Redact returns what may be said of err where payloads may not go (logs above debug
+// level): a database error's SQLSTATE and the schema names it gives (constraint, table,
+// column, data type), without its message and detail, which quote the values PostgreSQL
+// refused ("invalid input syntax for type integer: \"abc\"", "Key (id)=(42) already
+// exists"). Any other error is returned whole: it is not PostgreSQL's quoting of the input.
+func Redact(err error) string {
+	if err == nil {
+		return ""
+	}
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return err.Error()
+	}
+	var b strings.Builder
+	b.WriteString("SQLSTATE ")
+	b.WriteString(pgErr.Code)
+	for _, f := range []struct{ name, value string }{
+		{"constraint", pgErr.ConstraintName}, {"table", pgErr.TableName},
+		{"column", pgErr.ColumnName}, {"data type", pgErr.DataTypeName},
+	} {
+		if f.value != "" {
+			b.WriteString(", ")
+			b.WriteString(f.name)
+			b.WriteString(" ")
+			b.WriteString(f.value)
+		}
+	}
+	return b.String()
+}
+
+// ForLog is err as a log line may carry it: whole where payloads may be logged (debug
+// level), else Redact's account of it.
+func ForLog(err error, payloads bool) string {
+	if payloads && err != nil {
+		return err.Error()
+	}
+	return Redact(err)
+}

@@ -37,6 +37,17 @@ func TestCode(t *testing.T) {
 	require.Empty(t, Code(nil))
 }
 
+func TestRedact(t *testing.T) {
+	t.Parallel()
+	refused := fmt.Errorf("effect: %w", &pgconn.PgError{Code: "22P02", Message: `invalid input syntax for type integer: "card 4242"`})
+	require.Equal(t, "SQLSTATE 22P02", Redact(refused))
+	dup := &pgconn.PgError{Code: "23505", Message: `duplicate key value violates unique constraint "payments_pkey"`,
+		Detail: "Key (id)=(secret-42) already exists.", ConstraintName: "payments_pkey", TableName: "payments"}
+	require.Equal(t, "SQLSTATE 23505, constraint payments_pkey, table payments", Redact(dup))
+	require.Equal(t, "handler said no", Redact(errors.New("handler said no")))
+	require.Empty(t, Redact(nil))
+}
+
 func TestIsUnreachable(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
