@@ -348,6 +348,9 @@ func TestMessageIDRead(t *testing.T) {
 	for kind, id := range map[string]string{"a boolean": "true", "null": "null", "an object": `{"a":1}`, "an array": `["a"]`} {
 		refused(b.stripe(t, []byte(`{"id":`+id+`}`)), "at /id is "+kind, "want a JSON string or number (used as written) at /id")
 	}
+	for _, body := range []string{`{"id":"evt_m1", broken`, `{"id":"evt_m2"} {}`, "{\"id\":\"evt_\xff\"}"} {
+		refused(b.stripe(t, []byte(body)), "the body is not valid JSON", "want a JSON string or number (used as written) at /id")
+	}
 	r := b.stripe(t, []byte(`{"id":1500}`))
 	require.Equal(t, 200, r.status, "%s", r.body)
 	require.Equal(t, map[string]any{"status": "processed", "message_id": "1500"}, r.json(t))

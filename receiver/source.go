@@ -253,6 +253,9 @@ func lookupOne(spec *pipeline.Field, h http.Header, body *parsedBody) (string, e
 		}
 		return h.Get(name), nil
 	}
+	if !body.valid() {
+		return "", fmt.Errorf("the body is not valid JSON (one value, UTF-8 text, nothing after it), so it has no message id at %s", spec.JSON)
+	}
 	v, ok := body.pointer(spec.JSON)
 	if !ok {
 		return "", nil
