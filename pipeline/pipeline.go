@@ -106,13 +106,17 @@ func (f *Field) validate(door fieldDoor) error {
 		}
 	}
 	if n != 1 {
+		options := "json and header"
 		switch door {
 		case fieldKafka:
-			return errors.New("want exactly one of json, header and key")
+			options = "json, header and key"
 		case fieldBroker:
-			return errors.New("want exactly one of json, attribute and key")
+			options = "json, attribute and key"
 		}
-		return errors.New("want exactly one of json and header")
+		if n == 0 {
+			return errors.New("missing: set one of " + options)
+		}
+		return errors.New("want exactly one of " + options)
 	}
 	return nil
 }

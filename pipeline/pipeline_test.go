@@ -31,7 +31,7 @@ func TestFieldValidate(t *testing.T) {
 	require.ErrorContains(t, (&pipeline.Field{Key: true}).Validate(false), "only subscriptions")
 	require.ErrorContains(t, (&pipeline.Field{JSON: "id"}).Validate(false), "json")
 	require.ErrorContains(t, (&pipeline.Field{JSON: "/id", Header: "X"}).Validate(false), "exactly one")
-	require.ErrorContains(t, (&pipeline.Field{}).Validate(true), "exactly one of json, header and key")
+	require.ErrorContains(t, (&pipeline.Field{}).Validate(true), "missing: set one of json, header and key")
 }
 
 // TestParseDurationOverflow: a day count plus a Go duration can exceed int64 nanoseconds;
