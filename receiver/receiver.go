@@ -58,6 +58,9 @@ type Receiver struct {
 
 	queue chan *item
 	sem   chan struct{}
+	// flying holds the keys of the webhooks handed to the batcher and not yet answered: a
+	// retry of one waits for it outside the batches (inFlight).
+	flying inFlight
 	// txMean is a moving average of the batches' transaction durations, in nanoseconds
 	// (0 until the first): a batch lingers half of it, at most Linger (lingerNow).
 	txMean     atomic.Int64
@@ -190,6 +193,10 @@ var errClosed = errors.New("receiver is closed")
 // errNoWorker is the answer of a webhook request that waited ApplyTimeout for a worker
 // while every worker's batch was in its transaction: nothing of it was stored.
 var errNoWorker = errors.New("no worker was free within the apply timeout: every worker's batch was in its transaction")
+
+// errFirstInFlight is the answer of a webhook whose id (or signed body) was still in flight
+// here, in an earlier delivery's transaction, ApplyTimeout after it arrived.
+var errFirstInFlight = errors.New("an earlier delivery of this id was still in its transaction after the apply timeout")
 
 // ServeHTTP routes a request to its source: POST {path}, and for API sources PUT
 // {path}/{key}, GET {path}/{key} (Idempotency.Lookup) and DELETE {path}/{id} (Delete).
@@ -355,6 +362,10 @@ func (r *Receiver) serveWebhook(w http.ResponseWriter, c *call, log *logrus.Entr
 		log = log.WithField("message_id", id) // only what is logged pays for the field
 	}
 	switch {
+	case errors.Is(err, errFirstInFlight):
+		metrics.Rejected.WithLabelValues(src.name, "in_flight").Inc()
+		log.Warn("an earlier delivery of this id was still in its transaction after the apply timeout; answered 503, nothing stored")
+		writeProblem(w, probUnavailable, "an earlier delivery of this message id is still being applied: retry later", id, 1)
 	case errors.Is(err, errNoWorker):
 		metrics.Rejected.WithLabelValues(src.name, "no_worker").Inc()
 		log.Warn("no worker was free within the apply timeout (every worker's batch in its transaction); answered 503, nothing stored")
@@ -389,6 +400,14 @@ func (r *Receiver) serveWebhook(w http.ResponseWriter, c *call, log *logrus.Entr
 // workers.
 func (r *Receiver) submit(m *exactlyonce.Message) error {
 	it := &item{msg: m, done: make(chan struct{}), giveUp: time.Now().Add(r.cfg.ApplyTimeout)}
+	// A retry of a webhook still in flight here waits for it, up to the same ApplyTimeout,
+	// rather than hold up a batch (inFlight).
+	for first := r.flying.enter(it, m); first != nil; first = r.flying.enter(it, m) {
+		if err := r.waitFor(first, it.giveUp); err != nil {
+			return err
+		}
+	}
+	defer r.flying.leave(it, m)
 	select {
 	case r.queue <- it: // the batcher was waiting for requests: the common case, no timer
 	default:
@@ -407,6 +426,26 @@ func (r *Receiver) submit(m *exactlyonce.Message) error {
 	// lose the answer.
 	<-it.done
 	return it.err
+}
+
+// waitFor waits until first is answered, or until giveUp (errFirstInFlight: answered 503
+// with Retry-After, nothing stored).
+func (r *Receiver) waitFor(first *item, giveUp time.Time) error {
+	select {
+	case <-first.done:
+		return nil
+	default:
+	}
+	t := time.NewTimer(time.Until(giveUp))
+	defer t.Stop()
+	select {
+	case <-first.done:
+		return nil
+	case <-t.C:
+		return errFirstInFlight
+	case <-r.ctx.Done():
+		return errClosed
+	}
 }
 
 // answer ends it without a transaction.
