@@ -3,6 +3,7 @@ package config
 import (
 	"cmp"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/idemd/idemd/consumer"
@@ -51,16 +52,25 @@ func (f *File) targetWarnings(p any, ts pipeline.Targets) []error {
 	return out
 }
 
-// formatDuration writes d with days when it has whole ones: 3d, 1d3h35m0s, 4h0m0s.
+// formatDuration writes d as a pipelines file would, with days when it has whole ones and
+// without zero trailing units: 3d, 1d3h35m, 4h, 90s.
 func formatDuration(d time.Duration) string {
 	days := d / (24 * time.Hour)
+	rest := d - days*24*time.Hour
+	var s string
+	if rest != 0 || days == 0 {
+		s = rest.String()
+		if strings.HasSuffix(s, "m0s") {
+			s = s[:len(s)-2]
+		}
+		if strings.HasSuffix(s, "h0m") {
+			s = s[:len(s)-2]
+		}
+	}
 	if days == 0 {
-		return d.String()
+		return s
 	}
-	if rest := d - days*24*time.Hour; rest != 0 {
-		return fmt.Sprintf("%dd%s", days, rest)
-	}
-	return fmt.Sprintf("%dd", days)
+	return fmt.Sprintf("%dd%s", days, s)
 }
 
 // retention is the dedup retention of pipeline p, a *receiver.Source or a

@@ -41,7 +41,7 @@ func TestRetentionHorizonWarnings(t *testing.T) {
 	warnings := f.Warnings()
 	require.Len(t, warnings, 2)
 	require.EqualError(t, warnings[0], `w.yaml:4: sources[0] "stripe": retention: 2d is shorter than how long stripe retries a webhook (3d): a retry after the retention is applied again; keep it at least 3d`)
-	require.Contains(t, warnings[1].Error(), `w.yaml:7: sources[1] "svix": retention: 1d3h0m0s is shorter than how long standard-webhooks retries a webhook (1d3h35m0s)`)
+	require.Contains(t, warnings[1].Error(), `w.yaml:7: sources[1] "svix": retention: 1d3h is shorter than how long standard-webhooks retries a webhook (1d3h35m)`)
 }
 
 // With epochs, mixed retentions warn no more (a record its epoch would outlive is deleted
@@ -99,4 +99,14 @@ func TestPoolWarnings(t *testing.T) {
 `), lookup)
 	require.NoError(t, err)
 	require.Empty(t, sources.PoolWarnings(2))
+}
+
+func TestFormatDuration(t *testing.T) {
+	t.Parallel()
+	for d, want := range map[time.Duration]string{
+		72 * time.Hour: "3d", 27*time.Hour + 35*time.Minute: "1d3h35m", 4 * time.Hour: "4h",
+		90 * time.Second: "1m30s", 30 * time.Second: "30s", 27 * time.Hour: "1d3h", 0: "0s",
+	} {
+		require.Equal(t, want, formatDuration(d), "%v", d)
+	}
 }
