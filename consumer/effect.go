@@ -220,8 +220,12 @@ func passHeaders(r *record) map[string]string {
 		default:
 			isJSON = json.Valid(r.msg.Value) && utf8.Valid(r.msg.Value)
 		}
+		// Every outbound record says what it carries (SPEC 2.6): bytes that are not JSON,
+		// sent without a content type, are application/octet-stream, as the receiver
+		// labels such a body.
+		ct, hasCT = contentTypeOctets, true
 		if isJSON {
-			ct, hasCT = contentTypeJSON, true
+			ct = contentTypeJSON
 		}
 	}
 	if !hasET && hasCT && ct == contentTypeJSON {
@@ -237,7 +241,10 @@ func passHeaders(r *record) map[string]string {
 	return h
 }
 
-const contentTypeJSON = "application/json"
+const (
+	contentTypeJSON   = "application/json"
+	contentTypeOctets = "application/octet-stream"
+)
 
 // jsonOnly is the headers of most outbound records (passHeaders); read only.
 var jsonOnly = map[string]string{outbox.HeaderContentType: contentTypeJSON}

@@ -139,7 +139,8 @@ func TestHeaderMap(t *testing.T) {
 }
 
 // TestPassHeaders: an outbound record keeps the inbound content-type and event-type, and
-// gets a JSON content type when it has none and its value is JSON; records whose headers
+// gets a JSON content type when it has none and its value is JSON (application/octet-stream
+// when it is not: every record says what it carries, SPEC 2.6); records whose headers
 // are only that share one map, which stays as it is.
 func TestPassHeaders(t *testing.T) {
 	rec := func(value string, headers ...kafka.Header) *record {
@@ -159,8 +160,8 @@ func TestPassHeaders(t *testing.T) {
 		{rec(`{"id":1}`, ct("application/json"), kafka.Header{Key: "x-other", Value: []byte("v")}), map[string]string{"content-type": "application/json"}, true},
 		{rec(`{"id":1}`, et), map[string]string{"content-type": "application/json", "event-type": "order.created"}, false},
 		{rec(`{"id":1}`, ct("application/cloudevents+json")), map[string]string{"content-type": "application/cloudevents+json"}, false},
-		{rec(`not json`), map[string]string{}, false},
-		{rec(`not json`, et), map[string]string{"event-type": "order.created"}, false},
+		{rec(`not json`), map[string]string{"content-type": "application/octet-stream"}, false},
+		{rec(`not json`, et), map[string]string{"content-type": "application/octet-stream", "event-type": "order.created"}, false},
 	} {
 		got := passHeaders(c.r)
 		require.Equal(t, c.want, got)

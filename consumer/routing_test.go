@@ -65,7 +65,8 @@ func TestSubscriptionRouting(t *testing.T) {
 
 // TestPublishedContentType: a record without a content-type header is published as
 // application/json exactly when its value is JSON to encoding/json (json.Valid and valid
-// UTF-8), whatever the fingerprint made of it; a content-type header is passed on.
+// UTF-8), whatever the fingerprint made of it, and as application/octet-stream otherwise;
+// a content-type header is passed on.
 func TestPublishedContentType(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 1)
@@ -76,9 +77,9 @@ VALUES (@message_id, to_jsonb(@payload::text), @topic, @partition, @offset)`)}
 	want := map[string]string{
 		"object":    "application/json",
 		"spaces":    "application/json",
-		"surrogate": "application/json", // JSON, though not canonical JSON (fingerprinted raw)
-		"formfeed":  "",                 // canonical JSON, but not JSON to encoding/json
-		"text":      "",
+		"surrogate": "application/json",         // JSON, though not canonical JSON (fingerprinted raw)
+		"formfeed":  "application/octet-stream", // canonical JSON, but not JSON to encoding/json
+		"text":      "application/octet-stream",
 		"declared":  "text/plain",
 	}
 	typed := msg("declared", 0, `{"a":1}`)
