@@ -535,6 +535,18 @@ func (c *Consumer) process(ctx context.Context, batch []*record) (err error) {
 	return nil
 }
 
+// messageLog is the entry of r's log lines: its id and topic, and its partition and offset
+// on Kafka, or its door (pubsub, sqs) on a broker whose messages have neither (the topic
+// is then the subscription or queue).
+func (c *Consumer) messageLog(r *record) *logrus.Entry {
+	if door := r.msg.Door; door == DoorPubSub || door == DoorSQS {
+		return c.log.WithFields(logrus.Fields{"message_id": r.msg.ID, "topic": r.msg.Topic, "door": door})
+	}
+	return c.log.WithFields(logrus.Fields{
+		"message_id": r.msg.ID, "topic": r.msg.Topic, "partition": r.msg.Partition, "offset": r.msg.Offset,
+	})
+}
+
 // record counts and logs the outcomes of a committed batch.
 func (c *Consumer) record(batch []*record, msgs []*exactlyonce.Message) {
 	var applied, dups, conflicts, dead, stale int
@@ -543,9 +555,7 @@ func (c *Consumer) record(batch []*record, msgs []*exactlyonce.Message) {
 		r := batch[i]
 		log := c.log
 		if debug || m.Outcome == exactlyonce.Conflict || m.Outcome == exactlyonce.DeadLettered {
-			log = c.log.WithFields(logrus.Fields{
-				"message_id": r.msg.ID, "topic": r.msg.Topic, "partition": r.msg.Partition, "offset": r.msg.Offset,
-			})
+			log = c.messageLog(r)
 		}
 		switch m.Outcome {
 		case exactlyonce.Applied:

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/segmentio/kafka-go"
+	"github.com/sirupsen/logrus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemd/idemd/deadletter"
@@ -182,4 +183,17 @@ func TestLetterEventLeavesSharedHeaders(t *testing.T) {
 	require.Equal(t, "payments", e.Headers[HeaderSourceTopic])
 	require.Equal(t, "7", e.Headers[HeaderSourceOffset])
 	require.Equal(t, map[string]string{"content-type": "application/json"}, jsonOnly, "the shared map is unchanged")
+}
+
+// TestMessageLogFields: a Kafka message's log lines name its partition and offset; a Pub/Sub
+// or SQS message's name its door instead, which has neither.
+func TestMessageLogFields(t *testing.T) {
+	c := &Consumer{log: logrus.NewEntry(logrus.New())}
+	rec := newRecord("orders", kafka.Message{Topic: "t", Partition: 3, Offset: 42}, time.Now())
+	rec.msg.ID = "m-1"
+	require.Equal(t, logrus.Fields{"message_id": "m-1", "topic": "t", "partition": 3, "offset": int64(42)}, c.messageLog(rec).Data)
+	for _, door := range []string{DoorPubSub, DoorSQS} {
+		rec.msg.Door, rec.msg.Topic = door, "orders-sub"
+		require.Equal(t, logrus.Fields{"message_id": "m-1", "topic": "orders-sub", "door": door}, c.messageLog(rec).Data)
+	}
 }
