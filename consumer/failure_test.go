@@ -93,6 +93,8 @@ func TestMessageIDSources(t *testing.T) {
 		{"default operation-id", nil, kafka.Message{Value: []byte(`{}`), Headers: []kafka.Header{{Key: "operation-id", Value: []byte("x1")}}}, "x1"},
 		{"default message-id", nil, kafka.Message{Value: []byte(`{}`), Headers: []kafka.Header{{Key: "message-id", Value: []byte("x2")}}}, "x2"},
 		{"default idempotency-key", nil, kafka.Message{Value: []byte(`{}`), Headers: []kafka.Header{{Key: "idempotency-key", Value: []byte("x3")}}}, "x3"},
+		// A blank header is no id: the chain goes on to the next.
+		{"default past a blank operation-id", nil, kafka.Message{Value: []byte(`{}`), Headers: []kafka.Header{{Key: "operation-id", Value: []byte("  ")}, {Key: "message-id", Value: []byte("x8")}}}, "x8"},
 		{"header", &pipeline.Field{Header: "X-Id"}, kafka.Message{Value: []byte(`{}`), Headers: []kafka.Header{{Key: "X-Id", Value: []byte("x4")}}}, "x4"},
 		{"json", &pipeline.Field{JSON: "/data/object/id"}, kafka.Message{Value: []byte(`{"data":{"object":{"id":"x5"}}}`)}, "x5"},
 		{"json number", &pipeline.Field{JSON: "/n"}, kafka.Message{Value: []byte(`{"n":12345678901234567890}`)}, "12345678901234567890"},

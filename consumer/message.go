@@ -161,7 +161,8 @@ func (r *record) id(spec *pipeline.Field) (string, bool) {
 		return r.msg.BrokerID, r.msg.BrokerID != ""
 	}
 	for _, h := range DefaultIDHeaders {
-		if v, _ := r.header(h); v != "" {
+		// A blank header is no id: the next one of the chain is looked for.
+		if v, _ := r.header(h); strings.TrimSpace(v) != "" {
 			return v, true
 		}
 	}

@@ -28,6 +28,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -198,7 +199,9 @@ func IsBodyClaim(scope, id string, fingerprint []byte) bool {
 const MaxIDLength = 255
 
 // ValidID reports whether id can be claimed: 1 to MaxIDLength bytes of UTF-8 text without
-// control characters (C0, DEL and C1: U+0080 to U+009F, which terminals read as escapes).
+// control characters (C0, DEL and C1: U+0080 to U+009F, which terminals read as escapes),
+// and not blank: an id of spaces alone is what a sender with no id sends, and every such
+// message would fall on one id.
 // The doors check it before claiming: the HTTP receiver answers 400, the Kafka consumer
 // dead-letters the record; an id that PostgreSQL could not store or index never reaches a
 // claim, where it would fail a whole batch.
@@ -211,7 +214,7 @@ func ValidID(id string) bool {
 			return false
 		}
 	}
-	return true
+	return strings.TrimSpace(id) != ""
 }
 
 // Fingerprint is the fingerprint idemd's doors compare for a message body: SHA-256 of its

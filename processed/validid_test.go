@@ -13,7 +13,7 @@ func TestValidID(t *testing.T) {
 		require.True(t, ValidID(id), "%q", id)
 	}
 	for _, id := range []string{"", strings.Repeat("x", MaxIDLength+1), "a\x00b", "a\x1b[2J", "a\x7f", "bad\xff",
-		"nel\u0085", "csi\u009b31m", "c1\u0080", "c1\u009f"} {
+		"nel\u0085", "csi\u009b31m", "c1\u0080", "c1\u009f", " ", "   ", "\u00a0", " \u2003 "} {
 		require.False(t, ValidID(id), "%q", id)
 	}
 }
