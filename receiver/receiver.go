@@ -416,9 +416,11 @@ func (r *Receiver) submit(m *exactlyonce.Message) error {
 		case r.queue <- it:
 			t.Stop()
 		case <-t.C:
+			it.answer(errNoWorker) // never handed to the batcher: its retries need not wait
 			return errNoWorker
 		case <-r.ctx.Done():
 			t.Stop()
+			it.answer(errClosed)
 			return errClosed
 		}
 	}
