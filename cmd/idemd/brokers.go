@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
@@ -161,8 +162,10 @@ func closeClients(c *brokerenv.Clients, log *logrus.Entry) {
 // checkBrokers reaches Pub/Sub and SQS as the roles would (check). A subscription whose
 // Pub/Sub subscription or SQS queue does not exist is a problem: serve would stop. A publish
 // target whose topic or queue does not exist is a warning: the relay holds its events until
-// it exists (IDEMD_RELAY_MAX_FAILING_FOR). reached says which broker answered.
-func (d *daemon) checkBrokers(ctx context.Context) (problems, warnings []error, reached []string) {
+// it exists (IDEMD_RELAY_MAX_FAILING_FOR). reached says which broker answered. Each
+// resource is looked for at once, each within its own timeout (0: ctx's, and the client's
+// own), so that a broker that does not answer takes no time from the other's.
+func (d *daemon) checkBrokers(ctx context.Context, timeout time.Duration) (problems, warnings []error, reached []string) {
 	if d.clients == nil {
 		return nil, nil, nil
 	}
@@ -171,34 +174,56 @@ func (d *daemon) checkBrokers(ctx context.Context) (problems, warnings []error, 
 	type resource struct {
 		broker, kind, name, pipeline string
 		consumed                     bool
-		missing                      func() (string, error)
+		missing                      func(context.Context) (string, error)
 	}
 	var all []resource
 	if d.cfg.has(roleConsumer) {
 		for _, s := range d.res.PubSubSubscriptions {
 			all = append(all, resource{"Pub/Sub", "subscription", s.Name, s.Pipeline, true,
-				func() (string, error) { return d.pubsubMissing(ctx, subscriptionProject(s), "subscriptions", s.Name) }})
+				func(ctx context.Context) (string, error) {
+					return d.pubsubMissing(ctx, subscriptionProject(s), "subscriptions", s.Name)
+				}})
 		}
 		for _, q := range d.res.SQSSubscriptions {
-			all = append(all, resource{"SQS", "queue", q, d.sqsPipelines(q), true, func() (string, error) { return d.sqsMissing(ctx, q) }})
+			all = append(all, resource{"SQS", "queue", q, d.sqsPipelines(q), true, func(ctx context.Context) (string, error) { return d.sqsMissing(ctx, q) }})
 		}
 	}
 	if d.cfg.has(roleRelay) {
 		for _, t := range d.res.PubSubTopics {
 			all = append(all, resource{"Pub/Sub", "topic", t, "", false,
-				func() (string, error) { return d.pubsubMissing(ctx, publishProject(d.cfg.Lookup, &d.res), "topics", t) }})
+				func(ctx context.Context) (string, error) {
+					return d.pubsubMissing(ctx, publishProject(d.cfg.Lookup, &d.res), "topics", t)
+				}})
 		}
 		for _, q := range d.res.SQSTargets {
-			all = append(all, resource{"SQS", "queue", q, "", false, func() (string, error) { return d.sqsMissing(ctx, q) }})
+			all = append(all, resource{"SQS", "queue", q, "", false, func(ctx context.Context) (string, error) { return d.sqsMissing(ctx, q) }})
 		}
 	}
+	type answer struct {
+		missing string
+		err     error
+	}
+	answers := make([]answer, len(all))
+	var wg sync.WaitGroup
+	for i, r := range all {
+		wg.Go(func() {
+			ctx := ctx
+			if timeout > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, timeout)
+				defer cancel()
+			}
+			answers[i].missing, answers[i].err = r.missing(ctx)
+		})
+	}
+	wg.Wait()
 	answered := map[string]bool{}
-	for _, r := range all {
+	for i, r := range all {
 		whose := ""
 		if r.pipeline != "" {
 			whose = fmt.Sprintf("subscription %q: ", r.pipeline)
 		}
-		missing, err := r.missing()
+		missing, err := answers[i].missing, answers[i].err
 		switch {
 		case err != nil:
 			warnings = append(warnings, fmt.Errorf("%s%s does not answer (%s %s): %w", whose, r.broker, r.kind, r.name, err))

@@ -277,3 +277,53 @@ func TestCheckListenAddresses(t *testing.T) {
 	require.Contains(t, errOut, "the pipelines file /nonexistent/idemd.yaml was not found: write it, or name another with IDEMD_PIPELINES_FILE or -pipelines")
 	require.NotContains(t, errOut, "not valid")
 }
+
+// TestCheckUnreachablePubSubBlamesOnlyPubSub: a Pub/Sub endpoint that does not answer (a
+// closed port; a listener that accepts and never speaks) is reported as that, a warning per
+// subscription, while the database and Kafka, which answer, are judged on their own answers:
+// each dependency is reached within its own timeout (shortened here), all at once, not
+// within one that the Pub/Sub probes used up.
+func TestCheckUnreachablePubSubBlamesOnlyPubSub(t *testing.T) {
+	t.Parallel()
+	brokers := strings.Join(kafkatest.Brokers(t), ",")
+	silent, err := net.Listen("tcp", "127.0.0.1:0") // accepts (the kernel's backlog), never answers
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = silent.Close() })
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	closedAddr := closed.Addr().String()
+	require.NoError(t, closed.Close())
+
+	for name, endpoint := range map[string]string{"closed port": closedAddr, "silent listener": silent.Addr().String()} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			file := filepath.Join(t.TempDir(), "idemd.yaml")
+			require.NoError(t, os.WriteFile(file, []byte("subscriptions:\n"+
+				"  - name: gcp\n    pubsub: {subscription: "+pubsubtest.SubscriptionName("unreachable")+"}\n"+
+				"  - name: gcp2\n    pubsub: {subscription: "+pubsubtest.SubscriptionName("unreachable2")+"}\n"+
+				"  - name: ledger\n    topics: ["+kafkatest.Name(t, "check")+"]\n"), 0o600))
+			var out, errOut strings.Builder
+			c := &cli{env: map[string]string{
+				"IDEMD_PIPELINES_FILE": file, "IDEMD_DATABASE_URL": pgtest.URL(), "IDEMD_DB_SCHEMA": testSchema(t),
+				"IDEMD_ROLES": "consumer", "IDEMD_KAFKA_BROKERS": brokers, "IDEMD_KAFKA_CREATE_TOPICS": "true",
+				"IDEMD_HTTP_ADDR": proctest.FreeAddr(t), "IDEMD_ADMIN_ADDR": proctest.FreeAddr(t),
+				"PUBSUB_EMULATOR_HOST": endpoint,
+			}, stdout: &out, stderr: &errOut, checkTimeout: 3 * time.Second}
+			start := time.Now()
+			code := c.check(nil)
+			took := time.Since(start)
+			t.Logf("check took %s:\n%s%s", took, out.String(), errOut.String())
+
+			require.Equal(t, 0, code, "an unreachable Pub/Sub is a warning, and the rest answers:\n%s", errOut.String())
+			require.Contains(t, out.String(), "the database answers")
+			require.Contains(t, out.String(), "Kafka answers")
+			require.NotContains(t, errOut.String(), "database")
+			require.NotContains(t, errOut.String(), "Kafka")
+			warnings := linesWith(errOut.String(), "warning: ")
+			require.Len(t, warnings, 2, errOut.String())
+			require.Contains(t, warnings[0], `subscription "gcp": Pub/Sub does not answer`)
+			require.Contains(t, warnings[1], `subscription "gcp2": Pub/Sub does not answer`)
+			require.Less(t, took, 2*3*time.Second, "each subscription within its own timeout, all at once: not their sum")
+		})
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/idemd/idemd/internal/brokerenv"
 	"github.com/idemd/idemd/internal/printable"
@@ -27,6 +28,8 @@ const (
 type cli struct {
 	env            environment
 	stdout, stderr io.Writer
+
+	checkTimeout time.Duration // check's bound on reaching each dependency; 0 is checkTimeoutDefault (tests shorten it)
 }
 
 type command struct {

@@ -410,7 +410,7 @@ func (d *daemon) prepare(ctx context.Context) error {
 	}
 	// Pub/Sub subscriptions and SQS queues must exist (idemd creates none); a missing
 	// publish target only holds its events.
-	problems, warnings, _ := d.checkBrokers(ctx)
+	problems, warnings, _ := d.checkBrokers(ctx, 0)
 	for _, w := range warnings {
 		d.log.WithError(w).Warn("a Pub/Sub or SQS resource is not ready")
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -224,10 +226,11 @@ func connect(ctx context.Context, e *Env) (*pgxpool.Pool, error) {
 
 func (c *cli) check(args []string) int {
 	fs := c.flags("check", "", "Validate the environment and the pipelines file as serve does, try the listen addresses serve\n"+
-		"would open (and close them), then reach the database (migration status, effect SQL prepared) and\n"+
-		"the Kafka brokers. Every problem is reported at once, and the exit code is 0 exactly when serve\n"+
-		"would start and become ready. Warnings (exit 0) are what serve starts with but you probably want\n"+
-		"to fix: Kafka unreachable, topics that do not exist, a source whose retention is shorter than its\n"+
+		"would open (and close them), then reach the database (migration status, effect SQL prepared),\n"+
+		"the Kafka brokers and the Pub/Sub and SQS resources, all at once and each within 10s. Every\n"+
+		"problem is reported at once, and the exit code is 0 exactly when serve would start and become\n"+
+		"ready. Warnings (exit 0) are what serve starts with but you probably want to fix: Kafka, Pub/Sub\n"+
+		"or SQS unreachable, topics that do not exist, a source whose retention is shorter than its\n"+
 		"sender's retry horizon, an IDEMD_* variable idemd does not read (a misspelling).", true)
 	pipelines := fs.String("pipelines", "", "pipelines file (overrides IDEMD_PIPELINES_FILE)")
 	if code, ok := c.parse(fs, args); !ok {
@@ -263,55 +266,39 @@ func (c *cli) check(args []string) int {
 	// pair, the database URL. The daemon is built and dropped: nothing connects.
 	quiet := logrus.New()
 	quiet.SetOutput(io.Discard)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	reached := []string{}
 	dc := daemonConfigFrom(e, f, c.env.lookup, logrus.NewEntry(quiet), nil)
 	problems.add(dc.checkListen())
-	if d, err := newDaemon(dc); err != nil {
-		problems.add(err)
-	} else {
-		p, w, r := d.checkBrokers(ctx)
-		problems.add(errors.Join(p...))
-		for _, err := range w {
-			warnings.add(err)
-		}
-		reached = append(reached, r...)
-		d.close()
-	}
+	d, err := newDaemon(dc)
+	problems.add(err)
 
+	// Then the dependencies are reached, all at once and each within its own timeout, so
+	// that one that does not answer is reported as that and delays the others' verdicts by
+	// nothing: the database, Kafka, and each Pub/Sub and SQS resource.
+	timeout := cmp.Or(c.checkTimeout, checkTimeoutDefault)
+	var (
+		wg                     sync.WaitGroup
+		brokers, db, kafkaDeps dependencyReport
+	)
+	if d != nil {
+		wg.Go(func() {
+			brokers.problems, brokers.warnings, brokers.reached = d.checkBrokers(context.Background(), timeout)
+			d.close()
+		})
+	}
 	if e.DatabaseURL != "" {
-		if pool, err := connect(ctx, e); err != nil {
-			problems.add(err)
-		} else {
-			defer pool.Close()
-			reached = append(reached, "the database answers")
-			st, err := migrations.CurrentStatus(ctx, pool, &migrations.Config{Schema: e.DBSchema})
-			switch {
-			case err != nil:
-				problems.add(err)
-			case st.Newer() && e.Migrate:
-				problems.add(st.NewerError(e.DBSchema))
-			case st.Newer() && !e.invalid["IDEMD_MIGRATE"]:
-				warnings.add(fmt.Errorf("schema %s is at version %d, migrated by a later idemd than this one (%d): serve starts without migrating, and this version must work on the newer schema (README, Migrations)", e.DBSchema, st.Current, st.Latest))
-			case !st.UpToDate() && !e.Migrate && !e.invalid["IDEMD_MIGRATE"]: // an invalid value is reported already
-				problems.add(fmt.Errorf("schema %s is at version %d of %d and IDEMD_MIGRATE=false: serve would not become ready; run idemd migrate", e.DBSchema, st.Current, st.Latest))
-			}
-			problems.add(f.PrepareSQL(ctx, pool))
-		}
+		wg.Go(func() { db = checkDatabase(e, f, timeout) })
 	}
 	if len(e.KafkaBrokers) > 0 {
-		missing, unreachable := checkKafka(ctx, e.KafkaBrokers, f.Topics())
-		switch {
-		case unreachable != nil && e.KafkaCreateTopics:
-			problems.add(fmt.Errorf("%w (serve creates the topics at start, as IDEMD_KAFKA_CREATE_TOPICS=true, and would fail)", unreachable))
-		case unreachable != nil:
-			warnings.add(fmt.Errorf("%w: serve starts, but its consumers and relay wait for them", unreachable))
-		case len(missing) > 0 && !e.KafkaCreateTopics:
-			warnings.add(fmt.Errorf("kafka topics %s do not exist: serve starts, but nothing is consumed from or published to them until they do (create them, or set IDEMD_KAFKA_CREATE_TOPICS=true)", strings.Join(missing, ", ")))
-		default:
-			reached = append(reached, "Kafka answers")
+		wg.Go(func() { kafkaDeps = checkKafkaTopics(e, f, timeout) })
+	}
+	wg.Wait()
+	reached := []string{}
+	for _, r := range []dependencyReport{brokers, db, kafkaDeps} { // in this order, whichever answered first
+		problems.add(errors.Join(r.problems...))
+		for _, w := range r.warnings {
+			warnings.add(w)
 		}
+		reached = append(reached, r.reached...)
 	}
 	for _, w := range warnings {
 		fmt.Fprintf(c.stderr, "warning: %s\n", w) // SPEC 2.3b: a line that starts "warning:"
@@ -346,6 +333,67 @@ func (r *report) add(err error) {
 			*r = append(*r, line)
 		}
 	}
+}
+
+// checkTimeoutDefault bounds, in check, the reaching of each dependency: the database
+// (connection, migration status, effect SQL prepared), the Kafka brokers, each Pub/Sub
+// subscription or topic and SQS queue. Each has its own, and they are reached concurrently,
+// so that check takes about this long at most, whichever do not answer.
+const checkTimeoutDefault = 10 * time.Second
+
+// dependencyReport is what check found reaching one dependency: problems (serve would not
+// start or become ready), warnings, and what answered.
+type dependencyReport struct {
+	problems, warnings []error
+	reached            []string
+}
+
+// checkDatabase reaches the database as serve would: the connection, the migration status,
+// the effect SQL prepared; within timeout.
+func checkDatabase(e *Env, f *config.File, timeout time.Duration) (r dependencyReport) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	pool, err := connect(ctx, e)
+	if err != nil {
+		r.problems = append(r.problems, err)
+		return r
+	}
+	defer pool.Close()
+	r.reached = append(r.reached, "the database answers")
+	st, err := migrations.CurrentStatus(ctx, pool, &migrations.Config{Schema: e.DBSchema})
+	switch {
+	case err != nil:
+		r.problems = append(r.problems, err)
+	case st.Newer() && e.Migrate:
+		r.problems = append(r.problems, st.NewerError(e.DBSchema))
+	case st.Newer() && !e.invalid["IDEMD_MIGRATE"]:
+		r.warnings = append(r.warnings, fmt.Errorf("schema %s is at version %d, migrated by a later idemd than this one (%d): serve starts without migrating, and this version must work on the newer schema (README, Migrations)", e.DBSchema, st.Current, st.Latest))
+	case !st.UpToDate() && !e.Migrate && !e.invalid["IDEMD_MIGRATE"]: // an invalid value is reported already
+		r.problems = append(r.problems, fmt.Errorf("schema %s is at version %d of %d and IDEMD_MIGRATE=false: serve would not become ready; run idemd migrate", e.DBSchema, st.Current, st.Latest))
+	}
+	if err := f.PrepareSQL(ctx, pool); err != nil {
+		r.problems = append(r.problems, err)
+	}
+	return r
+}
+
+// checkKafkaTopics reaches the Kafka brokers and looks for the pipelines' topics, within
+// timeout.
+func checkKafkaTopics(e *Env, f *config.File, timeout time.Duration) (r dependencyReport) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	missing, unreachable := checkKafka(ctx, e.KafkaBrokers, f.Topics())
+	switch {
+	case unreachable != nil && e.KafkaCreateTopics:
+		r.problems = append(r.problems, fmt.Errorf("%w (serve creates the topics at start, as IDEMD_KAFKA_CREATE_TOPICS=true, and would fail)", unreachable))
+	case unreachable != nil:
+		r.warnings = append(r.warnings, fmt.Errorf("%w: serve starts, but its consumers and relay wait for them", unreachable))
+	case len(missing) > 0 && !e.KafkaCreateTopics:
+		r.warnings = append(r.warnings, fmt.Errorf("kafka topics %s do not exist: serve starts, but nothing is consumed from or published to them until they do (create them, or set IDEMD_KAFKA_CREATE_TOPICS=true)", strings.Join(missing, ", ")))
+	default:
+		r.reached = append(r.reached, "Kafka answers")
+	}
+	return r
 }
 
 // checkKafka reaches the brokers and lists the topics that do not exist.

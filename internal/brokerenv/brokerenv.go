@@ -106,7 +106,11 @@ func (c *Clients) PubSub(ctx context.Context, project string) (*pubsub.Client, e
 	if cl, ok := c.pubsub[project]; ok {
 		return cl, nil
 	}
-	var opts []option.ClientOption
+	// The client's default telemetry is off: its gRPC stats handler would record a span per
+	// call (google.pubsub.v1.Publisher/Publish, GetTopic…) on OpenTelemetry's global
+	// provider, which serve installs when tracing is on, each a root trace unrelated to the
+	// message's; idemd makes its own spans (docs/daemon.md, Tracing).
+	opts := []option.ClientOption{option.WithTelemetryDisabled()}
 	if host := c.lookup.get("PUBSUB_EMULATOR_HOST"); host != "" {
 		// What the client does by itself when the variable is in the process environment;
 		// done here so that the lookup decides.
@@ -115,7 +119,8 @@ func (c *Clients) PubSub(ctx context.Context, project string) (*pubsub.Client, e
 	}
 	// Otherwise the client finds Application Default Credentials itself
 	// (GOOGLE_APPLICATION_CREDENTIALS, the metadata server, gcloud's login).
-	cl, err := pubsub.NewClient(ctx, project, opts...)
+	// Nor does it trace messages itself (publish, receive and ack spans, off by default).
+	cl, err := pubsub.NewClientWithConfig(ctx, project, &pubsub.ClientConfig{EnableOpenTelemetryTracing: false}, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("error creating the Pub/Sub client of project %s: %w", project, err)
 	}

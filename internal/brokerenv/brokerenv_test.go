@@ -8,8 +8,14 @@ import (
 	"time"
 
 	"cloud.google.com/go/pubsub/v2"
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"cloud.google.com/go/pubsub/v2/pstest"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"go.opentelemetry.io/otel"
+
+	"github.com/idemd/idemd/internal/sqsfake"
+	"github.com/idemd/idemd/internal/tracing"
 )
 
 func env(kv map[string]string) Lookup {
@@ -101,5 +107,81 @@ func TestStartDevCreatesWhatThePipelinesName(t *testing.T) {
 	}
 	if _, err := q.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String("plain")}); err != nil {
 		t.Errorf("queue plain: %v", err)
+	}
+}
+
+// TestClientsMakeNoSpansOfTheirOwn: the Google client's default telemetry (a gRPC stats
+// handler on OpenTelemetry's global provider) is off in the clients Clients makes: with a
+// recording provider installed globally, as serve installs its own when OTEL_* turns
+// tracing on, the admin calls check makes and a publish record no span
+// (google.pubsub.v1.Publisher/Publish and the like would be root traces of their own,
+// unrelated to the message's; idemd makes its own spans). The AWS SDK's tracing is off
+// unless given a provider (it has no OpenTelemetry of its own): SQS calls record none either.
+func TestClientsMakeNoSpansOfTheirOwn(t *testing.T) {
+	// Not parallel: it installs a global provider, which it restores before returning.
+	t.Setenv("AWS_CONFIG_FILE", t.TempDir()+"/none")
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", t.TempDir()+"/none")
+	provider, exporter := tracing.InMemory()
+	defer provider.Shutdown(context.Background()) //nolint:errcheck
+	before := otel.GetTracerProvider()
+	otel.SetTracerProvider(provider)
+	defer otel.SetTracerProvider(before)
+
+	ps := pstest.NewServer()
+	defer ps.Close() //nolint:errcheck
+	fake, err := sqsfake.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fake.Close() //nolint:errcheck
+	cs := New(env(map[string]string{
+		"PUBSUB_EMULATOR_HOST": ps.Addr, "PUBSUB_PROJECT_ID": "spans",
+		"AWS_ENDPOINT_URL_SQS": fake.URL(), "AWS_REGION": sqsfake.Region, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+	}))
+	defer cs.Close() //nolint:errcheck
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	cl, err := cs.PubSub(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	topic, sub := "projects/spans/topics/t", "projects/spans/subscriptions/s"
+	if _, err := cl.TopicAdminClient.CreateTopic(ctx, &pubsubpb.Topic{Name: topic}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.SubscriptionAdminClient.CreateSubscription(ctx, &pubsubpb.Subscription{Name: sub, Topic: topic}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.TopicAdminClient.GetTopic(ctx, &pubsubpb.GetTopicRequest{Topic: topic}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.SubscriptionAdminClient.GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: sub}); err != nil {
+		t.Fatal(err)
+	}
+	pub := cl.Publisher(topic)
+	if _, err := pub.Publish(ctx, &pubsub.Message{Data: []byte("hello")}).Get(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pub.Stop()
+
+	sq, err := cs.SQS(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := sq.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String("spans")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sq.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: q.QueueUrl, MessageBody: aws.String("hello")}); err != nil {
+		t.Fatal(err)
+	}
+
+	var names []string
+	for _, s := range exporter.GetSpans() {
+		names = append(names, s.Name)
+	}
+	if len(names) > 0 {
+		t.Fatalf("the clients recorded spans of their own: %v", names)
 	}
 }

@@ -61,13 +61,16 @@ func Fake(tb testing.TB) *pstest.Server {
 }
 
 // ClientOptions connect a client to the tests' Pub/Sub without TLS or credentials, as the
-// client does by itself when PUBSUB_EMULATOR_HOST is set.
+// client does by itself when PUBSUB_EMULATOR_HOST is set, and without the client's own
+// telemetry, as idemd's clients (internal/brokerenv): the helpers' calls record no span on
+// a global provider a test installs.
 func ClientOptions(tb testing.TB) []option.ClientOption {
 	tb.Helper()
 	return []option.ClientOption{
 		option.WithEndpoint(Addr(tb)),
 		option.WithoutAuthentication(),
 		option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials())),
+		option.WithTelemetryDisabled(),
 	}
 }
 
