@@ -173,6 +173,23 @@ func TestErrorTokensNeverEchoed(t *testing.T) {
 	require.NotContains(t, err.Error(), "supersecret")
 }
 
+// TestErrorTokensAllReported: a token list with a malformed entry and a short token reports
+// both in one run, never the tokens themselves.
+func TestErrorTokensAllReported(t *testing.T) {
+	t.Parallel()
+	_, err := Parse("x.yaml", []byte(strings.Replace(valid, "ORDERS_TOKENS", "BAD_TOKENS", 1)), func(name string) (string, bool) {
+		if name == "BAD_TOKENS" {
+			return "short=alice,garbage-entry-0123456789", true
+		}
+		return lookup(name)
+	})
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "entry 2 is not token=tenant")
+	require.Contains(t, err.Error(), `the token of tenant "alice"`)
+	require.NotContains(t, err.Error(), "garbage-entry")
+	require.NotContains(t, err.Error(), "short=")
+}
+
 func TestErrorDuplicateName(t *testing.T) {
 	t.Parallel()
 	path, err := loadErr(t, strings.Replace(valid, "name: ledger", "name: stripe", 1))

@@ -450,9 +450,12 @@ type noneVerifier struct{}
 func (noneVerifier) verify(http.Header, []byte, time.Time) (string, error) { return "", nil }
 
 // ParseTokens parses the bearer scheme's "token=tenant,token2=tenant2" list (the value of the
-// environment variable named by tokens_env) into Verify.Tokens.
+// environment variable named by tokens_env) into Verify.Tokens. Every malformed entry is
+// reported, and the well-formed ones are returned beside the error, so that a caller can
+// report their problems too (a token too short) in the same run.
 func ParseTokens(s string) (map[string]string, error) {
 	out := map[string]string{}
+	var errs []error
 	for i, item := range strings.Split(s, ",") {
 		item = strings.TrimSpace(item)
 		if item == "" {
@@ -460,14 +463,15 @@ func ParseTokens(s string) (map[string]string, error) {
 		}
 		tok, tenant, ok := strings.Cut(item, "=")
 		if !ok || tok == "" || tenant == "" {
-			return nil, fmt.Errorf("token list entry %d is not token=tenant", i+1)
+			errs = append(errs, fmt.Errorf("token list entry %d is not token=tenant", i+1))
+			continue
 		}
 		out[tok] = tenant
 	}
-	if len(out) == 0 {
+	if len(out) == 0 && len(errs) == 0 {
 		return nil, errors.New("token list is empty")
 	}
-	return out, nil
+	return out, errors.Join(errs...)
 }
 
 // CheckSecret reports whether secret is a usable signing secret of scheme: decoded as the
