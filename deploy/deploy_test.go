@@ -108,14 +108,29 @@ func exportedSeries(t *testing.T) map[string]bool {
 	return known
 }
 
-// TestDevPipelinesValid: the embedded dev file and the Kubernetes ConfigMap's file are valid
-// pipelines files (given their secrets).
+// TestDevPipelinesValid: the embedded dev file, the compose file's and the Kubernetes
+// ConfigMap's are valid pipelines files (given their secrets).
 func TestDevPipelinesValid(t *testing.T) {
 	t.Parallel()
 	// One value serves as every secret (16 bytes or more) and as a token=tenant list.
 	lookup := func(string) (string, bool) { return "token-0123456789abcdef=tenant", true }
 	_, err := config.Parse("idemd.dev.yaml", DevPipelines, lookup)
 	require.NoError(t, err)
+
+	// The compose file's: it runs PostgreSQL and Kafka only, so its pipelines may name no
+	// Pub/Sub or SQS resource (serve would refuse to start without their endpoints).
+	compose, err := os.ReadFile("idemd.compose.yaml")
+	require.NoError(t, err)
+	f, err := config.Parse("idemd.compose.yaml", compose, lookup)
+	require.NoError(t, err)
+	res := f.Resources()
+	require.Empty(t, res.PubSubSubscriptions, "the compose file runs no Pub/Sub")
+	require.Empty(t, res.PubSubTopics, "the compose file runs no Pub/Sub")
+	require.Empty(t, res.SQSSubscriptions, "the compose file runs no SQS")
+	require.Empty(t, res.SQSTargets, "the compose file runs no SQS")
+	composeFile, err := os.ReadFile("docker-compose.yml")
+	require.NoError(t, err)
+	require.Contains(t, string(composeFile), "./idemd.compose.yaml:/etc/idemd/idemd.yaml:ro", "the file compose mounts")
 
 	data, err := os.ReadFile("kubernetes/idemd.yaml")
 	require.NoError(t, err)
