@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -55,7 +56,8 @@ func signature(v *receiver.Verify, secret string, body []byte, id string, now ti
 
 func (c *cli) sign(args []string) int {
 	fs := c.flags("sign", "", "Print a curl command that POSTs a correctly signed (or authenticated) request to a source.\n"+
-		"Without IDEMD_PIPELINES_FILE or -pipelines it uses dev's pipelines and development secrets.", true)
+		"Without IDEMD_PIPELINES_FILE or -pipelines it uses dev's pipelines and development secrets, as dev\n"+
+		"does, even where ./idemd.yaml exists.", true)
 	pipelines := fs.String("pipelines", "", "pipelines file (overrides IDEMD_PIPELINES_FILE)")
 	source := fs.String("source", "stripe", "source name")
 	body := fs.String("body", "", "request body (default: an example event for the source)")
@@ -91,7 +93,13 @@ func (c *cli) sign(args []string) int {
 		}
 	}
 	if src == nil {
-		return c.fail("sign", exitUsage, fmt.Errorf("no source %q in %s (sources: %s)", *source, f.Path, strings.Join(sourceNames(f), ", ")))
+		err := fmt.Errorf("no source %q in %s (sources: %s)", *source, f.Path, strings.Join(sourceNames(f), ", "))
+		if _, statErr := os.Stat(e.PipelinesFile); !e.set["IDEMD_PIPELINES_FILE"] && statErr == nil {
+			// As dev, sign reads dev's pipelines unless a file is named, even where the
+			// default file exists: say how to sign for that one.
+			err = fmt.Errorf("%w; %s exists here: to sign for its sources, pass -pipelines %s or set IDEMD_PIPELINES_FILE", err, e.PipelinesFile, e.PipelinesFile)
+		}
+		return c.fail("sign", exitUsage, err)
 	}
 	line, err := exampleRequest(src, strings.TrimRight(*base, "/"), []byte(*body), *id, time.Now(), !e.set["IDEMD_PIPELINES_FILE"] && c.env[tokensEnvDev] == "")
 	if err != nil {

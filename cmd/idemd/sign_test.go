@@ -61,3 +61,19 @@ func TestSignDefaults(t *testing.T) {
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "'"+signURLDefault+"/webhooks/stripe'")
 }
+
+// TestSignSaysWhichFile: as dev, sign reads dev's pipelines unless a file is named, even where
+// ./idemd.yaml exists; a source found only there is refused with how to name the file.
+func TestSignSaysWhichFile(t *testing.T) {
+	code, _, errOut := runIdemd(t, nil, "version") // the binary is built from the module's directory
+	require.Equal(t, 0, code, errOut)
+	t.Chdir(t.TempDir())
+	require.NoError(t, os.WriteFile("idemd.yaml", []byte("sources:\n  - name: open\n    verify: {scheme: none}\n    allow_unverified: true\n    message_id: {header: X-Id}\n"), 0o600))
+	code, _, errOut = runIdemd(t, nil, "sign", "-source", "open")
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errOut, `no source "open" in`)
+	require.Contains(t, errOut, "idemd.yaml exists here: to sign for its sources, pass -pipelines idemd.yaml")
+	code, out, errOut := runIdemd(t, nil, "sign", "-source", "open", "-pipelines", "idemd.yaml", "-id", "o8")
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "-H 'X-Id: o8'")
+}
