@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -63,7 +64,7 @@ func brokerClients(c *daemonConfig, res *config.Resources) (*brokerenv.Clients, 
 	}
 	if needSQS {
 		if _, err := clients.SQS(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("SQS (queues %v): %w", append(append([]string{}, res.SQSSubscriptions...), res.SQSTargets...), err))
+			errs = append(errs, fmt.Errorf("SQS (queues %v): %w", slices.Compact(slices.Sorted(slices.Values(append(append([]string{}, res.SQSSubscriptions...), res.SQSTargets...)))), err))
 		}
 	}
 	if len(errs) > 0 {
