@@ -160,14 +160,20 @@ func TestErrorMissingSecret(t *testing.T) {
 	requireNames(t, err, path, 10, `sources[1] "orders"`, "verify.tokens_env", "ORDERS_TOKENS_UNSET is not set")
 }
 
-func TestErrorTokensNeverEchoed(t *testing.T) {
-	t.Parallel()
+// parseWithTokens parses the valid file with its API source's token list set to tokens.
+func parseWithTokens(tokens string) error {
 	_, err := Parse("x.yaml", []byte(strings.Replace(valid, "ORDERS_TOKENS", "BAD_TOKENS", 1)), func(name string) (string, bool) {
 		if name == "BAD_TOKENS" {
-			return "supersecret-without-tenant", true
+			return tokens, true
 		}
 		return lookup(name)
 	})
+	return err
+}
+
+func TestErrorTokensNeverEchoed(t *testing.T) {
+	t.Parallel()
+	err := parseWithTokens("supersecret-without-tenant")
 	require.Error(t, err)
 	require.Contains(t, err.Error(), "verify.tokens_env")
 	require.NotContains(t, err.Error(), "supersecret")
@@ -177,12 +183,7 @@ func TestErrorTokensNeverEchoed(t *testing.T) {
 // both in one run, never the tokens themselves.
 func TestErrorTokensAllReported(t *testing.T) {
 	t.Parallel()
-	_, err := Parse("x.yaml", []byte(strings.Replace(valid, "ORDERS_TOKENS", "BAD_TOKENS", 1)), func(name string) (string, bool) {
-		if name == "BAD_TOKENS" {
-			return "short=alice,garbage-entry-0123456789", true
-		}
-		return lookup(name)
-	})
+	err := parseWithTokens("short=alice,garbage-entry-0123456789")
 	require.Error(t, err)
 	require.Contains(t, err.Error(), "entry 2 is not token=tenant")
 	require.Contains(t, err.Error(), `the token of tenant "alice"`)
