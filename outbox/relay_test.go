@@ -582,8 +582,10 @@ func TestRelayRoundOfOnePartitionIsOneProduceRequest(t *testing.T) {
 func TestRelayStepsDownWhenItsLockSessionEnds(t *testing.T) {
 	t.Parallel()
 	b := setupRelay(t, 1, pgtest.Options{})
-	// The first leader stays a standby once it stepped down; the second takes over.
-	first, _ := b.startRelay(t, outbox.RelayConfig{StandbyPoll: time.Hour})
+	// The first leader stays a standby once it stepped down; the second takes over. Its
+	// periodic check of the lock session (LockCheck) is an hour away, so that only the end of
+	// the session it waits on can step it down within the test's 10 s.
+	first, _ := b.startRelay(t, outbox.RelayConfig{StandbyPoll: time.Hour, LockCheck: time.Hour, LockTimeout: 2 * time.Hour})
 	select {
 	case <-first.TestSignals().Leading.C():
 	case <-time.After(testsignal.WaitTimeout):
