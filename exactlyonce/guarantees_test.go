@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -41,7 +42,13 @@ func TestApplyReturnsOnlyOnceHeldIDsAreSettled(t *testing.T) {
 	batch := []*exactlyonce.Message{b.msg("other", 2), b.msg("k", 1)}
 	applied := make(chan error, 1)
 	go func() { applied <- u.Apply(ctx, batch) }()
-	<-met // Apply committed "other" and found "k" held
+	select { // Apply committed "other" and found "k" held
+	case <-met:
+	case err := <-applied:
+		t.Fatalf("Apply returned (%v) without meeting the reservation", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("Apply did not meet the reservation")
+	}
 	require.NoError(t, u.ApplyReserved(ctx, api, token))
 	require.NoError(t, <-applied)
 	require.Equal(t, exactlyonce.Applied, batch[0].Outcome)
