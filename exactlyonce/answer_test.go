@@ -72,3 +72,20 @@ func TestBusinessAnswers(t *testing.T) {
 	require.Equal(t, declined.Response.Body, again.Response.Body)
 	require.Equal(t, 402, again.Response.Status)
 }
+
+// TestStatusColumnOutsideHTTPStatusesFails: a StatusColumn value is an answer's status only
+// from 200 to 599 (SPEC 2.3b: an integer column http_status is the answer's status); 600 is
+// a permanent failure, answered as one (Answer.Failed), never sent as a status. Widening the
+// range passed before: the only out-of-range value tested was 99, below it.
+func TestStatusColumnOutsideHTTPStatusesFails(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	last := b.msg("last-status", 1)
+	last.Effect.SQL = b.db.Q(`SELECT 599 AS http_status, $1::text AS id, $2::int AS n`)
+	over := b.msg("over-status", 2)
+	over.Effect.SQL = b.db.Q(`SELECT 600 AS http_status, $1::text AS id, $2::int AS n`)
+	require.NoError(t, b.unit.Apply(context.Background(), []*exactlyonce.Message{last, over}))
+	require.Equal(t, 599, last.Response.Status)
+	require.Equal(t, 422, over.Response.Status, "http_status 600 was taken as the answer's status")
+	require.Equal(t, "dead", string(over.Response.Body))
+}

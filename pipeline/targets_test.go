@@ -209,3 +209,41 @@ func TestOrderRead(t *testing.T) {
 	_, _, err = o.Read(m.Field)
 	require.ErrorContains(t, err, "entity (json /id) is missing")
 }
+
+// TestFilterTypeNeverMatchesUntypedMessage: a message without an event type matches no type
+// filter, not even the glob "*", which path.Match matches against "" (SPEC 2.3b: the filter
+// matches the event type). Dropping the check of the empty type passed before: the only
+// type filter tested, "invoice.*", cannot match "" anyway.
+func TestFilterTypeNeverMatchesUntypedMessage(t *testing.T) {
+	t.Parallel()
+	f := &pipeline.Filter{Type: []string{"*"}}
+	require.True(t, f.Match(msg{eventType: "invoice.paid"}))
+	require.False(t, f.Match(msg{}), "a message without an event type matched type [*]")
+}
+
+// TestFilterTypeAndValueBothMustMatch: a filter with type and a value (json or header with
+// in) passes a message only when both match (Filter: "both must match"). Returning after the
+// type matched, so that a eur-only filter lets a usd invoice through, passed before: every
+// routing test gave its filters a type or a value, never both.
+func TestFilterTypeAndValueBothMustMatch(t *testing.T) {
+	t.Parallel()
+	f := &pipeline.Filter{Type: []string{"invoice.*"}, JSON: "/data/object/currency", In: []string{"eur"}}
+	require.NoError(t, f.Validate(false))
+	for _, c := range []struct {
+		eventType, currency string
+		want                bool
+	}{
+		{"invoice.paid", "eur", true},
+		{"invoice.paid", "usd", false},
+		{"charge.succeeded", "eur", false},
+		{"charge.succeeded", "usd", false},
+	} {
+		m := msg{eventType: c.eventType, fields: map[string]string{"json:/data/object/currency": c.currency}}
+		require.Equal(t, c.want, f.Match(m), "%s in %s", c.eventType, c.currency)
+	}
+	ts := pipeline.Targets{{Topic: "all"}, {Name: "eur-invoices", Topic: "erp", Filter: f}}
+	usd := msg{eventType: "invoice.paid", fields: map[string]string{"json:/data/object/currency": "usd"}}
+	got := ts.Route("billing", "billing", "evt_1", outbox.Event{Payload: []byte(`{}`)}, usd)
+	require.Len(t, got, 1, "a usd invoice reached the eur-only target")
+	require.Equal(t, "all", got[0].Event.Topic)
+}
