@@ -89,3 +89,22 @@ func TestStatusColumnOutsideHTTPStatusesFails(t *testing.T) {
 	require.Equal(t, 422, over.Response.Status, "http_status 600 was taken as the answer's status")
 	require.Equal(t, "dead", string(over.Response.Body))
 }
+
+// TestStatusColumnIsDataWithoutAnAnswer: only a message that is answered (an API request)
+// reads a StatusColumn as its answer's status. For a webhook or a subscription's message
+// (no Answer) the column is data like any other: the effect is applied, its events are
+// published, and the column stays in the result they carry. Reading it as an answer there
+// too, so that a 402 row silently published nothing, passed before.
+func TestStatusColumnIsDataWithoutAnAnswer(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	m := b.msg("webhook", 1)
+	m.Answer = nil
+	m.Effect.SQL = b.db.Q(`SELECT 402 AS http_status, $1::text AS id, $2::int AS n`)
+	m.Events = []exactlyonce.Event{{Event: outbox.Event{Topic: "t", Pipeline: "s", CausationID: "webhook"}, FromResult: true}}
+	require.NoError(t, b.unit.Apply(context.Background(), []*exactlyonce.Message{m}))
+	require.Equal(t, exactlyonce.Applied, m.Outcome)
+	require.Nil(t, m.Response)
+	require.Equal(t, 1, b.db.Count(t, "{schema}.outbox"), "the event of an unanswered message is published")
+	require.Equal(t, 1, b.db.Count(t, `{schema}.outbox WHERE convert_from(payload, 'UTF8')::jsonb = '{"http_status": 402, "id": "webhook", "n": 1}'::jsonb`))
+}
