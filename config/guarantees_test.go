@@ -41,6 +41,8 @@ func TestInvalidValuesRefused(t *testing.T) {
 			7, `sources[0] "stripe"`, "retention", "must be positive"},
 		{"composite id nested with parts:", routing, "[{json: /data/object/id}, {json: /type}]", "[{json: /data/object/id}, {parts: [{json: /type}]}]",
 			4, `sources[0] "billing"`, "message_id[1]", "a part is one json pointer or header, not a list"},
+		{"composite id nested as a list", routing, "[{json: /data/object/id}, {json: /type}]", "[{json: /data/object/id}, [{json: /type}]]",
+			4, `sources[0] "billing"`, "message_id[1]", "a part is one json pointer or header, not a list"},
 		{"body effect without effect", valid, "    effect: {sql: \"INSERT INTO orders (tenant, body) VALUES (@tenant, @payload) RETURNING id\", status: 201}\n", "",
 			12, `sources[1] "orders"`, "publish.body", "set effect.sql"},
 		{"scheme none without allow_unverified", valid, "verify: {scheme: stripe, secrets_env: [STRIPE_WEBHOOK_SECRET], tolerance: 5m}",

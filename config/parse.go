@@ -184,6 +184,11 @@ func (p *parser) normalize(n *yaml.Node, t reflect.Type, path string, w *where) 
 		*n = yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Line: n.Line, Column: n.Column, Content: []*yaml.Node{
 			{Kind: yaml.ScalarNode, Tag: "!!str", Value: "parts", Line: n.Line, Column: n.Column}, &parts,
 		}}
+		// A part written as a list in its turn becomes a composite too, which validation
+		// then refuses by name, rather than a decoder's type error.
+		for i, c := range parts.Content {
+			p.normalize(c, t, fmt.Sprintf("%s[%d]", path, i), w)
+		}
 	case t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Struct && n.Kind == yaml.MappingNode:
 		one := *n
 		*n = yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq", Line: n.Line, Column: n.Column, Content: []*yaml.Node{&one}}
